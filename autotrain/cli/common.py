@@ -1,0 +1,58 @@
+"""Helpers shared by the commands: printing config errors and exit codes."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+# Documented exit codes (README, "Exit codes").
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_BAD_INPUT = 2
+EXIT_DIVERGED = 3
+EXIT_SIGINT = 130
+EXIT_SIGTERM = 143
+
+
+def debug_enabled() -> bool:
+    return os.environ.get("AUTOTRAIN_DEBUG", "") not in ("", "0", "false", "False")
+
+
+def eprint(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
+    """Print `error: message` and return the Exit to raise."""
+    eprint(f"error: {message}")
+    return typer.Exit(code)
+
+
+def report_config_error(error) -> typer.Exit:
+    for issue in error.issues:
+        eprint(issue.format())
+    count = len(error.issues)
+    eprint(f"{count} problem{'s' if count != 1 else ''} found; nothing was run.")
+    return typer.Exit(EXIT_BAD_INPUT)
+
+
+ConfigOption = typer.Option(
+    None, "--config", "-c", help="Path to the YAML config.", show_default=False, metavar="FILE"
+)
+SetOption = typer.Option(
+    None, "--set",
+    help="Override a config value: --set training_args.lr=1e-4 (repeatable).",
+    show_default=False,
+    metavar="KEY=VALUE",
+)
+DryRunOption = typer.Option(False, "--dry-run", help="Validate, print the resolved plan and exit without training.")
+ResumeOption = typer.Option(
+    None,
+    "--resume",
+    help="Resume from the latest complete checkpoint in the project folder, or from the checkpoint PATH given.",
+    show_default=False,
+    metavar="[PATH]",
+)
+OverwriteOption = typer.Option(False, "--overwrite", help="Replace an existing run in project_name.")

@@ -1,0 +1,99 @@
+"""Entry point: `autotrain COMMAND ...` or `autotrain --config F` (dispatch on the config's `task:`)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from autotrain import __version__
+from autotrain.cli import env, migrate, templates, train, validate
+from autotrain.cli.common import (
+    EXIT_FAILURE,
+    ConfigOption,
+    DryRunOption,
+    OverwriteOption,
+    ResumeOption,
+    SetOption,
+    debug_enabled,
+    eprint,
+)
+
+app = typer.Typer(
+    name="autotrain",
+    help="Fine-tune LLMs, text and image classifiers from one checked YAML file.",
+    no_args_is_help=False,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+for _task in ("llm", "text-classification", "image-classification"):
+    app.command(_task)(train.make_command(_task))
+app.command("validate")(validate.validate)
+app.command("init")(templates.init)
+app.command("schema")(templates.schema)
+app.command("migrate")(migrate.migrate)
+app.command("env")(env.env)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"autotrain {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback(invoke_without_command=True)
+def root(
+    ctx: typer.Context,
+    config: Path = ConfigOption,
+    set_: list[str] = SetOption,
+    dry_run: bool = DryRunOption,
+    resume: str = ResumeOption,
+    overwrite: bool = OverwriteOption,
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """Fine-tune LLMs, text and image classifiers from one checked YAML file.
+
+    `autotrain --config F` runs the task named by the config's `task:` key.
+    """
+    if ctx.invoked_subcommand is not None:
+        if config is not None:
+            raise typer.BadParameter("give --config after the command: autotrain llm --config F", param_hint="--config")
+        return
+    if config is None:
+        print(ctx.get_help())
+        raise typer.Exit(0)
+    train.run_training(config, set_, dry_run, resume, overwrite, expected_task=None)
+
+
+def _resume_value(argv: list[str]) -> list[str]:
+    """Let `--resume` stand alone (= latest checkpoint) as well as take a PATH."""
+    out = []
+    for i, arg in enumerate(argv):
+        out.append(arg)
+        if arg == "--resume" and (i + 1 == len(argv) or argv[i + 1].startswith("-")):
+            out.append("latest")
+    return out
+
+
+def main() -> None:
+    """Console-script entry: turns any unexpected exception into one line and exit code 1."""
+    try:
+        app(args=_resume_value(sys.argv[1:]), prog_name="autotrain")
+    except KeyboardInterrupt:
+        eprint("interrupted")
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except Exception as exc:  # the last line of defence: never a traceback for the user
+        if debug_enabled():
+            raise
+        eprint(f"error: {type(exc).__name__}: {exc}")
+        eprint("(set AUTOTRAIN_DEBUG=1 for the full traceback)")
+        sys.exit(EXIT_FAILURE)
+
+
+if __name__ == "__main__":
+    main()

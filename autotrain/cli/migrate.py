@@ -1,0 +1,64 @@
+"""`autotrain migrate F`: print the native equivalent of an AutoTrain Advanced config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from autotrain.cli.common import fail, report_config_error
+
+ORDER = ("task", "trainer", "base_model", "project_name", "log", "data", "peft", "training_args", "distributed", "hub")
+
+
+def migrate(
+    file: Path = typer.Argument(..., help="An AutoTrain Advanced config.", show_default=False),
+    output: Path = typer.Option(None, "--output", "-o", help="Write to a file instead of stdout."),
+) -> None:
+    """Translate an AutoTrain Advanced config to the native format and print it."""
+    import yaml
+
+    from autotrain.config import advanced
+    from autotrain.config.errors import ConfigError, ConfigIssue
+    from autotrain.config.load import load_data
+    from autotrain.config.yaml_source import read_yaml
+
+    try:
+        data, locator = read_yaml(file)
+        if not isinstance(data, dict) or not advanced.is_advanced(data):
+            raise ConfigError([ConfigIssue((), "not an AutoTrain Advanced config (no `params:` section "
+                                           "or `llm-*` task); it needs no migration", source=str(file))])
+        native, renamed, problems = advanced.translate(data)
+        locator.renamed.update(renamed)
+        if problems:
+            raise ConfigError([locator.issue(p, m) for p, m in problems])
+        # Validate the result, with unset ${VARS} allowed: they stay as written in the output.
+        load_data(_copy(native), locator, environ=_KeepVars())
+    except ConfigError as exc:
+        raise report_config_error(exc) from None
+    ordered = {k: native[k] for k in ORDER if k in native}
+    text = f"# Migrated from AutoTrain Advanced config {file.name}\n# run: autotrain {native['task']} --config FILE\n"
+    text += yaml.safe_dump(ordered, sort_keys=False, default_flow_style=False)
+    if output is None:
+        print(text, end="")
+    elif output.exists():
+        raise fail(f"{output} exists; choose another -o PATH")
+    else:
+        output.write_text(text, encoding="utf-8")
+        print(f"wrote {output}")
+
+
+def _copy(data):
+    import copy
+
+    return copy.deepcopy(data)
+
+
+class _KeepVars(dict):
+    """An environment in which every variable is set (to a placeholder), for checking only."""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+    def __getitem__(self, key: str) -> str:
+        return "placeholder"

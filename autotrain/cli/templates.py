@@ -1,0 +1,88 @@
+"""`autotrain init` and `autotrain schema`: template configs and their JSON Schemas."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import typer
+
+from autotrain.cli.common import EXIT_BAD_INPUT, fail
+
+TASKS = ("llm", "text-classification", "image-classification")
+TEMPLATES = {
+    ("llm", "sft"): "llm/sft.yml",
+    ("llm", "orpo"): "llm/llama3-orpo.yml",
+    ("llm", "dpo"): "llm/dpo.yml",
+    ("llm", "reward"): "llm/reward.yml",
+    ("llm", "clm"): "llm/clm.yml",
+    ("text-classification", None): "text-classification/imdb.yml",
+    ("image-classification", None): "image-classification/beans.yml",
+}
+_SCHEMA_COMMENT = re.compile(r"^# yaml-language-server: \$schema=(\S+)", re.MULTILINE)
+
+
+def templates_dir() -> Path:
+    """`configs/` of the repository (shipped inside the package as `autotrain/templates`)."""
+    return Path(__file__).resolve().parent.parent / "templates"
+
+
+def schema_path(task: str) -> Path:
+    return templates_dir() / "schemas" / f"{task}.schema.json"
+
+
+def task_schema(task: str) -> dict:
+    from autotrain.config.load import TASK_MODELS
+
+    schema = TASK_MODELS[task].model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = f"autotrain {task} config"
+    return schema
+
+
+def _check_task(task: str) -> None:
+    if task not in TASKS:
+        from autotrain.config.suggest import did_you_mean
+
+        raise fail(f"unknown task `{task}`{did_you_mean(task, TASKS)}; choose one of: {', '.join(TASKS)}")
+
+
+def init(
+    task: str = typer.Argument(..., help="llm | text-classification | image-classification", show_default=False),
+    trainer: str = typer.Option(None, "--trainer", "-t", help="llm only: sft | orpo | dpo | reward | clm."),
+    output: Path = typer.Option(None, "--output", "-o", help="Where to write it (default: ./TASK[-TRAINER].yml)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite OUTPUT if it exists."),
+) -> None:
+    """Write a commented template config to edit."""
+    _check_task(task)
+    if task == "llm":
+        trainer = trainer or "sft"
+        if ("llm", trainer) not in TEMPLATES:
+            raise fail(f"unknown trainer `{trainer}`; choose one of: sft, orpo, dpo, reward, clm")
+    elif trainer is not None:
+        raise fail(f"--trainer applies to `llm` only, not `{task}`")
+    source = templates_dir() / TEMPLATES[(task, trainer if task == "llm" else None)]
+    output = output or Path(f"{task}{'-' + trainer if trainer else ''}.yml")
+    if output.exists() and not force:
+        raise fail(f"{output} exists; choose another -o PATH or add --force", EXIT_BAD_INPUT)
+    text = source.read_text(encoding="utf-8")
+    # The template's schema comment is relative to configs/; point it at the installed schema instead.
+    text = _SCHEMA_COMMENT.sub(f"# yaml-language-server: $schema={schema_path(task).as_uri()}", text, count=1)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text, encoding="utf-8")
+    print(f"wrote {output}; check it with `autotrain validate {output}`, run it with "
+          f"`autotrain {task} --config {output}`")
+
+
+def schema(
+    task: str = typer.Argument(..., help="llm | text-classification | image-classification", show_default=False),
+    output: Path = typer.Option(None, "--output", "-o", help="Write to a file instead of stdout."),
+) -> None:
+    """Print the task's JSON Schema (for editor completion and checking)."""
+    _check_task(task)
+    text = json.dumps(task_schema(task), indent=2) + "\n"
+    if output is None:
+        print(text, end="")
+    else:
+        output.write_text(text, encoding="utf-8")

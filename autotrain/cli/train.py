@@ -1,0 +1,69 @@
+"""`autotrain llm | text-classification | image-classification --config F`: validate, plan, train."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from autotrain.cli.common import (
+    EXIT_BAD_INPUT,
+    ConfigOption,
+    DryRunOption,
+    OverwriteOption,
+    ResumeOption,
+    SetOption,
+    eprint,
+    fail,
+    report_config_error,
+)
+
+
+def run_training(
+    config_path: Path | None,
+    sets: list[str] | None,
+    dry_run: bool,
+    resume: str | None = None,
+    overwrite: bool = False,
+    expected_task: str | None = None,
+) -> None:
+    """Shared body of every training command; raises typer.Exit with the documented code."""
+    from autotrain.config.errors import ConfigError
+    from autotrain.config.load import load_config
+
+    if config_path is None:
+        raise fail("missing --config FILE (try `autotrain init llm` for a template)", EXIT_BAD_INPUT)
+    try:
+        loaded = load_config(config_path, sets or [], expected_task=expected_task)
+    except ConfigError as exc:
+        raise report_config_error(exc) from None
+    for notice in loaded.notices:
+        eprint(f"note: {notice}")
+
+    from autotrain.runtime.plan import print_plan
+
+    if dry_run:
+        print_plan(loaded)
+        raise typer.Exit(0)
+
+    from autotrain.runtime.run import run
+
+    raise typer.Exit(run(loaded, resume=resume, overwrite=overwrite, argv_sets=sets or []))
+
+
+def make_command(task: str):
+    def command(
+        config: Path = ConfigOption,
+        set_: list[str] = SetOption,
+        dry_run: bool = DryRunOption,
+        resume: str = ResumeOption,
+        overwrite: bool = OverwriteOption,
+    ) -> None:
+        run_training(config, set_, dry_run, resume, overwrite, expected_task=task)
+
+    command.__doc__ = {
+        "llm": "Fine-tune a causal language model (sft, orpo, dpo, reward or clm trainer).",
+        "text-classification": "Train a text classifier (AutoModelForSequenceClassification).",
+        "image-classification": "Train an image classifier (AutoModelForImageClassification).",
+    }[task]
+    return command

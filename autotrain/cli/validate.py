@@ -1,0 +1,34 @@
+"""`autotrain validate F [F ...]`: check configs without importing torch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from autotrain.cli.common import EXIT_BAD_INPUT, SetOption, eprint
+
+
+def validate(
+    files: list[Path] = typer.Argument(..., help="Config files to check.", show_default=False),
+    set_: list[str] = SetOption,
+) -> None:
+    """Check configs only: one `FILE: ok` line per good file, every problem of a bad one. Exit 2 if any is bad."""
+    from autotrain.config.errors import ConfigError
+    from autotrain.config.load import load_config
+
+    bad = 0
+    for path in files:
+        try:
+            loaded = load_config(path, set_ or [])
+        except ConfigError as exc:
+            bad += 1
+            for issue in exc.issues:
+                eprint(issue.format())
+            continue
+        cfg = loaded.config
+        kind = cfg.task + (f" ({cfg.trainer})" if cfg.task == "llm" else "")
+        note = " (AutoTrain Advanced format)" if loaded.notices else ""
+        print(f"{path}: ok: {kind}{note}")
+    if bad:
+        raise typer.Exit(EXIT_BAD_INPUT)

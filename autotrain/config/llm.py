@@ -1,0 +1,70 @@
+"""The `task: llm` config: SFT, ORPO, DPO, reward and plain causal-LM fine-tuning."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from autotrain.config.base import DataConfig, StrictModel, TaskConfig, TrainingArgs
+
+LLMTrainer = Literal["sft", "orpo", "dpo", "reward", "clm"]
+
+# Columns each trainer reads, after `column_mapping` renames the dataset's columns onto them.
+TRAINER_COLUMNS: dict[str, tuple[tuple[str, ...], ...]] = {
+    # sft: either plain text or chat messages
+    "sft": (("text",), ("messages",)),
+    "orpo": (("prompt", "chosen", "rejected"),),
+    "dpo": (("prompt", "chosen", "rejected"),),
+    "reward": (("chosen", "rejected"),),
+    "clm": (("text",),),
+}
+OPTIONAL_COLUMNS: dict[str, tuple[str, ...]] = {"reward": ("prompt",)}
+
+
+class LLMData(DataConfig):
+    chat_template: Literal["tokenizer", "chatml", "zephyr", "none"] = Field(
+        "tokenizer", description="Chat format: the tokenizer's own, chatml, zephyr, or none (plain text)."
+    )
+
+
+class PeftConfig(StrictModel):
+    enabled: bool = Field(True, description="Train a LoRA adapter; false = full fine-tune.")
+    r: int = Field(16, ge=1, le=4096, description="LoRA rank.")
+    alpha: int = Field(32, ge=1, description="LoRA alpha (scale = alpha / r).")
+    dropout: float = Field(0.05, ge=0, lt=1, description="LoRA dropout.")
+    target_modules: str | list[str] = Field(
+        "all-linear", description="`all-linear` or a list of module names (q_proj, v_proj, ...)."
+    )
+    quantization: Literal["int4", "int8"] | None = Field(
+        None, description="Load the base model in 4 or 8 bit (bitsandbytes, CUDA only): QLoRA."
+    )
+    merge_adapter: bool = Field(False, description="Also save the base model with the adapter merged in.")
+
+
+class LLMTrainingArgs(TrainingArgs):
+    max_length: int = Field(1024, ge=8, description="Tokens per sample (clm: block size).")
+    max_prompt_length: int | None = Field(
+        None, ge=1, description="orpo / dpo / reward: prompt tokens kept (truncated from the left)."
+    )
+    max_completion_length: int | None = Field(None, ge=1, description="orpo / dpo: completion tokens kept.")
+    beta: float | None = Field(None, gt=0, description="orpo lambda / dpo beta (trainer default when null).")
+    packing: bool = Field(False, description="sft: pack several samples into each max_length block.")
+    completion_only_loss: bool | None = Field(
+        None, description="sft: compute loss on the assistant part only (chat data; TRL's default when null)."
+    )
+
+
+class LLMConfig(TaskConfig):
+    task: Literal["llm"] = Field(description="What to train.")
+    trainer: LLMTrainer = Field("sft", description="sft | orpo | dpo | reward | clm (plain causal LM on raw text).")
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = Field(
+        "sdpa", description="Attention kernel."
+    )
+    data: LLMData = Field(description="Training data.")
+    peft: PeftConfig | None = Field(None, description="LoRA; absent or `enabled: false` = full fine-tune.")
+    training_args: LLMTrainingArgs = Field(default_factory=LLMTrainingArgs, description="Training settings.")
+
+    @property
+    def uses_peft(self) -> bool:
+        return self.peft is not None and self.peft.enabled

@@ -1,0 +1,158 @@
+"""YAML file -> validated task config: the one entry point the rest of the package uses."""
+
+from __future__ import annotations
+
+import re
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from autotrain.config import advanced
+from autotrain.config.base import TaskConfig
+from autotrain.config.classification import ImageClassificationConfig, TextClassificationConfig
+from autotrain.config.errors import ConfigError, ConfigIssue
+from autotrain.config.interpolate import interpolate, redact
+from autotrain.config.llm import LLMConfig
+from autotrain.config.overrides import apply_overrides
+from autotrain.config.rules import check_rules
+from autotrain.config.suggest import did_you_mean
+from autotrain.config.yaml_source import Locator, read_yaml
+
+TASK_MODELS: dict[str, type[TaskConfig]] = {
+    "llm": LLMConfig,
+    "text-classification": TextClassificationConfig,
+    "image-classification": ImageClassificationConfig,
+}
+
+
+@dataclass
+class LoadedConfig:
+    """A validated config plus what the run needs to know about where it came from."""
+
+    config: TaskConfig
+    source: str
+    secrets: set[str] = field(default_factory=set)
+    notices: list[str] = field(default_factory=list)
+    raw: dict = field(default_factory=dict)  # after translation, overrides and interpolation
+
+    def redacted(self) -> dict:
+        """The resolved config as plain data, secrets replaced by `***`: safe to print or save."""
+        return redact(self.config.model_dump(mode="json"), self.secrets)
+
+
+def load_config(
+    path: str | Path,
+    overrides: list[str] | tuple[str, ...] = (),
+    expected_task: str | None = None,
+    environ: dict[str, str] | None = None,
+) -> LoadedConfig:
+    """Read, translate, override, interpolate and validate a config; raise ConfigError with every issue."""
+    data, locator = read_yaml(path)
+    return load_data(data, locator, overrides, expected_task, environ)
+
+
+def load_data(
+    data: Any,
+    locator: Locator,
+    overrides: list[str] | tuple[str, ...] = (),
+    expected_task: str | None = None,
+    environ: dict[str, str] | None = None,
+) -> LoadedConfig:
+    issues: list[ConfigIssue] = []
+    notices: list[str] = []
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError([locator.issue((), "a config must be a YAML mapping of `key: value` lines")])
+
+    if advanced.is_advanced(data):
+        data, renamed, problems = advanced.translate(data)
+        locator.renamed.update(renamed)
+        issues += [locator.issue(p, m) for p, m in problems]
+        notices.append(f"{locator.source}: AutoTrain Advanced config translated to the native format "
+                       f"(see `autotrain migrate {locator.source}`)")
+
+    data, set_paths, override_issues = apply_overrides(data, list(overrides))
+    issues += override_issues
+    locator.overridden.update(set_paths)
+
+    data, unset, secrets = interpolate(data, environ)
+    issues += [locator.issue(p, m) for p, m in unset]
+
+    task = data.get("task")
+    if task is None:
+        issues.append(locator.issue(("task",), f"required field is missing; one of: {', '.join(TASK_MODELS)}"))
+        raise ConfigError(_sorted(issues))
+    if task not in TASK_MODELS:
+        issues.append(locator.issue(("task",), f"unknown task `{task}`{did_you_mean(str(task), TASK_MODELS)}; "
+                                    f"expected one of: {', '.join(TASK_MODELS)}"))
+        raise ConfigError(_sorted(issues))
+    if expected_task is not None and task != expected_task:
+        issues.append(locator.issue(("task",), f"this is a `{task}` config, not `{expected_task}`: "
+                                    f"run `autotrain {task} --config {locator.source}`"))
+
+    model = TASK_MODELS[task]
+    rule_issues = [locator.issue(p, m) for p, m in check_rules(data, task)]
+    covered = {issue.path for issue in rule_issues}
+    config = None
+    try:
+        config = model.model_validate(data)
+    except ValidationError as exc:
+        for err in exc.errors():
+            loc = tuple(err["loc"])
+            if loc in covered or loc[:-1] in covered and err["type"] == "extra_forbidden":
+                continue
+            issues.append(locator.issue(loc, _message(err, model)))
+    issues += rule_issues
+    if issues:
+        raise ConfigError(_sorted(issues))
+    return LoadedConfig(config=config, source=locator.source, secrets=secrets, notices=notices, raw=data)
+
+
+def _sorted(issues: list[ConfigIssue]) -> list[ConfigIssue]:
+    unique = {(i.path, i.message): i for i in issues}.values()
+    return sorted(unique, key=lambda i: (i.line is None, i.line or 0, i.col or 0))
+
+
+def _message(err: dict, model: type[BaseModel]) -> str:
+    kind, loc = err["type"], tuple(err["loc"])
+    if kind == "extra_forbidden":
+        known = _fields_at(model, loc[:-1])
+        return f"unknown key{did_you_mean(str(loc[-1]), known)}" + (
+            f"; valid keys here: {', '.join(known)}" if known and len(known) <= 12 else ""
+        )
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "literal_error":
+        expected = re.findall(r"'([^']*)'|(\d+)", err.get("ctx", {}).get("expected", ""))
+        choices = [a or b for a, b in expected]
+        return f"`{err['input']}` is not one of: {', '.join(choices)}{did_you_mean(str(err['input']), choices)}"
+    message = err["msg"]
+    if "input" in err and not isinstance(err["input"], (dict, list)):
+        message += f" (got `{err['input']}`)"
+    return message
+
+
+def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
+    """Field names of the pydantic model that sits at `loc` inside `model` (empty if none)."""
+    current: Any = model
+    for part in loc:
+        current = _unwrap_model(current)
+        if current is None or not isinstance(part, str) or part not in current.model_fields:
+            return []
+        current = current.model_fields[part].annotation
+    current = _unwrap_model(current)
+    return list(current.model_fields) if current is not None else []
+
+
+def _unwrap_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _unwrap_model(arg)
+        if found is not None:
+            return found
+    return None
