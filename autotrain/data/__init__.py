@@ -1,0 +1,1 @@
+"""Dataset loading and column mapping per task."""

@@ -1,0 +1,76 @@
+"""Shape LLM data for each trainer: rename mapped columns, normalise chat/preference formats."""
+
+from __future__ import annotations
+
+from autotrain.config.errors import UserInputError
+from autotrain.config.llm import OPTIONAL_COLUMNS, TRAINER_COLUMNS, LLMConfig
+from autotrain.data.loading import load_split, require_columns
+
+
+def column_mapping(cfg: LLMConfig, dataset) -> dict[str, str]:
+    """Task column -> dataset column; without a mapping, the dataset's own names are used."""
+    if cfg.data.column_mapping:
+        return dict(cfg.data.column_mapping)
+    groups = TRAINER_COLUMNS[cfg.trainer]
+    for group in groups:
+        if all(c in dataset.column_names for c in group):
+            mapping = {c: c for c in group}
+            mapping.update({c: c for c in OPTIONAL_COLUMNS.get(cfg.trainer, ()) if c in dataset.column_names})
+            return mapping
+    wanted = " or ".join("/".join(g) for g in groups)
+    raise UserInputError(f"{cfg.data.path}: `trainer: {cfg.trainer}` needs column(s) {wanted}; the data has: "
+                         f"{', '.join(dataset.column_names)} (set `data.column_mapping`)")
+
+
+def _as_messages(value, role: str):
+    if isinstance(value, str):
+        return [{"role": role, "content": value}]
+    return value
+
+
+def load_llm_split(cfg: LLMConfig, split: str, token: str | None = None):
+    """Load one split and rename/normalise it for the trainer (before any model is loaded)."""
+    dataset = load_split(cfg.data.path, split, token=token)
+    name = f"{cfg.data.path} [{split}]"
+    mapping = column_mapping(cfg, dataset)
+    require_columns(dataset, mapping, name)
+    dataset = dataset.select_columns(list(dict.fromkeys(mapping.values())))
+    # Rename dataset columns onto the task's names (two task columns may read one dataset column).
+    dataset = dataset.map(lambda row: {task: row[src] for task, src in mapping.items()},
+                          remove_columns=[c for c in dataset.column_names if c not in mapping], desc=None)
+    if cfg.trainer in ("orpo", "dpo", "reward"):
+        dataset = _preference_format(dataset, cfg, name)
+    elif "messages" in dataset.column_names:
+        _check_messages(dataset, "messages", name)
+        if cfg.data.chat_template == "none":
+            raise UserInputError(f"{name}: chat `messages` need a chat template; `data.chat_template: none` "
+                                 "is for plain `text` data")
+    return dataset
+
+
+def _check_messages(dataset, column: str, name: str) -> None:
+    first = dataset[0][column]
+    ok = isinstance(first, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in first)
+    if not ok:
+        raise UserInputError(f"{name}: column `{column}` must hold lists of {{role, content}} messages; "
+                             f"row 0 holds {type(first).__name__}")
+
+
+def _preference_format(dataset, cfg: LLMConfig, name: str):
+    row = dataset[0]
+    conversational = any(isinstance(row.get(c), list) for c in ("prompt", "chosen", "rejected"))
+    if cfg.data.chat_template == "none" and conversational:
+        raise UserInputError(f"{name}: message-list columns need a chat template, not `chat_template: none`")
+    if not conversational:
+        return dataset
+    # TRL's conversational preference format: prompt is a message list ending with the user turn,
+    # chosen/rejected are the assistant turns that follow.
+    def convert(example):
+        out = {}
+        if "prompt" in example:
+            out["prompt"] = _as_messages(example["prompt"], "user")
+        out["chosen"] = _as_messages(example["chosen"], "assistant")
+        out["rejected"] = _as_messages(example["rejected"], "assistant")
+        return out
+
+    return dataset.map(convert)

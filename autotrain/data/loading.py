@@ -1,0 +1,104 @@
+"""Load a split from a local file, a local folder or a hub dataset id, with errors a user can act on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from autotrain.config.errors import UserInputError
+
+FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+
+
+def _split_file(folder: Path, split: str) -> Path | None:
+    for ext in FORMATS:
+        for candidate in (folder / f"{split}{ext}", *sorted(folder.glob(f"{split}-*{ext}"))):
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def _load_file(file: Path, token: str | None = None):
+    import datasets
+
+    builder = FORMATS.get(file.suffix.lower())
+    if builder is None:
+        raise UserInputError(f"{file}: unsupported file type `{file.suffix}`; use one of {', '.join(FORMATS)}")
+    kwargs = {"encoding": "utf-8"} if builder == "csv" else {}
+    try:
+        return datasets.load_dataset(builder, data_files=str(file), split="train", **kwargs)
+    except UnicodeDecodeError as exc:
+        raise UserInputError(f"{file}: not valid UTF-8 text ({exc.reason} at byte {exc.start}); "
+                             "save it as UTF-8") from None
+    except Exception as exc:  # datasets wraps parser errors in its own types
+        cause = exc
+        while cause.__cause__ is not None or cause.__context__ is not None:
+            nxt = cause.__cause__ or cause.__context__
+            if isinstance(nxt, UnicodeDecodeError):
+                raise UserInputError(f"{file}: not valid UTF-8 text; save it as UTF-8") from None
+            cause = nxt
+        raise UserInputError(f"{file}: cannot read it as {builder}: {str(exc).splitlines()[0]}") from None
+
+
+def load_split(path: str, split: str, token: str | None = None, revision: str | None = None):
+    """One split as a `datasets.Dataset`.
+
+    - a file: the file itself is the train split; another split may name another file;
+    - a folder: `SPLIT.jsonl|json|csv|parquet` (or `SPLIT-*.ext`) inside it, or a `save_to_disk` dataset;
+    - anything else: a hub dataset id.
+    """
+    local = Path(path).expanduser()
+    split_as_file = Path(split).expanduser()
+    if split_as_file.suffix.lower() in FORMATS and split_as_file.is_file():
+        return _check_rows(_load_file(split_as_file), f"{split_as_file}")
+    if local.is_file():
+        if split != "train":
+            raise UserInputError(f"{path} is a single file: it is the train split; for `{split}` give a file path "
+                                 "as the split name or use a folder with one file per split")
+        return _check_rows(_load_file(local), str(local))
+    if local.is_dir():
+        if (local / "dataset_dict.json").is_file() or (local / "dataset_info.json").is_file():
+            import datasets
+
+            loaded = datasets.load_from_disk(str(local))
+            if isinstance(loaded, datasets.DatasetDict):
+                if split not in loaded:
+                    raise UserInputError(f"{path}: no split `{split}`; it has: {', '.join(loaded)}")
+                loaded = loaded[split]
+            return _check_rows(loaded, f"{path} [{split}]")
+        file = _split_file(local, split)
+        if file is None:
+            present = sorted(p.name for p in local.iterdir() if p.suffix.lower() in FORMATS)
+            raise UserInputError(f"{path}: no file for split `{split}` (looked for {split}.jsonl/.json/.csv/.parquet); "
+                                 f"files here: {', '.join(present) or 'none'}")
+        return _check_rows(_load_file(file), str(file))
+    if path.startswith((".", "/", "~")) or path.count("/") > 1 or Path(path).suffix.lower() in FORMATS:
+        raise UserInputError(f"data.path `{path}` does not exist")
+    return _check_rows(_load_hub(path, split, token, revision), f"{path} [{split}]")
+
+
+def _load_hub(path: str, split: str, token: str | None, revision: str | None):
+    import datasets
+
+    try:
+        return datasets.load_dataset(path, split=split, token=token, revision=revision)
+    except ValueError as exc:
+        if "split" in str(exc).lower():
+            raise UserInputError(f"{path}: no split `{split}` ({str(exc).splitlines()[0]})") from None
+        raise UserInputError(f"cannot load dataset `{path}`: {str(exc).splitlines()[0]}") from None
+    except (FileNotFoundError, ConnectionError, OSError) as exc:
+        raise UserInputError(f"cannot load dataset `{path}` (not a local path, and the hub said: "
+                             f"{str(exc).splitlines()[0]})") from None
+
+
+def _check_rows(dataset, name: str):
+    if len(dataset) == 0:
+        raise UserInputError(f"{name}: the split is empty")
+    return dataset
+
+
+def require_columns(dataset, wanted: dict[str, str], name: str) -> None:
+    """`wanted` maps task columns to dataset columns; name every missing one and list what is there."""
+    missing = [f"`{src}` (for {task})" for task, src in wanted.items() if src not in dataset.column_names]
+    if missing:
+        raise UserInputError(f"{name}: column {', '.join(missing)} not found; the data has columns: "
+                             f"{', '.join(dataset.column_names)} (fix `data.column_mapping`)")

@@ -1,0 +1,51 @@
+"""Per-batch instrumentation of the Trainer's loss: the divergence guard and the token counter."""
+
+from __future__ import annotations
+
+
+class Diverged(Exception):
+    def __init__(self, step: int, loss: float):
+        super().__init__(f"training diverged: non-finite loss ({loss}) at step {step + 1}; "
+                         "lower training_args.lr, check the data, or set training_args.nan_policy: skip_batch")
+        self.step = step
+
+
+def _count_tokens(inputs) -> int:
+    """Non-padding tokens of a batch, whatever the trainer calls its columns (input_ids, chosen_input_ids...)."""
+    masks = [v for k, v in inputs.items() if k.endswith("attention_mask") and hasattr(v, "sum")]
+    if masks:
+        return int(sum(m.sum() for m in masks))
+    ids = [v for k, v in inputs.items() if k.endswith("input_ids") and hasattr(v, "numel")]
+    return int(sum(i.numel() for i in ids))
+
+
+def install_loss_hooks(trainer, policy: str) -> None:
+    """Wrap the trainer's `compute_loss` so every micro-batch loss is checked before backward.
+
+    It also counts the batch's tokens into `trainer.tokens_seen` for the tokens/s display (the Trainer's
+    own counter only knows `input_ids`, which preference trainers do not use).
+
+    Checking before backward means a bad batch never touches the weights or the optimizer state:
+    `halt` raises (the last saved checkpoint stays the newest), `skip_batch` replaces the loss by a zero
+    that still reaches every trainable parameter, so the step's gradients simply omit that batch.
+    """
+    import torch
+
+    original = trainer.compute_loss
+    trainer.skipped_batches = 0
+    trainer.tokens_seen = 0
+
+    def compute_loss(model, inputs, return_outputs=False, **kwargs):
+        if model.training:
+            trainer.tokens_seen += _count_tokens(inputs)
+        result = original(model, inputs, return_outputs=return_outputs, **kwargs)
+        loss = result[0] if return_outputs else result
+        if bool(torch.isfinite(loss.detach()).all()):
+            return result
+        if policy == "halt":
+            raise Diverged(trainer.state.global_step, float(loss.detach().float().mean()))
+        trainer.skipped_batches += 1
+        zero = sum((p.sum() * 0.0 for p in model.parameters() if p.requires_grad), loss.new_zeros(()))
+        return (zero, result[1]) if return_outputs else zero
+
+    trainer.compute_loss = compute_loss

@@ -1,0 +1,90 @@
+"""The project folder: refuse to clobber a run, save the final model, config and model card."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import yaml
+
+from autotrain.config.errors import UserInputError
+from autotrain.config.load import LoadedConfig
+
+RUN_MARKERS = ("autotrain.yaml", "run.json", "trainer_state.json")
+
+
+def holds_run(folder: Path) -> bool:
+    if not folder.is_dir():
+        return False
+    return any((folder / m).exists() for m in RUN_MARKERS) or any(folder.glob("checkpoint-*"))
+
+
+def prepare_project(folder: Path, resume: str | None, overwrite: bool) -> None:
+    """An existing run is never replaced unless `--overwrite` (or continued with `--resume`)."""
+    if resume and overwrite:
+        raise UserInputError("--resume and --overwrite contradict each other; pick one")
+    if folder.exists() and not folder.is_dir():
+        raise UserInputError(f"project_name `{folder}` is a file, not a folder")
+    if holds_run(folder) and not resume:
+        if not overwrite:
+            raise UserInputError(f"project folder `{folder}` already holds a run; add --resume to continue it, "
+                                 "--overwrite to replace it, or change project_name")
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+
+
+def save_config(loaded: LoadedConfig, folder: Path) -> None:
+    text = f"# resolved config of this run ({loaded.source}); secrets redacted\n"
+    text += yaml.safe_dump(loaded.redacted(), sort_keys=False)
+    (folder / "autotrain.yaml").write_text(text, encoding="utf-8")
+
+
+def write_model_card(loaded: LoadedConfig, folder: Path, metrics: dict) -> None:
+    cfg = loaded.config
+    what = f"{cfg.task}" + (f" ({cfg.trainer})" if cfg.task == "llm" else "")
+    lines = [
+        "---",
+        "library_name: " + ("peft" if getattr(cfg, "uses_peft", False) else "transformers"),
+        f"base_model: {cfg.base_model}",
+        "tags: [autotrain]",
+        "---",
+        "",
+        f"# {Path(cfg.project_name).name}",
+        "",
+        f"Fine-tuned from `{cfg.base_model}` with autotrain: {what}.",
+        "",
+        f"- data: `{cfg.data.path}` (split `{cfg.data.train_split}`)",
+        f"- epochs: {cfg.training_args.epochs}, learning rate: {cfg.training_args.lr}, "
+        f"optimizer: {cfg.training_args.optimizer}",
+    ]
+    shown = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+    if shown:
+        lines += ["", "## Results", "", "| metric | value |", "|---|---|"]
+        lines += [f"| {k} | {v:.4g} |" for k, v in shown.items()]
+    lines += ["", "The full resolved config is in `autotrain.yaml`.", ""]
+    (folder / "README.md").write_text("\n".join(lines), encoding="utf-8")
+
+
+def save_final(trainer, loaded: LoadedConfig, metrics: dict) -> None:
+    """Model (or adapter), tokenizer/processor, merged model on request, config, metrics, card."""
+    cfg = loaded.config
+    folder = Path(cfg.project_name)
+    trainer.save_model(str(folder))
+    processor = getattr(trainer, "processing_class", None)
+    if processor is not None and trainer.is_world_process_zero():
+        processor.save_pretrained(str(folder))
+    if getattr(cfg, "uses_peft", False) and cfg.peft.merge_adapter and trainer.is_world_process_zero():
+        merged = trainer.model.merge_and_unload() if hasattr(trainer.model, "merge_and_unload") else trainer.model
+        merged.save_pretrained(str(folder / "merged"))
+        if processor is not None:
+            processor.save_pretrained(str(folder / "merged"))
+    trainer.save_metrics("train", metrics)
+    trainer.save_state()
+    if trainer.is_world_process_zero():
+        save_config(loaded, folder)
+        write_model_card(loaded, folder, metrics)
+
+
+def write_json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")

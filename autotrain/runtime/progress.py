@@ -1,0 +1,97 @@
+"""Progress display: a rich bar (step, loss, lr, tokens/s, ETA) on a terminal; plain log lines otherwise."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+
+from transformers import TrainerCallback
+
+
+def _fmt_eta(seconds: float) -> str:
+    if not math.isfinite(seconds) or seconds < 0:
+        return "?"
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+class ProgressCallback(TrainerCallback):
+    """Draws progress on the main process only."""
+
+    def __init__(self, stream=None, rich: bool | None = None):
+        self.stream = stream or sys.stdout
+        self.rich = self.stream.isatty() if rich is None else rich
+        self.progress = None
+        self.task = None
+        self.start = 0.0
+        self.first_step = 0
+        self.first_tokens = 0
+        self.last = {"loss": float("nan"), "lr": float("nan")}
+        self.trainer = None  # set by the runner; its `tokens_seen` feeds tokens/s
+
+    def _rate(self, state) -> tuple[float, float]:
+        elapsed = max(time.perf_counter() - self.start, 1e-9)
+        tokens = getattr(self.trainer, "tokens_seen", 0) - self.first_tokens
+        done = state.global_step - self.first_step
+        eta = (state.max_steps - state.global_step) * elapsed / done if done else float("nan")
+        return tokens / elapsed, eta
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero:
+            return
+        self.start = time.perf_counter()
+        self.first_step = state.global_step
+        self.first_tokens = getattr(self.trainer, "tokens_seen", 0)
+        if self.rich:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.progress = Progress(
+                TextColumn("[bold]train"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("loss {task.fields[loss]}  lr {task.fields[lr]}  {task.fields[tps]} tok/s"),
+                TimeRemainingColumn(),
+                transient=False,
+            )
+            self.progress.start()
+            self.task = self.progress.add_task("train", total=state.max_steps, completed=state.global_step,
+                                               loss="-", lr="-", tps="-")
+        else:
+            print(f"training: {state.max_steps} steps", file=self.stream, flush=True)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.progress is not None:
+            self.progress.update(self.task, completed=state.global_step)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        if "loss" in logs:
+            self.last["loss"] = logs["loss"]
+        if "learning_rate" in logs:
+            self.last["lr"] = logs["learning_rate"]
+        tps, eta = self._rate(state)
+        loss, lr = self.last["loss"], self.last["lr"]
+        if self.progress is not None:
+            self.progress.update(self.task, completed=state.global_step, loss=f"{loss:.4f}", lr=f"{lr:.2e}",
+                                 tps=f"{tps:,.0f}")
+            evals = {k: v for k, v in logs.items() if k.startswith("eval_") and isinstance(v, (int, float))}
+            if evals:
+                self.progress.console.print("eval " + "  ".join(f"{k[5:]} {v:.4g}" for k, v in evals.items()))
+            return
+        if "loss" in logs:
+            print(f"step {state.global_step}/{state.max_steps}  loss {loss:.4f}  lr {lr:.3e}  "
+                  f"tokens/s {tps:,.0f}  eta {_fmt_eta(eta)}", file=self.stream, flush=True)
+        evals = {k: v for k, v in logs.items() if k.startswith("eval_") and isinstance(v, (int, float))}
+        if evals:
+            print(f"eval step {state.global_step}  " + "  ".join(f"{k[5:]} {v:.4g}" for k, v in evals.items()),
+                  file=self.stream, flush=True)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.close()
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None

@@ -1,0 +1,1 @@
+"""LLM trainers: one module per `trainer:` value (sft, orpo, dpo, reward, clm)."""

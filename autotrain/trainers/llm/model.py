@@ -1,0 +1,122 @@
+"""Tokenizer, model and LoRA for LLM fine-tuning."""
+
+from __future__ import annotations
+
+from autotrain.config.errors import UserInputError
+from autotrain.config.llm import LLMConfig
+from autotrain.runtime.precision import Precision
+
+CHAT_TEMPLATES = {
+    "chatml": (
+        "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>'"
+        " + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+    ),
+    "zephyr": (
+        "{% for message in messages %}{{ '<|' + message['role'] + '|>\n' + message['content'] + eos_token + '\n' }}"
+        "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}"
+    ),
+}
+
+
+def _load_error(cfg: LLMConfig, what: str, exc: Exception) -> UserInputError:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return UserInputError(f"cannot load the {what} of base_model `{cfg.base_model}`: {first}")
+
+
+def build_tokenizer(cfg: LLMConfig, token: str | None = None):
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            cfg.base_model, revision=cfg.revision, token=token, trust_remote_code=cfg.trust_remote_code
+        )
+    except (OSError, ValueError) as exc:
+        raise _load_error(cfg, "tokenizer", exc) from None
+    if tokenizer.pad_token is None:
+        # Padding is masked out of the loss, so reusing EOS (or UNK) as padding is safe.
+        tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
+    tokenizer.padding_side = "right"
+    template = cfg.data.chat_template
+    if template in CHAT_TEMPLATES:
+        tokenizer.chat_template = CHAT_TEMPLATES[template]
+    elif template == "tokenizer" and cfg.trainer != "clm" and not tokenizer.chat_template:
+        tokenizer.chat_template = CHAT_TEMPLATES["chatml"]
+    return tokenizer
+
+
+def load_dtype(cfg: LLMConfig, precision: Precision):
+    """LoRA trains on a frozen base, kept in the compute dtype; a full fine-tune keeps fp32 weights
+    unless bf16 on a GPU (fp16 AMP needs fp32 master weights; CPU bf16 runs fp32 weights under autocast)."""
+    import torch
+
+    if precision.mode == "no":
+        return torch.float32
+    half = torch.bfloat16 if precision.mode == "bf16" else torch.float16
+    if cfg.uses_peft and precision.device != "cpu":
+        return half
+    if precision.mode == "bf16" and precision.device == "cuda":
+        return half
+    return torch.float32
+
+
+def quantization_config(cfg: LLMConfig, precision: Precision):
+    if not cfg.uses_peft or cfg.peft.quantization is None:
+        return None
+    if precision.device != "cuda":
+        raise UserInputError(f"peft.quantization: {cfg.peft.quantization} loads through bitsandbytes and needs a "
+                             "CUDA GPU; none is visible. Remove `peft.quantization` to train on this machine")
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    if cfg.peft.quantization == "int8":
+        return BitsAndBytesConfig(load_in_8bit=True)
+    compute = torch.bfloat16 if precision.mode == "bf16" else torch.float16
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                              bnb_4bit_compute_dtype=compute)
+
+
+def build_model(cfg: LLMConfig, precision: Precision, token: str | None = None, reward: bool = False):
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    quant = quantization_config(cfg, precision)
+    kwargs = {
+        "revision": cfg.revision,
+        "token": token,
+        "trust_remote_code": cfg.trust_remote_code,
+        "dtype": load_dtype(cfg, precision),
+        "attn_implementation": cfg.attn_implementation,
+    }
+    if quant is not None:
+        kwargs["quantization_config"] = quant
+    if reward:
+        cls, kwargs["num_labels"] = AutoModelForSequenceClassification, 1
+    else:
+        cls = AutoModelForCausalLM
+    try:
+        model = cls.from_pretrained(cfg.base_model, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise _load_error(cfg, "weights", exc) from None
+    if quant is not None:
+        from peft import prepare_model_for_kbit_training
+
+        model = prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=cfg.training_args.gradient_checkpointing
+        )
+    if cfg.training_args.gradient_checkpointing:
+        model.config.use_cache = False
+    return model
+
+
+def build_lora_config(cfg: LLMConfig, task_type: str = "CAUSAL_LM"):
+    if not cfg.uses_peft:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=cfg.peft.r,
+        lora_alpha=cfg.peft.alpha,
+        lora_dropout=cfg.peft.dropout,
+        target_modules=cfg.peft.target_modules,
+        task_type=task_type,
+        bias="none",
+    )
