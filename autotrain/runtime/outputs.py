@@ -81,10 +81,31 @@ def save_final(trainer, loaded: LoadedConfig, metrics: dict) -> None:
             processor.save_pretrained(str(folder / "merged"))
     trainer.save_metrics("train", metrics)
     trainer.save_state()
+    card_metrics = dict(metrics)
+    if cfg.task != "llm" and trainer.eval_dataset is not None:
+        from autotrain.trainers.classification_common import evaluate_and_report
+
+        card_metrics.update(evaluate_and_report(trainer))  # eval_results.json and a table of the metrics
     if trainer.is_world_process_zero():
         save_config(loaded, folder)
-        write_model_card(loaded, folder, metrics)
+        write_model_card(loaded, folder, card_metrics)
 
 
 def write_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+
+
+def push_to_hub(loaded: LoadedConfig) -> str:
+    """Upload the finished project folder (not its checkpoints or logs) to `hub.repo_id`."""
+    from huggingface_hub import HfApi
+
+    cfg = loaded.config
+    api = HfApi(token=cfg.hub.token)
+    repo = api.create_repo(cfg.hub.repo_id, private=cfg.hub.private, exist_ok=True)
+    api.upload_folder(
+        folder_path=cfg.project_name,
+        repo_id=cfg.hub.repo_id,
+        ignore_patterns=["checkpoint-*", "checkpoint-*/**", "logs/**", ".staging/**", "run.json", "training_args.bin"],
+        commit_message="Upload model trained with autotrain",
+    )
+    return str(repo)

@@ -1,0 +1,183 @@
+"""More than one process: hand the run to `accelerate launch`, one rank per GPU (or CPU process).
+
+The parent `autotrain` process checks the project folder, then runs accelerate's launcher (the torch
+elastic agent, as torchrun does), which starts `python -m autotrain.cli.main <task> --config F ...` in
+every rank with AUTOTRAIN_LAUNCHED=1, so that each rank trains instead of launching again.
+
+The launcher runs in this process rather than as a child so the ranks' exit codes survive: accelerate's
+own command line turns any rank failure into exit status 1, while its exception still lists each rank's
+code, and a rank that stopped on bad input (2) or divergence (3) should make the whole run say so.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import sys
+from collections.abc import Sequence
+
+from autotrain.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_DIVERGED,
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_SIGINT,
+    EXIT_SIGTERM,
+    debug_enabled,
+    eprint,
+)
+from autotrain.config.errors import UserInputError
+from autotrain.config.load import LoadedConfig
+from autotrain.runtime.distributed import check_hardware, strategy_flags, write_launch_files
+from autotrain.runtime.plan import processes_per_machine, visible_gpus
+
+LAUNCHER = ("-m", "accelerate.commands.launch")
+RANK_ENTRY = ("-m", "autotrain.cli.main")
+_KEPT_CODES = (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_SIGINT, EXIT_SIGTERM)
+
+
+def _mixed_precision(loaded: LoadedConfig) -> str | None:
+    from autotrain.runtime.precision import resolve_precision
+
+    try:
+        return resolve_precision(loaded.config.training_args.mixed_precision).mode
+    except UserInputError:  # reported by relaunch (or by each rank); a dry run still shows the command
+        return None
+
+
+def launcher_args(loaded: LoadedConfig) -> list[str]:
+    """`accelerate launch` options for this machine: topology, precision, strategy."""
+    cfg = loaded.config
+    dist = cfg.distributed
+    per_machine = processes_per_machine(dist.num_processes)
+    # accelerate counts processes over all machines; the config counts them per machine.
+    args = ["--num_processes", str(per_machine * dist.num_machines), "--num_machines", str(dist.num_machines)]
+    if dist.num_machines > 1:
+        args += ["--machine_rank", str(dist.machine_rank), "--main_process_ip", str(dist.main_process_ip)]
+    args += ["--main_process_port", str(dist.main_process_port)]
+    precision = _mixed_precision(loaded)
+    if precision is not None:
+        args += ["--mixed_precision", precision]
+    args += ["--dynamo_backend", "no"]
+    return args + strategy_flags(cfg)
+
+
+def rank_args(loaded: LoadedConfig, argv_sets: Sequence[str] = (), resume: str | None = None) -> list[str]:
+    """What each rank runs after `python -m autotrain.cli.main`: the same config, overrides and resume.
+
+    No `--overwrite`: the parent has already replaced the old run, and a rank must not delete the folder
+    the others are writing to.
+    """
+    args = [loaded.config.task, "--config", loaded.source]
+    for item in argv_sets:
+        args += ["--set", item]
+    if resume:
+        args += ["--resume", resume]
+    return args
+
+
+def launch_command(loaded: LoadedConfig, argv_sets: Sequence[str], resume: str | None = None) -> list[str]:
+    """The full command line `relaunch` runs (in-process); printed by `--dry-run`. Creates no files."""
+    return [sys.executable, *LAUNCHER, *launcher_args(loaded), *RANK_ENTRY, *rank_args(loaded, argv_sets, resume)]
+
+
+def rank_exit_code(code: int) -> int:
+    """One rank's exit status as a documented code (negative = killed by that signal)."""
+    if code in _KEPT_CODES:
+        return code
+    if code == -signal.SIGINT:
+        return EXIT_SIGINT
+    if code == -signal.SIGTERM:
+        return EXIT_SIGTERM
+    return EXIT_OK if code == 0 else EXIT_FAILURE
+
+
+def run_exit_code(codes: dict[int, int], first: int | None = None) -> int:
+    """The run's exit code from the failed ranks' codes.
+
+    The first rank to fail says why (the agent stops the others because of it); otherwise a bad-input or
+    diverged rank is more telling than a generic failure.
+    """
+    mapped = {rank: rank_exit_code(code) for rank, code in codes.items()}
+    if first in mapped and mapped[first] in _KEPT_CODES:
+        return mapped[first]
+    for wanted in (EXIT_BAD_INPUT, EXIT_DIVERGED):
+        if wanted in mapped.values():
+            return wanted
+    return EXIT_FAILURE if any(mapped.values()) or not mapped else EXIT_OK
+
+
+def _quiet_agent() -> None:
+    """The elastic agent logs each start and stop; the ranks and our summary line say what matters."""
+    import logging
+
+    if debug_enabled():
+        return
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith(("torch.distributed.elastic", "torch.distributed.run", "accelerate.commands")):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def _run_launcher(args: list[str], world: int) -> int:
+    import subprocess
+
+    from accelerate.commands.launch import launch_command as accelerate_launch
+    from accelerate.commands.launch import launch_command_parser
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    from autotrain.runtime.run import LAUNCHED_ENV
+
+    parsed = launch_command_parser().parse_args(args)
+    _quiet_agent()
+    previous = os.environ.get(LAUNCHED_ENV)
+    os.environ[LAUNCHED_ENV] = "1"  # inherited by every rank
+    try:
+        accelerate_launch(parsed)
+        return EXIT_OK
+    except ChildFailedError as exc:
+        codes = {rank: failure.exitcode for rank, failure in exc.failures.items()}
+        first, failure = exc.get_first_failure()
+        code = run_exit_code(codes, first)
+        eprint(f"error: rank {first} of {world} exited with code {failure.exitcode}; the run was stopped "
+               f"(exit code {code})")
+        return code
+    except SignalException as exc:
+        eprint("interrupted: every rank was stopped")
+        return EXIT_SIGINT if exc.sigval == signal.SIGINT else EXIT_SIGTERM
+    except KeyboardInterrupt:
+        eprint("interrupted")
+        return EXIT_SIGINT
+    except subprocess.CalledProcessError as exc:  # accelerate's single-process and DeepSpeed ssh launchers
+        eprint(f"error: the launched run exited with code {exc.returncode}")
+        return rank_exit_code(exc.returncode)
+    except SystemExit as exc:
+        return EXIT_OK if not exc.code else rank_exit_code(exc.code if isinstance(exc.code, int) else 1)
+    finally:
+        if previous is None:
+            os.environ.pop(LAUNCHED_ENV, None)
+        else:
+            os.environ[LAUNCHED_ENV] = previous
+
+
+def relaunch(loaded: LoadedConfig, resume: str | None = None, argv_sets: Sequence[str] = ()) -> int:
+    """Run the config in `world_size` processes; returns the run's exit code.
+
+    Raises UserInputError (exit 2 in the runner) for what can be refused before any process starts.
+    """
+    cfg = loaded.config
+    dist = cfg.distributed
+    per_machine = processes_per_machine(dist.num_processes)
+    check_hardware(cfg, visible_gpus(), per_machine)
+    from autotrain.runtime.precision import resolve_precision
+
+    resolve_precision(cfg.training_args.mixed_precision)  # fp16 without CUDA: one error here, not one per rank
+    write_launch_files(cfg)
+    command = launch_command(loaded, argv_sets, resume)
+    world = per_machine * dist.num_machines
+    where = f" on {dist.num_machines} machines (this is machine {dist.machine_rank})" if dist.num_machines > 1 else ""
+    eprint(f"launching {world} processes ({dist.strategy}){where} with accelerate")
+    if debug_enabled():
+        eprint("launch: " + shlex.join(command))
+    return _run_launcher(command[1 + len(LAUNCHER):], world)
