@@ -214,3 +214,12 @@ def test_quickstart_config_trains_and_loss_falls(tmp_path):
     from transformers import AutoModelForCausalLM
 
     AutoModelForCausalLM.from_pretrained(tmp_path / "run")
+
+
+def test_missing_logger_package_is_bad_input(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("wandb") is not None:
+        pytest.skip("wandb is installed here")
+    result = CliRunner().invoke(app, ["llm", "--config", str(write_config(tmp_path, log="wandb"))])
+    assert result.exit_code == 2 and "pip install wandb" in result.output

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import platform
 import sys
-from importlib import metadata
 
 
 def _version(name: str) -> str:
+    from importlib import metadata  # here, not at the top: it costs every command ~15 ms at start-up
+
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:

@@ -36,7 +36,7 @@ def migrate(
         load_data(_copy(native), locator, environ=_KeepVars())
     except ConfigError as exc:
         raise report_config_error(exc) from None
-    ordered = {k: native[k] for k in ORDER if k in native}
+    ordered = {k: _numbers(native[k]) for k in ORDER if k in native}
     text = f"# Migrated from AutoTrain Advanced config {file.name}\n# run: autotrain {native['task']} --config FILE\n"
     text += yaml.safe_dump(ordered, sort_keys=False, default_flow_style=False)
     if output is None:
@@ -46,6 +46,17 @@ def migrate(
     else:
         output.write_text(text, encoding="utf-8")
         print(f"wrote {output}")
+
+
+def _numbers(data):
+    """YAML 1.1 reads `3e-5` as a string; write such values back as real numbers."""
+    import re
+
+    if isinstance(data, dict):
+        return {k: _numbers(v) for k, v in data.items()}
+    if isinstance(data, str) and re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+", data):
+        return float(data)
+    return data
 
 
 def _copy(data):

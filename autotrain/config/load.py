@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import typing
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from autotrain.config import advanced
 from autotrain.config.base import TaskConfig
 from autotrain.config.classification import ImageClassificationConfig, TextClassificationConfig
 from autotrain.config.errors import ConfigError, ConfigIssue
-from autotrain.config.interpolate import interpolate, redact
+from autotrain.config.interpolate import REDACTED, SECRET_KEYS, interpolate, redact
 from autotrain.config.llm import LLMConfig
 from autotrain.config.overrides import apply_overrides
 from autotrain.config.rules import check_rules
@@ -84,12 +85,14 @@ def load_data(
 
     task = data.get("task")
     if task is None:
-        issues.append(locator.issue(("task",), f"required field is missing; one of: {', '.join(TASK_MODELS)}"))
-        raise ConfigError(_sorted(issues))
+        if not any(issue.path == ("task",) for issue in issues):  # not already reported by the translation
+            choices = ", ".join(TASK_MODELS)
+            issues.append(locator.issue(("task",), f"required field is missing; one of: {choices}"))
+        raise ConfigError(_sorted(issues, secrets))
     if task not in TASK_MODELS:
         issues.append(locator.issue(("task",), f"unknown task `{task}`{did_you_mean(str(task), TASK_MODELS)}; "
                                     f"expected one of: {', '.join(TASK_MODELS)}"))
-        raise ConfigError(_sorted(issues))
+        raise ConfigError(_sorted(issues, secrets))
     if expected_task is not None and task != expected_task:
         issues.append(locator.issue(("task",), f"this is a `{task}` config, not `{expected_task}`: "
                                     f"run `autotrain {task} --config {locator.source}`"))
@@ -108,12 +111,16 @@ def load_data(
             issues.append(locator.issue(loc, _message(err, model)))
     issues += rule_issues
     if issues:
-        raise ConfigError(_sorted(issues))
+        raise ConfigError(_sorted(issues, secrets))
     return LoadedConfig(config=config, source=locator.source, secrets=secrets, notices=notices, raw=data)
 
 
-def _sorted(issues: list[ConfigIssue]) -> list[ConfigIssue]:
-    unique = {(i.path, i.message): i for i in issues}.values()
+def _sorted(issues: list[ConfigIssue], secrets: Collection[str] = ()) -> list[ConfigIssue]:
+    unique = list({(i.path, i.message): i for i in issues}.values())
+    # Messages quote the offending value, which may have come from a secret variable.
+    for issue in unique:
+        for secret in secrets:
+            issue.message = issue.message.replace(secret, REDACTED)
     return sorted(unique, key=lambda i: (i.line is None, i.line or 0, i.col or 0))
 
 
@@ -131,7 +138,8 @@ def _message(err: dict, model: type[BaseModel]) -> str:
         choices = [a or b for a, b in expected]
         return f"`{err['input']}` is not one of: {', '.join(choices)}{did_you_mean(str(err['input']), choices)}"
     message = err["msg"]
-    if "input" in err and not isinstance(err["input"], (dict, list)):
+    secret = bool(loc) and str(loc[-1]).lower() in SECRET_KEYS
+    if "input" in err and not isinstance(err["input"], (dict, list)) and not secret:
         message += f" (got `{err['input']}`)"
     return message
 

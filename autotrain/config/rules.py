@@ -3,6 +3,7 @@ every schema error, not only after those are fixed. Each rule names both fields 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -48,9 +49,17 @@ def _training_rules(raw: dict) -> Iterator[Issue]:
         try:
             OPTIMIZER_ARGS[name].model_validate(given)
         except ValidationError as exc:
-            for err in exc.errors():
+            errors = exc.errors()
+            # A tuple given too few values fails once per absent item: report it once, at the tuple.
+            absent = Counter(e["loc"][:-1] for e in errors if _absent_item(e))
+            for err in errors:
                 loc = ("training_args", "optimizer_args", *err["loc"])
-                if err["type"] == "extra_forbidden":
+                if _absent_item(err):
+                    if err["loc"][:-1] in absent:
+                        got = len(err["input"]) if isinstance(err["input"], (list, tuple)) else 1
+                        expected = got + absent.pop(err["loc"][:-1])
+                        yield loc[:-1], f"expects {expected} values, got {got} (optimizer `{name}`)"
+                elif err["type"] == "extra_forbidden":
                     known = OPTIMIZER_ARGS[name].model_fields
                     hint = did_you_mean(str(err["loc"][-1]), known)
                     if err["loc"][-1] in ("lr", "weight_decay"):
@@ -60,6 +69,10 @@ def _training_rules(raw: dict) -> Iterator[Issue]:
                     yield loc, f"{err['msg']} (optimizer `{name}`)"
     if args.get("eval_strategy") == "steps" and not args.get("eval_steps"):
         yield ("training_args", "eval_steps"), "`training_args.eval_strategy: steps` needs `training_args.eval_steps`"
+
+
+def _absent_item(err: dict) -> bool:
+    return err["type"] == "missing" and isinstance(err["loc"][-1], int)
 
 
 def _distributed_rules(raw: dict) -> Iterator[Issue]:
@@ -78,7 +91,9 @@ def _distributed_rules(raw: dict) -> Iterator[Issue]:
     if isinstance(machines, int) and machines > 1 and not dist.get("main_process_ip"):
         yield ("distributed", "main_process_ip"), "`distributed.num_machines` > 1 needs `distributed.main_process_ip`"
     optimizer = _get(raw, "training_args", "optimizer")
-    if strategy in ("fsdp", "deepspeed") and isinstance(optimizer, str) and optimizer.startswith("came"):
+    # Only for known names: an unknown one is reported (with a suggestion) by the schema instead.
+    known = isinstance(optimizer, str) and optimizer in OPTIMIZER_ARGS
+    if strategy in ("fsdp", "deepspeed") and known and optimizer.startswith("came"):
         # Sharded/flattened parameters reach the optimizer as 1-D pieces: CAME would silently stop
         # factoring its statistics (and lose its memory saving), so the combination is refused.
         yield ("training_args", "optimizer"), (

@@ -33,6 +33,10 @@ class Locator:
             if original in self.marks:
                 line, col = self.marks[original]
                 return ConfigIssue(path, message, line, col, self.source)
+            # A section that is not in the file was created by a `--set` below it.
+            created = sorted(p for p in self.overridden if n and p[:n] == prefix)
+            if created:
+                return ConfigIssue(path, message, source="--set " + ".".join(map(str, created[0])))
         return ConfigIssue(path, message, source=self.source)
 
 

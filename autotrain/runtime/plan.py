@@ -38,7 +38,7 @@ def print_plan(loaded: LoadedConfig) -> None:
     print(f"task: {what}")
     print(f"effective batch size: {effective} = batch_size {args.batch_size} x gradient_accumulation "
           f"{args.gradient_accumulation} x processes {processes}")
-    print(f"output folder: {cfg.project_name}")
+    print(f"output folder: {loaded.redacted()['project_name']}")
     if processes > 1:
         from autotrain.runtime.launch import launch_command
 

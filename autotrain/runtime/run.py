@@ -109,6 +109,9 @@ def run(loaded: LoadedConfig, resume: str | None = None, overwrite: bool = False
         from autotrain.runtime.progress import ProgressCallback
         from autotrain.trainers import build_trainer
 
+        from autotrain.trainers.common import check_logger
+
+        check_logger(cfg.log)
         progress = ProgressCallback()
         trainer = build_trainer(cfg, [progress, stop], token=cfg.hub.token)
         trainer.remove_callback(PrinterCallback)  # our progress display replaces its raw dict lines

@@ -5,12 +5,22 @@ from __future__ import annotations
 from typing import Any
 
 from autotrain.config.base import TaskConfig
+from autotrain.config.errors import UserInputError
 from autotrain.runtime.precision import Precision
+
+
+def check_logger(log: str) -> None:
+    """`log: tensorboard | wandb` needs its package; say so before any model is loaded."""
+    import importlib.util
+
+    if log != "none" and importlib.util.find_spec(log) is None:
+        raise UserInputError(f"log: {log} needs the `{log}` package: pip install {log} (or set `log: none`)")
 
 
 def training_kwargs(cfg: TaskConfig, precision: Precision, has_eval: bool) -> dict[str, Any]:
     """The TrainingArguments fields autotrain controls, for any Trainer/TRL config class."""
     from autotrain.optimizers.registry import BUNDLED, hf_optimizer_settings
+
 
     args = cfg.training_args
     eval_strategy = args.eval_strategy if has_eval else "no"
