@@ -43,7 +43,7 @@ def run_training(
     from autotrain.runtime.plan import print_plan
 
     if dry_run:
-        print_plan(loaded)
+        print_plan(loaded, sets or [])
         raise typer.Exit(0)
 
     from autotrain.runtime.run import run

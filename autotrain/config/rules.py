@@ -90,6 +90,18 @@ def _distributed_rules(raw: dict) -> Iterator[Issue]:
         )
     if isinstance(machines, int) and machines > 1 and not dist.get("main_process_ip"):
         yield ("distributed", "main_process_ip"), "`distributed.num_machines` > 1 needs `distributed.main_process_ip`"
+    if strategy in ("fsdp", "deepspeed") and _get(raw, "peft", "merge_adapter") is True:
+        # Sharded weights: merging on one rank would merge a shard, not the model.
+        yield ("peft", "merge_adapter"), (
+            f"`peft.merge_adapter` cannot run under `distributed.strategy: {strategy}` (the weights are "
+            "sharded); merge the saved adapter afterwards, or use `strategy: ddp`"
+        )
+    if _get(dist, "fsdp", "activation_checkpointing") is True and _get(raw, "training_args",
+                                                                          "gradient_checkpointing") is True:
+        yield ("distributed", "fsdp", "activation_checkpointing"), (
+            "`distributed.fsdp.activation_checkpointing` and `training_args.gradient_checkpointing` both "
+            "recompute activations; enable one of them"
+        )
     optimizer = _get(raw, "training_args", "optimizer")
     # Only for known names: an unknown one is reported (with a suggestion) by the schema instead.
     known = isinstance(optimizer, str) and optimizer in OPTIMIZER_ARGS

@@ -64,8 +64,14 @@ def fsdp_flags(fsdp: FsdpConfig, cfg: TaskConfig) -> list[str]:
     else:
         # FSDP1 names the same choice as a sharding strategy, and needs the original parameters kept for LoRA.
         strategy = "FULL_SHARD" if fsdp.reshard_after_forward else "SHARD_GRAD_OP"
-        flags += ["--fsdp_reshard_after_forward", strategy, "--fsdp_use_orig_params", "true",
-                  "--fsdp_sync_module_states", "true"]
+        flags += [
+            "--fsdp_reshard_after_forward",
+            strategy,
+            "--fsdp_use_orig_params",
+            "true",
+            "--fsdp_sync_module_states",
+            "true",
+        ]
     if fsdp.auto_wrap:
         flags += ["--fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP"]
         layers = decoder_layer_classes(cfg.base_model, cfg.revision)
@@ -75,9 +81,12 @@ def fsdp_flags(fsdp: FsdpConfig, cfg: TaskConfig) -> list[str]:
         flags += ["--fsdp_auto_wrap_policy", "NO_WRAP"]
     # Full state dict: the final model is saved as ordinary safetensors that from_pretrained loads.
     flags += [
-        "--fsdp_offload_params", _flag(fsdp.cpu_offload),
-        "--fsdp_activation_checkpointing", _flag(fsdp.activation_checkpointing),
-        "--fsdp_state_dict_type", "FULL_STATE_DICT",
+        "--fsdp_offload_params",
+        _flag(fsdp.cpu_offload),
+        "--fsdp_activation_checkpointing",
+        _flag(fsdp.activation_checkpointing),
+        "--fsdp_state_dict_type",
+        "FULL_STATE_DICT",
     ]
     return flags
 
@@ -134,16 +143,22 @@ def check_hardware(cfg: TaskConfig, gpus: int, per_machine: int) -> None:
     dist = cfg.distributed
     if dist.strategy in ("fsdp", "deepspeed") and gpus == 0:
         # Accelerate silently drops FSDP on CPU processes (they would train as plain DDP copies).
-        raise UserInputError(f"distributed.strategy: {dist.strategy} needs CUDA GPUs and none is visible; "
-                             "use `strategy: ddp` to train with several CPU processes")
+        raise UserInputError(
+            f"distributed.strategy: {dist.strategy} needs CUDA GPUs and none is visible; "
+            "use `strategy: ddp` to train with several CPU processes"
+        )
     if gpus and per_machine > gpus:
-        raise UserInputError(f"distributed.num_processes ({per_machine}) is more than the {gpus} visible GPU(s); "
-                             "use `num_processes: auto` (one process per GPU) or a smaller number")
+        raise UserInputError(
+            f"distributed.num_processes ({per_machine}) is more than the {gpus} visible GPU(s); "
+            "use `num_processes: auto` (one process per GPU) or a smaller number"
+        )
     if dist.strategy == "deepspeed":
         import importlib.util
 
         if importlib.util.find_spec("deepspeed") is None:
-            raise UserInputError("distributed.strategy: deepspeed needs the `deepspeed` package: pip install deepspeed")
+            raise UserInputError(
+                "distributed.strategy: deepspeed needs the `deepspeed` package (pip install deepspeed)"
+            )
         ds = dist.deepspeed or DeepSpeedConfig()
         if ds.config_file and not Path(ds.config_file).is_file():
             raise UserInputError(f"distributed.deepspeed.config_file `{ds.config_file}` does not exist")

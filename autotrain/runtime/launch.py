@@ -79,7 +79,24 @@ def rank_args(loaded: LoadedConfig, argv_sets: Sequence[str] = (), resume: str |
 
 def launch_command(loaded: LoadedConfig, argv_sets: Sequence[str], resume: str | None = None) -> list[str]:
     """The full command line `relaunch` runs (in-process); printed by `--dry-run`. Creates no files."""
-    return [sys.executable, *LAUNCHER, *launcher_args(loaded), *RANK_ENTRY, *rank_args(loaded, argv_sets, resume)]
+    return [
+        sys.executable,
+        *LAUNCHER,
+        *launcher_args(loaded),
+        *RANK_ENTRY,
+        *rank_args(loaded, argv_sets, resume),
+    ]
+
+
+def display_command(loaded: LoadedConfig, argv_sets: Sequence[str] = (), resume: str | None = None) -> str:
+    """`launch_command` as one shell line; secrets (`--set hub.token=...`, `${HF_TOKEN}` values) hidden."""
+    from autotrain.config.interpolate import REDACTED, SECRET_KEYS, redact
+
+    shown = []
+    for item in argv_sets:
+        key, sep, _ = item.partition("=")
+        shown.append(f"{key}={REDACTED}" if sep and key.rsplit(".", 1)[-1].lower() in SECRET_KEYS else item)
+    return redact(shlex.join(launch_command(loaded, shown, resume)), loaded.secrets)
 
 
 def rank_exit_code(code: int) -> int:
@@ -96,16 +113,16 @@ def rank_exit_code(code: int) -> int:
 def run_exit_code(codes: dict[int, int], first: int | None = None) -> int:
     """The run's exit code from the failed ranks' codes.
 
-    The first rank to fail says why (the agent stops the others because of it); otherwise a bad-input or
-    diverged rank is more telling than a generic failure.
+    A rank that stopped on bad input or divergence says why the run failed (the agent then stops the
+    others, which show up as signalled); the first rank to fail wins a tie.
     """
     mapped = {rank: rank_exit_code(code) for rank, code in codes.items()}
-    if first in mapped and mapped[first] in _KEPT_CODES:
-        return mapped[first]
-    for wanted in (EXIT_BAD_INPUT, EXIT_DIVERGED):
-        if wanted in mapped.values():
-            return wanted
-    return EXIT_FAILURE if any(mapped.values()) or not mapped else EXIT_OK
+    ordered = ([mapped[first]] if first in mapped else []) + list(mapped.values())
+    for wanted in ((EXIT_BAD_INPUT, EXIT_DIVERGED), (EXIT_SIGINT, EXIT_SIGTERM)):
+        found = [code for code in ordered if code in wanted]
+        if found:
+            return found[0]
+    return EXIT_FAILURE if any(ordered) or not mapped else EXIT_OK
 
 
 def _quiet_agent() -> None:
@@ -115,13 +132,16 @@ def _quiet_agent() -> None:
     if debug_enabled():
         return
     for name in list(logging.root.manager.loggerDict):
-        if name.startswith(("torch.distributed.elastic", "torch.distributed.run", "accelerate.commands")):
+        if name.startswith(
+            ("torch.distributed.elastic", "torch.distributed.run", "torch.distributed.launcher")
+        ):
             logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def _run_launcher(args: list[str], world: int) -> int:
     import subprocess
 
+    import torch.distributed.run  # noqa: F401  (imported here so that _quiet_agent reaches its loggers)
     from accelerate.commands.launch import launch_command as accelerate_launch
     from accelerate.commands.launch import launch_command_parser
     from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -140,11 +160,15 @@ def _run_launcher(args: list[str], world: int) -> int:
         codes = {rank: failure.exitcode for rank, failure in exc.failures.items()}
         first, failure = exc.get_first_failure()
         code = run_exit_code(codes, first)
-        eprint(f"error: rank {first} of {world} exited with code {failure.exitcode}; the run was stopped "
-               f"(exit code {code})")
+        eprint(
+            f"error: rank {first} of {world} exited with code {failure.exitcode}; the run was stopped "
+            f"(exit code {code})"
+        )
         return code
+    except ConnectionError as exc:  # accelerate: the port on machine 0 is taken
+        raise UserInputError(f"{exc} (distributed.main_process_port)") from None
     except SignalException as exc:
-        eprint("interrupted: every rank was stopped")
+        eprint("interrupted: every rank was told to stop")
         return EXIT_SIGINT if exc.sigval == signal.SIGINT else EXIT_SIGTERM
     except KeyboardInterrupt:
         eprint("interrupted")
@@ -172,12 +196,15 @@ def relaunch(loaded: LoadedConfig, resume: str | None = None, argv_sets: Sequenc
     check_hardware(cfg, visible_gpus(), per_machine)
     from autotrain.runtime.precision import resolve_precision
 
-    resolve_precision(cfg.training_args.mixed_precision)  # fp16 without CUDA: one error here, not one per rank
+    # fp16 without CUDA: one error here rather than one per rank
+    resolve_precision(cfg.training_args.mixed_precision)
     write_launch_files(cfg)
     command = launch_command(loaded, argv_sets, resume)
     world = per_machine * dist.num_machines
-    where = f" on {dist.num_machines} machines (this is machine {dist.machine_rank})" if dist.num_machines > 1 else ""
+    where = ""
+    if dist.num_machines > 1:
+        where = f" on {dist.num_machines} machines (this is machine {dist.machine_rank})"
     eprint(f"launching {world} processes ({dist.strategy}){where} with accelerate")
     if debug_enabled():
-        eprint("launch: " + shlex.join(command))
-    return _run_launcher(command[1 + len(LAUNCHER):], world)
+        eprint("launch: " + display_command(loaded, argv_sets, resume))
+    return _run_launcher(command[1 + len(LAUNCHER) :], world)

@@ -26,7 +26,7 @@ def world_size(loaded: LoadedConfig) -> int:
     return processes_per_machine(dist.num_processes) * dist.num_machines
 
 
-def print_plan(loaded: LoadedConfig) -> None:
+def print_plan(loaded: LoadedConfig, argv_sets: list[str] | tuple = ()) -> None:
     cfg = loaded.config
     args = cfg.training_args
     processes = world_size(loaded)
@@ -40,7 +40,7 @@ def print_plan(loaded: LoadedConfig) -> None:
           f"{args.gradient_accumulation} x processes {processes}")
     print(f"output folder: {loaded.redacted()['project_name']}")
     if processes > 1:
-        from autotrain.runtime.launch import launch_command
+        from autotrain.runtime.launch import display_command
 
-        print("launch: " + " ".join(launch_command(loaded, [])))
+        print("launch: " + display_command(loaded, list(argv_sets)))
     print("dry run: nothing was trained or written.")

@@ -45,7 +45,8 @@ def _write_traceback(folder: Path, secrets: set[str]) -> Path | None:
 
     try:
         (folder / "logs").mkdir(parents=True, exist_ok=True)
-        path = folder / "logs" / "error.log"
+        rank = os.environ.get("RANK")
+        path = folder / "logs" / (f"error-rank{rank}.log" if rank not in (None, "0") else "error.log")
         path.write_text(redact(traceback.format_exc(), secrets), encoding="utf-8")
         return path
     except OSError:
@@ -67,8 +68,13 @@ def run(loaded: LoadedConfig, resume: str | None = None, overwrite: bool = False
     folder = Path(cfg.project_name)
     launched = os.environ.get(LAUNCHED_ENV) == "1"
 
-    def say(message: str) -> None:
-        eprint(redact(message, loaded.secrets))
+    main_process = os.environ.get("RANK", "0") == "0"
+
+    def say(message: str, every_rank: bool = False) -> None:
+        """Progress messages come from the main process only; errors from every rank that has one."""
+        if main_process or every_rank:
+            prefix = "" if main_process or not launched else f"[rank {os.environ.get('RANK')}] "
+            eprint(prefix + redact(message, loaded.secrets))
 
     manifest = None
     checkpoints_seen: list[str] = []
@@ -96,11 +102,9 @@ def run(loaded: LoadedConfig, resume: str | None = None, overwrite: bool = False
         _quiet_libraries()
         from autotrain.runtime.manifest import RunManifest
 
-        manifest = RunManifest(loaded, folder, [redact(a, loaded.secrets) for a in sys.argv])
-        if not launched or os.environ.get("RANK", "0") == "0":
+        manifest = RunManifest(loaded, folder, [redact(a, loaded.secrets) for a in sys.argv]) if main_process else None
+        if manifest is not None:
             manifest.write()
-        else:
-            manifest = None
 
         from transformers.trainer_callback import PrinterCallback
 
@@ -118,6 +122,8 @@ def run(loaded: LoadedConfig, resume: str | None = None, overwrite: bool = False
         install_loss_hooks(trainer, cfg.training_args.nan_policy)
         install_atomic_checkpoints(trainer, folder, protected=[checkpoint] if checkpoint else [])
         progress.trainer = trainer
+        if trainer.args.world_size > 1:
+            say(f"processes: {trainer.args.world_size} (world size)")
         try:
             result = trainer.train(resume_from_checkpoint=checkpoint)
         finally:
@@ -150,7 +156,7 @@ def run(loaded: LoadedConfig, resume: str | None = None, overwrite: bool = False
     except UserInputError as exc:
         if debug_enabled():
             traceback.print_exc()
-        say(f"error: {exc}")
+        say(f"error: {exc}", every_rank=True)
         _finish(manifest, "bad input", EXIT_BAD_INPUT, None)
         return EXIT_BAD_INPUT
     except Exception as exc:
@@ -158,16 +164,16 @@ def run(loaded: LoadedConfig, resume: str | None = None, overwrite: bool = False
 
         last = _last_checkpoint(folder)
         if isinstance(exc, Diverged):
-            say(f"error: {exc}" + (f"; the last good checkpoint is {last}" if last else ""))
+            say(f"error: {exc}" + (f"; the last good checkpoint is {last}" if last else ""), every_rank=True)
             _finish(manifest, "diverged", EXIT_DIVERGED, last)
             return EXIT_DIVERGED
         log = _write_traceback(folder, loaded.secrets)
         if debug_enabled():
             traceback.print_exc()
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        say(f"error: training failed: {type(exc).__name__}: {first}")
+        say(f"error: training failed: {type(exc).__name__}: {first}", every_rank=True)
         if log is not None:
-            say(f"full traceback: {log}")
+            say(f"full traceback: {log}", every_rank=True)
         _finish(manifest, "failed", EXIT_FAILURE, last)
         return EXIT_FAILURE
     finally:
