@@ -24,12 +24,16 @@ def _load_file(file: Path, token: str | None = None):
     if builder is None:
         raise UserInputError(f"{file}: unsupported file type `{file.suffix}`; use one of {', '.join(FORMATS)}")
     kwargs = {"encoding": "utf-8"} if builder == "csv" else {}
+    if file.stat().st_size == 0:
+        raise UserInputError(f"{file}: the split is empty (the file has no rows)")
     try:
         return datasets.load_dataset(builder, data_files=str(file), split="train", **kwargs)
     except UnicodeDecodeError as exc:
         raise UserInputError(f"{file}: not valid UTF-8 text ({exc.reason} at byte {exc.start}); "
                              "save it as UTF-8") from None
     except Exception as exc:  # datasets wraps parser errors in its own types
+        if "corresponds to no data" in str(exc):  # a header line and no rows
+            raise UserInputError(f"{file}: the split is empty (the file has no rows)") from None
         cause = exc
         while cause.__cause__ is not None or cause.__context__ is not None:
             nxt = cause.__cause__ or cause.__context__

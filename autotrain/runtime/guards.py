@@ -19,11 +19,17 @@ def _count_tokens(inputs) -> int:
     return int(sum(i.numel() for i in ids))
 
 
+def _count_samples(inputs) -> int:
+    first = next((v for v in inputs.values() if hasattr(v, "shape") and len(v.shape) > 0), None)
+    return int(first.shape[0]) if first is not None else 0
+
+
 def install_loss_hooks(trainer, policy: str) -> None:
     """Wrap the trainer's `compute_loss` so every micro-batch loss is checked before backward.
 
-    It also counts the batch's tokens into `trainer.tokens_seen` for the tokens/s display (the Trainer's
-    own counter only knows `input_ids`, which preference trainers do not use).
+    It also counts the batch's tokens and samples into `trainer.tokens_seen` / `trainer.samples_seen` for
+    the progress display (the Trainer's own counter only knows `input_ids`, which preference trainers do
+    not use, and images have no tokens).
 
     Checking before backward means a bad batch never touches the weights or the optimizer state:
     `halt` raises (the last saved checkpoint stays the newest), `skip_batch` replaces the loss by a zero
@@ -34,10 +40,12 @@ def install_loss_hooks(trainer, policy: str) -> None:
     original = trainer.compute_loss
     trainer.skipped_batches = 0
     trainer.tokens_seen = 0
+    trainer.samples_seen = 0
 
     def compute_loss(model, inputs, return_outputs=False, **kwargs):
         if model.training:
             trainer.tokens_seen += _count_tokens(inputs)
+            trainer.samples_seen += _count_samples(inputs)
         result = original(model, inputs, return_outputs=return_outputs, **kwargs)
         loss = result[0] if return_outputs else result
         if bool(torch.isfinite(loss.detach()).all()):

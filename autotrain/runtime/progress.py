@@ -27,15 +27,19 @@ class ProgressCallback(TrainerCallback):
         self.start = 0.0
         self.first_step = 0
         self.first_tokens = 0
+        self.first_samples = 0
         self.last = {"loss": float("nan"), "lr": float("nan")}
         self.trainer = None  # set by the runner; its `tokens_seen` feeds tokens/s
 
-    def _rate(self, state) -> tuple[float, float]:
+    def _rate(self, state) -> tuple[str, float]:
+        """Throughput as text (tokens/s, or samples/s for inputs without tokens) and seconds left."""
         elapsed = max(time.perf_counter() - self.start, 1e-9)
         tokens = getattr(self.trainer, "tokens_seen", 0) - self.first_tokens
+        samples = getattr(self.trainer, "samples_seen", 0) - self.first_samples
         done = state.global_step - self.first_step
         eta = (state.max_steps - state.global_step) * elapsed / done if done else float("nan")
-        return tokens / elapsed, eta
+        rate = f"tokens/s {tokens / elapsed:,.0f}" if tokens else f"samples/s {samples / elapsed:,.1f}"
+        return rate, eta
 
     def on_train_begin(self, args, state, control, **kwargs):
         if not state.is_world_process_zero:
@@ -43,6 +47,7 @@ class ProgressCallback(TrainerCallback):
         self.start = time.perf_counter()
         self.first_step = state.global_step
         self.first_tokens = getattr(self.trainer, "tokens_seen", 0)
+        self.first_samples = getattr(self.trainer, "samples_seen", 0)
         if self.rich:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -50,13 +55,13 @@ class ProgressCallback(TrainerCallback):
                 TextColumn("[bold]train"),
                 BarColumn(),
                 MofNCompleteColumn(),
-                TextColumn("loss {task.fields[loss]}  lr {task.fields[lr]}  {task.fields[tps]} tok/s"),
+                TextColumn("loss {task.fields[loss]}  lr {task.fields[lr]}  {task.fields[rate]}"),
                 TimeRemainingColumn(),
                 transient=False,
             )
             self.progress.start()
             self.task = self.progress.add_task("train", total=state.max_steps, completed=state.global_step,
-                                               loss="-", lr="-", tps="-")
+                                               loss="-", lr="-", rate="-")
         else:
             print(f"training: {state.max_steps} steps", file=self.stream, flush=True)
 
@@ -71,18 +76,18 @@ class ProgressCallback(TrainerCallback):
             self.last["loss"] = logs["loss"]
         if "learning_rate" in logs:
             self.last["lr"] = logs["learning_rate"]
-        tps, eta = self._rate(state)
+        rate, eta = self._rate(state)
         loss, lr = self.last["loss"], self.last["lr"]
         if self.progress is not None:
             self.progress.update(self.task, completed=state.global_step, loss=f"{loss:.4f}", lr=f"{lr:.2e}",
-                                 tps=f"{tps:,.0f}")
+                                 rate=rate)
             evals = {k: v for k, v in logs.items() if k.startswith("eval_") and isinstance(v, (int, float))}
             if evals:
                 self.progress.console.print("eval " + "  ".join(f"{k[5:]} {v:.4g}" for k, v in evals.items()))
             return
         if "loss" in logs:
             print(f"step {state.global_step}/{state.max_steps}  loss {loss:.4f}  lr {lr:.3e}  "
-                  f"tokens/s {tps:,.0f}  eta {_fmt_eta(eta)}", file=self.stream, flush=True)
+                  f"{rate}  eta {_fmt_eta(eta)}", file=self.stream, flush=True)
         evals = {k: v for k, v in logs.items() if k.startswith("eval_") and isinstance(v, (int, float))}
         if evals:
             print(f"eval step {state.global_step}  " + "  ".join(f"{k[5:]} {v:.4g}" for k, v in evals.items()),
