@@ -29,8 +29,15 @@ def write_config(folder: Path, max_steps: int) -> Path:
         "base_model": str(ASSETS / "tiny-llama"),
         "project_name": str(folder / "run"),
         "data": {"path": str(ASSETS / "data" / "text.jsonl")},
-        "training_args": {"max_steps": max_steps, "batch_size": 4, "max_length": 48, "lr": 1e-3,
-                          "logging_steps": 1, "mixed_precision": "no", "save_steps": 10_000},
+        "training_args": {
+            "max_steps": max_steps,
+            "batch_size": 4,
+            "max_length": 48,
+            "lr": 1e-3,
+            "logging_steps": 1,
+            "mixed_precision": "no",
+            "save_steps": 10_000,
+        },
     }
     path = folder / "config.yml"
     path.write_text(yaml.safe_dump(config))
@@ -43,9 +50,19 @@ def sigterm_latency(reps: int) -> tuple[list[float], list[float]]:
     for _ in range(reps):
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
-            proc = subprocess.Popen([sys.executable, "-m", "autotrain.cli.main", "llm", "--config",
-                                     str(write_config(folder, 10_000))], stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True)
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "autotrain.cli.main",
+                    "llm",
+                    "--config",
+                    str(write_config(folder, 10_000)),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
             for line in proc.stdout:
                 if line.startswith("step 3/"):
                     break
@@ -118,12 +135,16 @@ def main() -> None:
     print("|---|---|---|---|")
     print(f"| SIGTERM -> complete checkpoint on disk | {statistics.median(to_checkpoint):.3f} s | | |")
     print(f"| SIGTERM -> process exit (exit code 143) | {statistics.median(to_exit):.3f} s | | |")
-    print(f"| atomic checkpoint (model+optimizer+scheduler+rng+state, fsync, rename) | "
-          f"{med['atomic checkpoint']:.3f} s | plain save_pretrained {med['save_pretrained']:.3f} s | "
-          f"{med['atomic checkpoint'] / med['save_pretrained']:.2f} |")
-    print(f"| atomic checkpoint vs the Trainer's own checkpoint (same content, no fsync/rename) | "
-          f"{med['atomic checkpoint']:.3f} s | {med['trainer checkpoint']:.3f} s | "
-          f"{med['atomic checkpoint'] / med['trainer checkpoint']:.2f} |")
+    print(
+        f"| atomic checkpoint (model+optimizer+scheduler+rng+state, fsync, rename) | "
+        f"{med['atomic checkpoint']:.3f} s | plain save_pretrained {med['save_pretrained']:.3f} s | "
+        f"{med['atomic checkpoint'] / med['save_pretrained']:.2f} |"
+    )
+    print(
+        f"| atomic checkpoint vs the Trainer's own checkpoint (same content, no fsync/rename) | "
+        f"{med['atomic checkpoint']:.3f} s | {med['trainer checkpoint']:.3f} s | "
+        f"{med['atomic checkpoint'] / med['trainer checkpoint']:.2f} |"
+    )
 
 
 if __name__ == "__main__":

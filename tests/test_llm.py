@@ -26,8 +26,14 @@ def write_config(tmp_path: Path, **sections) -> Path:
         "base_model": TINY,
         "project_name": str(tmp_path / "run"),
         "data": {"path": str(DATA / "text.jsonl"), "column_mapping": {"text": "text"}},
-        "training_args": {"max_steps": 4, "batch_size": 4, "lr": 1e-3, "max_length": 64, "logging_steps": 1,
-                          "mixed_precision": "no"},
+        "training_args": {
+            "max_steps": 4,
+            "batch_size": 4,
+            "lr": 1e-3,
+            "max_length": 64,
+            "logging_steps": 1,
+            "mixed_precision": "no",
+        },
     }
     for key, value in sections.items():
         if isinstance(value, dict) and isinstance(config.get(key), dict):
@@ -67,16 +73,26 @@ def assert_adapter_trained(run: Path) -> None:
     assert lora_b and all(v.abs().sum() > 0 for v in lora_b), "LoRA B matrices are still zero"
 
 
-PREFS = {"path": str(DATA / "preferences.jsonl"),
-         "column_mapping": {"prompt": "question", "chosen": "good", "rejected": "bad"}}
+PREFS = {
+    "path": str(DATA / "preferences.jsonl"),
+    "column_mapping": {"prompt": "question", "chosen": "good", "rejected": "bad"},
+}
 
 
 @pytest.mark.parametrize(
     "name, sections",
     [
         ("sft-text", {}),
-        ("sft-chat", {"data": {"path": str(DATA / "chat.jsonl"), "column_mapping": {"messages": "messages"},
-                               "chat_template": "chatml"}}),
+        (
+            "sft-chat",
+            {
+                "data": {
+                    "path": str(DATA / "chat.jsonl"),
+                    "column_mapping": {"messages": "messages"},
+                    "chat_template": "chatml",
+                }
+            },
+        ),
         ("orpo", {"trainer": "orpo", "data": PREFS}),
         ("dpo", {"trainer": "dpo", "data": PREFS}),
         ("clm", {"trainer": "clm"}),
@@ -110,8 +126,14 @@ def test_reward_model(tmp_path):
 
 def test_dpo_with_lora_and_merge(tmp_path):
     run = Path(tmp_path / "run")
-    train(write_config(tmp_path, trainer="dpo", data=PREFS,
-                       peft={"enabled": True, "r": 4, "alpha": 8, "merge_adapter": True}))
+    train(
+        write_config(
+            tmp_path,
+            trainer="dpo",
+            data=PREFS,
+            peft={"enabled": True, "r": 4, "alpha": 8, "merge_adapter": True},
+        )
+    )
     assert all(math.isfinite(x) for x in losses(run))
     assert_adapter_trained(run)
     from peft import AutoPeftModelForCausalLM
@@ -161,8 +183,9 @@ def test_bf16_on_cpu(tmp_path):
 
 
 def test_fp16_on_cpu_is_a_clear_error(tmp_path):
-    result = CliRunner().invoke(app, ["llm", "--config", str(write_config(
-        tmp_path, training_args={"mixed_precision": "fp16"}))])
+    result = CliRunner().invoke(
+        app, ["llm", "--config", str(write_config(tmp_path, training_args={"mixed_precision": "fp16"}))]
+    )
     assert result.exit_code == 2 and "fp16 needs a CUDA GPU" in result.output
 
 
@@ -186,8 +209,17 @@ def test_missing_column_is_reported_before_the_model_loads(tmp_path, monkeypatch
 
 
 def test_dry_run_trains_nothing(tmp_path):
-    result = CliRunner().invoke(app, ["llm", "--config", str(write_config(tmp_path)), "--dry-run",
-                                      "--set", "training_args.gradient_accumulation=3"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "llm",
+            "--config",
+            str(write_config(tmp_path)),
+            "--dry-run",
+            "--set",
+            "training_args.gradient_accumulation=3",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "effective batch size: 12 = batch_size 4 x gradient_accumulation 3 x processes 1" in result.output
     assert not (tmp_path / "run").exists()

@@ -26,8 +26,16 @@ def config(tmp_path: Path, name: str = "run", **training) -> Path:
         "base_model": str(ASSETS / "tiny-llama"),
         "project_name": str(tmp_path / name),
         "data": {"path": str(ASSETS / "data" / "text.jsonl")},
-        "training_args": {"max_steps": 12, "batch_size": 4, "lr": 1e-3, "max_length": 48, "logging_steps": 1,
-                          "mixed_precision": "no", "save_steps": 100, **training},
+        "training_args": {
+            "max_steps": 12,
+            "batch_size": 4,
+            "lr": 1e-3,
+            "max_length": 48,
+            "logging_steps": 1,
+            "mixed_precision": "no",
+            "save_steps": 100,
+            **training,
+        },
     }
     path = tmp_path / f"{name}.yml"
     path.write_text(yaml.safe_dump(data))
@@ -35,8 +43,14 @@ def config(tmp_path: Path, name: str = "run", **training) -> Path:
 
 
 def spawn(*args: str, env: dict | None = None, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "autotrain.cli.main", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})}, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-m", "autotrain.cli.main", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **(env or {})},
+        **kwargs,
+    )
 
 
 def interrupt_after(proc: subprocess.Popen, step: int, signum: int) -> tuple[int, str]:
@@ -57,8 +71,11 @@ def final_params(run: Path) -> dict:
 
 @pytest.mark.parametrize("optimizer", ["came_8bit"])
 def test_sigterm_then_resume_matches_uninterrupted(tmp_path, optimizer):
-    settings = {"optimizer": optimizer, "gradient_accumulation": 2,
-                "optimizer_args": {"min_8bit_size": 1024, "block_size": 256}}
+    settings = {
+        "optimizer": optimizer,
+        "gradient_accumulation": 2,
+        "optimizer_args": {"min_8bit_size": 1024, "block_size": 256},
+    }
     stopped = config(tmp_path, "stopped", **settings)
     code, out = interrupt_after(spawn("llm", "--config", str(stopped)), 4, signal.SIGTERM)
     assert code == 143, out
@@ -120,8 +137,7 @@ def test_existing_run_is_not_overwritten(tmp_path):
 
 
 def test_divergence_exits_3_and_keeps_last_checkpoint(tmp_path):
-    path = config(tmp_path, max_steps=40, save_steps=2, lr=10.0, optimizer="sgd", max_grad_norm=None,
-                  warmup_ratio=0.0)
+    path = config(tmp_path, max_steps=40, save_steps=2, lr=10.0, optimizer="sgd", max_grad_norm=None, warmup_ratio=0.0)
     result = run_inline("llm", "--config", str(path))
     assert result.exit_code == 3, result.output
     assert "non-finite loss" in result.output and "at step" in result.output

@@ -38,11 +38,10 @@ def report_config_error(error) -> typer.Exit:
     return typer.Exit(EXIT_BAD_INPUT)
 
 
-ConfigOption = typer.Option(
-    None, "--config", "-c", help="Path to the YAML config.", show_default=False, metavar="FILE"
-)
+ConfigOption = typer.Option(None, "--config", "-c", help="Path to the YAML config.", show_default=False, metavar="FILE")
 SetOption = typer.Option(
-    None, "--set",
+    None,
+    "--set",
     help="Override a config value: --set training_args.lr=1e-4 (repeatable).",
     show_default=False,
     metavar="KEY=VALUE",

@@ -20,7 +20,16 @@ def env() -> None:
     from autotrain import __version__
 
     rows = [("autotrain", __version__), ("python", sys.version.split()[0]), ("platform", platform.platform())]
-    for name in ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "bitsandbytes", "deepspeed"):
+    for name in (
+        "torch",
+        "transformers",
+        "trl",
+        "peft",
+        "accelerate",
+        "datasets",
+        "bitsandbytes",
+        "deepspeed",
+    ):
         rows.append((name, _version(name)))
     try:
         import torch

@@ -8,7 +8,18 @@ import typer
 
 from autotrain.cli.common import fail, report_config_error
 
-ORDER = ("task", "trainer", "base_model", "project_name", "log", "data", "peft", "training_args", "distributed", "hub")
+ORDER = (
+    "task",
+    "trainer",
+    "base_model",
+    "project_name",
+    "log",
+    "data",
+    "peft",
+    "training_args",
+    "distributed",
+    "hub",
+)
 
 
 def migrate(
@@ -26,8 +37,16 @@ def migrate(
     try:
         data, locator = read_yaml(file)
         if not isinstance(data, dict) or not advanced.is_advanced(data):
-            raise ConfigError([ConfigIssue((), "not an AutoTrain Advanced config (no `params:` section "
-                                           "or `llm-*` task); it needs no migration", source=str(file))])
+            raise ConfigError(
+                [
+                    ConfigIssue(
+                        (),
+                        "not an AutoTrain Advanced config (no `params:` section "
+                        "or `llm-*` task); it needs no migration",
+                        source=str(file),
+                    )
+                ]
+            )
         native, renamed, problems = advanced.translate(data)
         locator.renamed.update(renamed)
         if problems:

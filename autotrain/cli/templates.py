@@ -71,8 +71,9 @@ def init(
     text = _SCHEMA_COMMENT.sub(f"# yaml-language-server: $schema={schema_path(task).as_uri()}", text, count=1)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(text, encoding="utf-8")
-    print(f"wrote {output}; check it with `autotrain validate {output}`, run it with "
-          f"`autotrain {task} --config {output}`")
+    print(
+        f"wrote {output}; check it with `autotrain validate {output}`, run it with `autotrain {task} --config {output}`"
+    )
 
 
 def schema(

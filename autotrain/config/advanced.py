@@ -25,7 +25,14 @@ ADVANCED_TASKS = {
     "image_classification": ("image-classification", None),
     "image-classification": ("image-classification", None),
 }
-ADVANCED_TRAINERS = {"default": "clm", "generic": "clm", "sft": "sft", "orpo": "orpo", "dpo": "dpo", "reward": "reward"}
+ADVANCED_TRAINERS = {
+    "default": "clm",
+    "generic": "clm",
+    "sft": "sft",
+    "orpo": "orpo",
+    "dpo": "dpo",
+    "reward": "reward",
+}
 
 # AutoTrain Advanced column names -> native column names, per task family.
 LLM_COLUMNS = {"text_column": "text", "prompt_text_column": "prompt", "rejected_text_column": "rejected"}
@@ -75,18 +82,40 @@ PARAMS: dict[str, tuple[str, ...] | None] = {
     "username": None,
     "log": None,
 }
-LLM_ONLY = {"block_size", "max_prompt_length", "max_completion_length", "dpo_beta", "peft", "lora_r", "lora_alpha",
-            "lora_dropout", "target_modules", "quantization", "merge_adapter", "trainer", "chat_template",
-            "disable_gradient_checkpointing", "model_max_length", "padding", "add_eos_token", "model_ref",
-            "use_flash_attention_2", "unsloth"}
+LLM_ONLY = {
+    "block_size",
+    "max_prompt_length",
+    "max_completion_length",
+    "dpo_beta",
+    "peft",
+    "lora_r",
+    "lora_alpha",
+    "lora_dropout",
+    "target_modules",
+    "quantization",
+    "merge_adapter",
+    "trainer",
+    "chat_template",
+    "disable_gradient_checkpointing",
+    "model_max_length",
+    "padding",
+    "add_eos_token",
+    "model_ref",
+    "use_flash_attention_2",
+    "unsloth",
+}
+DATA_KEYS = ("path", "train_split", "valid_split", "chat_template", "column_mapping")
 TOP_LEVEL = {"task", "base_model", "project_name", "log", "backend", "data", "params", "hub"}
 
 
 def is_advanced(data: dict) -> bool:
     """AutoTrain Advanced configs have a `params:` section or one of its task names."""
     task = data.get("task")
-    return "params" in data or (isinstance(task, str) and task in ADVANCED_TASKS and task not in (
-        "llm", "text-classification", "image-classification"))
+    return "params" in data or (
+        isinstance(task, str)
+        and task in ADVANCED_TASKS
+        and task not in ("llm", "text-classification", "image-classification")
+    )
 
 
 def translate(data: dict) -> tuple[dict, dict[Path_, Path_], list[tuple[Path_, str]]]:
@@ -108,8 +137,13 @@ def translate(data: dict) -> tuple[dict, dict[Path_, Path_], list[tuple[Path_, s
 
     task_name = data.get("task")
     if task_name not in ADVANCED_TASKS:
-        problems.append((("task",), f"unknown AutoTrain Advanced task `{task_name}`"
-                         f"{did_you_mean(str(task_name), ADVANCED_TASKS)}; expected: {', '.join(ADVANCED_TASKS)}"))
+        problems.append(
+            (
+                ("task",),
+                f"unknown AutoTrain Advanced task `{task_name}`"
+                f"{did_you_mean(str(task_name), ADVANCED_TASKS)}; expected: {', '.join(ADVANCED_TASKS)}",
+            )
+        )
         return native, renamed, problems
     task, trainer = ADVANCED_TASKS[task_name]
     is_llm = task == "llm"
@@ -139,7 +173,12 @@ def translate(data: dict) -> tuple[dict, dict[Path_, Path_], list[tuple[Path_, s
             continue
         if key == "trainer":
             if value not in ADVANCED_TRAINERS:
-                problems.append((("params", key), f"unknown trainer `{value}`{did_you_mean(str(value), ADVANCED_TRAINERS)}"))
+                problems.append(
+                    (
+                        ("params", key),
+                        f"unknown trainer `{value}`{did_you_mean(str(value), ADVANCED_TRAINERS)}",
+                    )
+                )
                 continue
             value = ADVANCED_TRAINERS[value]
         elif key == "disable_gradient_checkpointing":
@@ -158,20 +197,37 @@ def translate(data: dict) -> tuple[dict, dict[Path_, Path_], list[tuple[Path_, s
             if key in ("path", "train_split", "valid_split", "chat_template"):
                 if key == "chat_template" and not is_llm:
                     continue
-                put(("data", key), "none" if key == "chat_template" and value is None else value, ("data", key))
+                put(
+                    ("data", key),
+                    "none" if key == "chat_template" and value is None else value,
+                    ("data", key),
+                )
             elif key == "column_mapping" and isinstance(value, dict):
                 names = LLM_COLUMNS if is_llm else CLASSIFICATION_COLUMNS
                 for column, dataset_column in value.items():
                     if column not in names:
-                        problems.append((("data", "column_mapping", column),
-                                         f"unknown AutoTrain Advanced column{did_you_mean(column, names)}"))
+                        problems.append(
+                            (
+                                ("data", "column_mapping", column),
+                                f"unknown AutoTrain Advanced column{did_you_mean(column, names)}",
+                            )
+                        )
                         continue
                     native_column = names[column]
                     if is_llm and column == "text_column" and native.get("trainer") in ("orpo", "dpo", "reward"):
                         native_column = "chosen"
-                    put(("data", "column_mapping", native_column), dataset_column, ("data", "column_mapping", column))
+                    put(
+                        ("data", "column_mapping", native_column),
+                        dataset_column,
+                        ("data", "column_mapping", column),
+                    )
             else:
-                problems.append((("data", key), f"unknown AutoTrain Advanced data key{did_you_mean(key, ('path', 'train_split', 'valid_split', 'chat_template', 'column_mapping'))}"))
+                problems.append(
+                    (
+                        ("data", key),
+                        f"unknown AutoTrain Advanced data key{did_you_mean(key, DATA_KEYS)}",
+                    )
+                )
 
     hub = data.get("hub") or {}
     if isinstance(hub, dict):

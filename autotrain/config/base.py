@@ -92,7 +92,9 @@ class TrainingArgs(StrictModel):
     epochs: float = Field(1, gt=0, description="Passes over the training data.")
     max_steps: int | None = Field(None, ge=1, description="Stop after this many optimizer steps (overrides epochs).")
     batch_size: int = Field(8, ge=1, description="Samples per device per forward pass.")
-    eval_batch_size: int | None = Field(None, ge=1, description="Samples per device for evaluation (default: batch_size).")
+    eval_batch_size: int | None = Field(
+        None, ge=1, description="Samples per device for evaluation (default: batch_size)."
+    )
     lr: float = Field(5e-5, gt=0, le=10, description="Peak learning rate.")
     warmup_ratio: float = Field(0.0, ge=0, lt=1, description="Fraction of steps used for linear warmup.")
     weight_decay: float = Field(0.0, ge=0, description="Decoupled weight decay (not applied to biases/norms).")
@@ -103,7 +105,8 @@ class TrainingArgs(StrictModel):
         "auto", description="auto: bf16 on GPUs that support it, else fp16 on CUDA, fp32 on CPU."
     )
     optimizer: OptimizerName = Field(
-        "adamw_torch", description="Bundled (came, came_8bit, fused_adam, came_8bit+fused_adam) or transformers'."
+        "adamw_torch",
+        description="Bundled (came, came_8bit, fused_adam, came_8bit+fused_adam) or transformers'.",
     )
     optimizer_args: dict[str, Any] = Field(
         default_factory=dict, description="Extra constructor arguments for the optimizer, checked against it."
@@ -114,7 +117,9 @@ class TrainingArgs(StrictModel):
     logging_steps: int = Field(10, ge=1, description="Log every N optimizer steps.")
     save_steps: int | None = Field(None, ge=1, description="Checkpoint every N steps; null = at each epoch end.")
     save_total_limit: int | None = Field(2, ge=1, description="Keep at most N checkpoints.")
-    eval_strategy: Literal["no", "steps", "epoch"] = Field("epoch", description="When to evaluate (needs a valid split).")
+    eval_strategy: Literal["no", "steps", "epoch"] = Field(
+        "epoch", description="When to evaluate (needs a valid split)."
+    )
     eval_steps: int | None = Field(None, ge=1, description="Evaluate every N steps (eval_strategy: steps).")
     nan_policy: Literal["halt", "skip_batch"] = Field(
         "halt", description="On a non-finite loss: stop with exit code 3, or skip that batch."

@@ -11,7 +11,10 @@ from autotrain.config.base import DataConfig, EarlyStopping, TaskConfig, Trainin
 
 class ClassificationData(DataConfig):
     valid_size: float = Field(
-        0.1, gt=0, lt=1, description="Without `valid_split`: fraction of train held out (seeded) for evaluation."
+        0.1,
+        gt=0,
+        lt=1,
+        description="Without `valid_split`: fraction of train held out (seeded) for evaluation.",
     )
 
 

@@ -15,9 +15,7 @@ SECRET_KEYS = {"token", "hf_token", "api_key", "password", "secret"}
 REDACTED = "***"
 
 
-def interpolate(
-    data: Any, environ: Mapping[str, str] | None = None
-) -> tuple[Any, list[tuple[tuple, str]], set[str]]:
+def interpolate(data: Any, environ: Mapping[str, str] | None = None) -> tuple[Any, list[tuple[tuple, str]], set[str]]:
     """Replace `${VAR}` in every string value.
 
     Returns the new data, a list of (path, message) for unset variables, and the set of values that came

@@ -58,9 +58,7 @@ class LLMTrainingArgs(TrainingArgs):
 class LLMConfig(TaskConfig):
     task: Literal["llm"] = Field(description="What to train.")
     trainer: LLMTrainer = Field("sft", description="sft | orpo | dpo | reward | clm (plain causal LM on raw text).")
-    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = Field(
-        "sdpa", description="Attention kernel."
-    )
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = Field("sdpa", description="Attention kernel.")
     data: LLMData = Field(description="Training data.")
     peft: PeftConfig | None = Field(None, description="LoRA; absent or `enabled: false` = full fine-tune.")
     training_args: LLMTrainingArgs = Field(default_factory=LLMTrainingArgs, description="Training settings.")

@@ -73,8 +73,10 @@ def load_data(
         data, renamed, problems = advanced.translate(data)
         locator.renamed.update(renamed)
         issues += [locator.issue(p, m) for p, m in problems]
-        notices.append(f"{locator.source}: AutoTrain Advanced config translated to the native format "
-                       f"(see `autotrain migrate {locator.source}`)")
+        notices.append(
+            f"{locator.source}: AutoTrain Advanced config translated to the native format "
+            f"(see `autotrain migrate {locator.source}`)"
+        )
 
     data, set_paths, override_issues = apply_overrides(data, list(overrides))
     issues += override_issues
@@ -90,12 +92,21 @@ def load_data(
             issues.append(locator.issue(("task",), f"required field is missing; one of: {choices}"))
         raise ConfigError(_sorted(issues, secrets))
     if task not in TASK_MODELS:
-        issues.append(locator.issue(("task",), f"unknown task `{task}`{did_you_mean(str(task), TASK_MODELS)}; "
-                                    f"expected one of: {', '.join(TASK_MODELS)}"))
+        issues.append(
+            locator.issue(
+                ("task",),
+                f"unknown task `{task}`{did_you_mean(str(task), TASK_MODELS)}; "
+                f"expected one of: {', '.join(TASK_MODELS)}",
+            )
+        )
         raise ConfigError(_sorted(issues, secrets))
     if expected_task is not None and task != expected_task:
-        issues.append(locator.issue(("task",), f"this is a `{task}` config, not `{expected_task}`: "
-                                    f"run `autotrain {task} --config {locator.source}`"))
+        issues.append(
+            locator.issue(
+                ("task",),
+                f"this is a `{task}` config, not `{expected_task}`: run `autotrain {task} --config {locator.source}`",
+            )
+        )
 
     model = TASK_MODELS[task]
     rule_issues = [locator.issue(p, m) for p, m in check_rules(data, task)]

@@ -41,8 +41,9 @@ def apply_overrides(data: dict, overrides: list[str]) -> tuple[dict, list[tuple[
                 child = node[part] = {}
             if not isinstance(child, dict):
                 dotted = ".".join(path[: i + 1])
-                issues.append(ConfigIssue(path, f"cannot set a key inside `{dotted}`, which is not a section",
-                                          source="--set"))
+                issues.append(
+                    ConfigIssue(path, f"cannot set a key inside `{dotted}`, which is not a section", source="--set")
+                )
                 break
             node = child
         else:

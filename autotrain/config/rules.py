@@ -14,7 +14,10 @@ from autotrain.config.optimizers import OPTIMIZER_ARGS
 from autotrain.config.suggest import did_you_mean
 
 Issue = tuple[tuple, str]
-CLASSIFICATION_COLUMNS = {"text-classification": ("text", "target"), "image-classification": ("image", "target")}
+CLASSIFICATION_COLUMNS = {
+    "text-classification": ("text", "target"),
+    "image-classification": ("image", "target"),
+}
 
 
 def _get(data: Any, *path: str, default: Any = None) -> Any:
@@ -64,11 +67,17 @@ def _training_rules(raw: dict) -> Iterator[Issue]:
                     hint = did_you_mean(str(err["loc"][-1]), known)
                     if err["loc"][-1] in ("lr", "weight_decay"):
                         hint = f" (set `training_args.{err['loc'][-1]}` instead)"
-                    yield loc, f"`{name}` takes no argument `{err['loc'][-1]}`{hint}; it takes: {', '.join(known)}"
+                    yield (
+                        loc,
+                        f"`{name}` takes no argument `{err['loc'][-1]}`{hint}; it takes: {', '.join(known)}",
+                    )
                 else:
                     yield loc, f"{err['msg']} (optimizer `{name}`)"
     if args.get("eval_strategy") == "steps" and not args.get("eval_steps"):
-        yield ("training_args", "eval_steps"), "`training_args.eval_strategy: steps` needs `training_args.eval_steps`"
+        yield (
+            ("training_args", "eval_steps"),
+            "`training_args.eval_strategy: steps` needs `training_args.eval_steps`",
+        )
 
 
 def _absent_item(err: dict) -> bool:
@@ -80,27 +89,40 @@ def _distributed_rules(raw: dict) -> Iterator[Issue]:
     strategy = dist.get("strategy", "ddp")
     for section in ("fsdp", "deepspeed"):
         if dist.get(section) is not None and strategy != section:
-            yield ("distributed", section), (
-                f"`distributed.{section}` options given but `distributed.strategy` is `{strategy}`"
+            yield (
+                ("distributed", section),
+                (f"`distributed.{section}` options given but `distributed.strategy` is `{strategy}`"),
             )
     machines, rank = dist.get("num_machines", 1), dist.get("machine_rank", 0)
     if isinstance(machines, int) and isinstance(rank, int) and rank >= machines:
-        yield ("distributed", "machine_rank"), (
-            f"`distributed.machine_rank` ({rank}) must be below `distributed.num_machines` ({machines})"
+        yield (
+            ("distributed", "machine_rank"),
+            (f"`distributed.machine_rank` ({rank}) must be below `distributed.num_machines` ({machines})"),
         )
     if isinstance(machines, int) and machines > 1 and not dist.get("main_process_ip"):
-        yield ("distributed", "main_process_ip"), "`distributed.num_machines` > 1 needs `distributed.main_process_ip`"
+        yield (
+            ("distributed", "main_process_ip"),
+            "`distributed.num_machines` > 1 needs `distributed.main_process_ip`",
+        )
     if strategy in ("fsdp", "deepspeed") and _get(raw, "peft", "merge_adapter") is True:
         # Sharded weights: merging on one rank would merge a shard, not the model.
-        yield ("peft", "merge_adapter"), (
-            f"`peft.merge_adapter` cannot run under `distributed.strategy: {strategy}` (the weights are "
-            "sharded); merge the saved adapter afterwards, or use `strategy: ddp`"
+        yield (
+            ("peft", "merge_adapter"),
+            (
+                f"`peft.merge_adapter` cannot run under `distributed.strategy: {strategy}` (the weights are "
+                "sharded); merge the saved adapter afterwards, or use `strategy: ddp`"
+            ),
         )
-    if _get(dist, "fsdp", "activation_checkpointing") is True and _get(raw, "training_args",
-                                                                          "gradient_checkpointing") is True:
-        yield ("distributed", "fsdp", "activation_checkpointing"), (
-            "`distributed.fsdp.activation_checkpointing` and `training_args.gradient_checkpointing` both "
-            "recompute activations; enable one of them"
+    if (
+        _get(dist, "fsdp", "activation_checkpointing") is True
+        and _get(raw, "training_args", "gradient_checkpointing") is True
+    ):
+        yield (
+            ("distributed", "fsdp", "activation_checkpointing"),
+            (
+                "`distributed.fsdp.activation_checkpointing` and `training_args.gradient_checkpointing` both "
+                "recompute activations; enable one of them"
+            ),
         )
     optimizer = _get(raw, "training_args", "optimizer")
     # Only for known names: an unknown one is reported (with a suggestion) by the schema instead.
@@ -108,10 +130,13 @@ def _distributed_rules(raw: dict) -> Iterator[Issue]:
     if strategy in ("fsdp", "deepspeed") and known and optimizer.startswith("came"):
         # Sharded/flattened parameters reach the optimizer as 1-D pieces: CAME would silently stop
         # factoring its statistics (and lose its memory saving), so the combination is refused.
-        yield ("training_args", "optimizer"), (
-            f"`training_args.optimizer: {optimizer}` cannot run under `distributed.strategy: {strategy}`: "
-            "parameters arrive flattened/sharded, which turns CAME's factored statistics off. "
-            "Use `strategy: ddp`, or `optimizer: fused_adam` / `adamw_torch`"
+        yield (
+            ("training_args", "optimizer"),
+            (
+                f"`training_args.optimizer: {optimizer}` cannot run under `distributed.strategy: {strategy}`: "
+                "parameters arrive flattened/sharded, which turns CAME's factored statistics off. "
+                "Use `strategy: ddp`, or `optimizer: fused_adam` / `adamw_torch`"
+            ),
         )
 
 
@@ -120,8 +145,9 @@ def _mapping_rules(mapping: Any, allowed: tuple[str, ...], context: str) -> Iter
         return
     for key in mapping:
         if key not in allowed:
-            yield ("data", "column_mapping", key), (
-                f"`{key}` is not a column for {context}{did_you_mean(key, allowed)}; expected: {', '.join(allowed)}"
+            yield (
+                ("data", "column_mapping", key),
+                (f"`{key}` is not a column for {context}{did_you_mean(key, allowed)}; expected: {', '.join(allowed)}"),
             )
 
 
@@ -136,35 +162,50 @@ def _llm_rules(raw: dict) -> Iterator[Issue]:
     if isinstance(mapping, dict) and mapping:
         present = [group for group in groups if any(c in mapping for c in group)]
         if trainer == "sft" and len(present) > 1:
-            yield ("data", "column_mapping"), "`trainer: sft` takes `text` or `messages` in `data.column_mapping`, not both"
+            yield (
+                ("data", "column_mapping"),
+                "`trainer: sft` takes `text` or `messages` in `data.column_mapping`, not both",
+            )
         elif len(groups) == 1:
             missing = [c for c in groups[0] if c not in mapping]
             if missing:
-                yield ("data", "column_mapping"), (
-                    f"`trainer: {trainer}` needs `{'`, `'.join(missing)}` in `data.column_mapping`"
+                yield (
+                    ("data", "column_mapping"),
+                    (f"`trainer: {trainer}` needs `{'`, `'.join(missing)}` in `data.column_mapping`"),
                 )
     peft = _section(raw, "peft")
     if peft.get("quantization") and peft.get("enabled", True) is False:
-        yield ("peft", "quantization"), "`peft.quantization` needs `peft.enabled: true` (QLoRA trains an adapter)"
+        yield (
+            ("peft", "quantization"),
+            "`peft.quantization` needs `peft.enabled: true` (QLoRA trains an adapter)",
+        )
     if peft.get("merge_adapter") and peft.get("enabled", True) is False:
         yield ("peft", "merge_adapter"), "`peft.merge_adapter` needs `peft.enabled: true`"
     args = _section(raw, "training_args")
     if trainer not in ("orpo", "dpo", "reward"):
         for key in ("max_prompt_length", "beta"):
             if args.get(key) is not None:
-                yield ("training_args", key), f"`training_args.{key}` applies to orpo/dpo/reward, not `trainer: {trainer}`"
+                yield (
+                    ("training_args", key),
+                    f"`training_args.{key}` applies to orpo/dpo/reward, not `trainer: {trainer}`",
+                )
     if trainer not in ("orpo", "dpo") and args.get("max_completion_length") is not None:
-        yield ("training_args", "max_completion_length"), (
-            f"`training_args.max_completion_length` applies to orpo/dpo, not `trainer: {trainer}`"
+        yield (
+            ("training_args", "max_completion_length"),
+            (f"`training_args.max_completion_length` applies to orpo/dpo, not `trainer: {trainer}`"),
         )
     if trainer != "sft":
         for key in ("packing", "completion_only_loss"):
             if args.get(key):
-                yield ("training_args", key), f"`training_args.{key}` applies to sft, not `trainer: {trainer}`"
+                yield (
+                    ("training_args", key),
+                    f"`training_args.{key}` applies to sft, not `trainer: {trainer}`",
+                )
     prompt, length = args.get("max_prompt_length"), args.get("max_length", 1024)
     if isinstance(prompt, int) and isinstance(length, int) and prompt >= length:
-        yield ("training_args", "max_prompt_length"), (
-            f"`training_args.max_prompt_length` ({prompt}) must be below `training_args.max_length` ({length})"
+        yield (
+            ("training_args", "max_prompt_length"),
+            (f"`training_args.max_prompt_length` ({prompt}) must be below `training_args.max_length` ({length})"),
         )
 
 
@@ -175,4 +216,7 @@ def _classification_rules(raw: dict, task: str) -> Iterator[Issue]:
     allowed = CLASSIFICATION_COLUMNS[task]
     yield from _mapping_rules(_get(raw, "data", "column_mapping"), allowed, f"`task: {task}`")
     if _get(raw, "data", "chat_template") is not None:
-        yield ("data", "chat_template"), f"`data.chat_template` applies to `task: llm` only, not `task: {task}`"
+        yield (
+            ("data", "chat_template"),
+            f"`data.chat_template` applies to `task: llm` only, not `task: {task}`",
+        )

@@ -46,13 +46,10 @@ def label_keys(dataset, column: str, name: str) -> tuple[list, list | None]:
     declared = isinstance(feature, ClassLabel)
     missing = [i for i, v in enumerate(values) if _is_missing(v) or (declared and v < 0)]
     if missing:
-        raise UserInputError(
-            f"{name}: {len(missing)} row(s) have no `{column}` label (first: row {missing[0]})"
-        )
+        raise UserInputError(f"{name}: {len(missing)} row(s) have no `{column}` label (first: row {missing[0]})")
     if isinstance(values[0], (list, dict)):
         raise UserInputError(
-            f"{name}: column `{column}` holds {type(values[0]).__name__}s; "
-            "classification needs one label per row"
+            f"{name}: column `{column}` holds {type(values[0]).__name__}s; classification needs one label per row"
         )
     if declared:
         return [feature.names[v] for v in values], list(feature.names)
@@ -69,9 +66,7 @@ def label_vocabulary(keys: list, declared: list | None, name: str) -> list:
         return declared
     unique = set(keys)
     if len(unique) < 2:
-        raise UserInputError(
-            f"{name}: classification needs at least two labels; every row has `{next(iter(unique))}`"
-        )
+        raise UserInputError(f"{name}: classification needs at least two labels; every row has `{next(iter(unique))}`")
     try:
         return sorted(unique)
     except TypeError:  # mixed types, e.g. 1 and "1"
@@ -82,9 +77,7 @@ def encode_labels(keys: list, vocabulary: list, name: str, train_name: str) -> l
     ids = {key: i for i, key in enumerate(vocabulary)}
     unseen = sorted({k for k in keys if k not in ids}, key=str)
     if unseen:
-        shown = ", ".join(f"`{u}`" for u in unseen[:5]) + (
-            f" and {len(unseen) - 5} more" if len(unseen) > 5 else ""
-        )
+        shown = ", ".join(f"`{u}`" for u in unseen[:5]) + (f" and {len(unseen) - 5} more" if len(unseen) > 5 else "")
         known = ", ".join(str(v) for v in vocabulary[:20]) + (", ..." if len(vocabulary) > 20 else "")
         raise UserInputError(
             f"{name}: label {shown} never appears in the training split {train_name}, so the "
@@ -150,9 +143,7 @@ def _text_split(cfg: TextClassificationConfig, split: str, token: str | None):
     texts = _as_column(dataset, mapping["text"], "text")
     empty = [i for i, t in enumerate(texts["text"]) if t is None]
     if empty:
-        raise UserInputError(
-            f"{name}: {len(empty)} row(s) have no text in `{mapping['text']}` (first: row {empty[0]})"
-        )
+        raise UserInputError(f"{name}: {len(empty)} row(s) have no text in `{mapping['text']}` (first: row {empty[0]})")
     if texts.features["text"] != Value("string"):
         texts = texts.cast_column("text", Value("string"))
     return texts, keys, declared, name
@@ -190,9 +181,7 @@ def is_image_folder(path: str, train_split: str) -> bool:
     root = Path(path).expanduser()
     if not root.is_dir() or (root / "dataset_info.json").is_file() or (root / "dataset_dict.json").is_file():
         return False
-    if any(
-        (root / f"{train_split}{ext}").is_file() or any(root.glob(f"{train_split}-*{ext}")) for ext in FORMATS
-    ):
+    if any((root / f"{train_split}{ext}").is_file() or any(root.glob(f"{train_split}-*{ext}")) for ext in FORMATS):
         return False
     return _split_folder(root, train_split, train_split) is not None
 
@@ -204,8 +193,7 @@ def _scan_image_folder(root: Path, split: str, train_split: str, name: str):
     if folder is None:
         present = ", ".join(p.name for p in _class_dirs(root)) or "none"
         raise UserInputError(
-            f"{name}: no folder `{split}` with one sub-folder per class in {root} "
-            f"(sub-folders here: {present})"
+            f"{name}: no folder `{split}` with one sub-folder per class in {root} (sub-folders here: {present})"
         )
     paths, keys = [], []
     for class_dir in _class_dirs(folder):
@@ -245,9 +233,7 @@ def _image_table(cfg: ImageClassificationConfig, split: str, name: str, token: s
     paths = []
     for row, value in enumerate(dataset[mapping["image"]]):
         if not isinstance(value, str) or not value:
-            raise UserInputError(
-                f"{name}: row {row} of `{mapping['image']}` is not an image path ({value!r})"
-            )
+            raise UserInputError(f"{name}: row {row} of `{mapping['image']}` is not an image path ({value!r})")
         file = Path(value).expanduser()
         paths.append(str(file if file.is_absolute() or base is None else base / file))
     return Dataset.from_dict({"image": paths}), keys, declared

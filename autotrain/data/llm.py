@@ -18,8 +18,10 @@ def column_mapping(cfg: LLMConfig, dataset) -> dict[str, str]:
             mapping.update({c: c for c in OPTIONAL_COLUMNS.get(cfg.trainer, ()) if c in dataset.column_names})
             return mapping
     wanted = " or ".join("/".join(g) for g in groups)
-    raise UserInputError(f"{cfg.data.path}: `trainer: {cfg.trainer}` needs column(s) {wanted}; the data has: "
-                         f"{', '.join(dataset.column_names)} (set `data.column_mapping`)")
+    raise UserInputError(
+        f"{cfg.data.path}: `trainer: {cfg.trainer}` needs column(s) {wanted}; the data has: "
+        f"{', '.join(dataset.column_names)} (set `data.column_mapping`)"
+    )
 
 
 def _as_messages(value, role: str):
@@ -36,15 +38,19 @@ def load_llm_split(cfg: LLMConfig, split: str, token: str | None = None):
     require_columns(dataset, mapping, name)
     dataset = dataset.select_columns(list(dict.fromkeys(mapping.values())))
     # Rename dataset columns onto the task's names (two task columns may read one dataset column).
-    dataset = dataset.map(lambda row: {task: row[src] for task, src in mapping.items()},
-                          remove_columns=[c for c in dataset.column_names if c not in mapping], desc=None)
+    dataset = dataset.map(
+        lambda row: {task: row[src] for task, src in mapping.items()},
+        remove_columns=[c for c in dataset.column_names if c not in mapping],
+        desc=None,
+    )
     if cfg.trainer in ("orpo", "dpo", "reward"):
         dataset = _preference_format(dataset, cfg, name)
     elif "messages" in dataset.column_names:
         _check_messages(dataset, "messages", name)
         if cfg.data.chat_template == "none":
-            raise UserInputError(f"{name}: chat `messages` need a chat template; `data.chat_template: none` "
-                                 "is for plain `text` data")
+            raise UserInputError(
+                f"{name}: chat `messages` need a chat template; `data.chat_template: none` is for plain `text` data"
+            )
     return dataset
 
 
@@ -52,8 +58,10 @@ def _check_messages(dataset, column: str, name: str) -> None:
     first = dataset[0][column]
     ok = isinstance(first, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in first)
     if not ok:
-        raise UserInputError(f"{name}: column `{column}` must hold lists of {{role, content}} messages; "
-                             f"row 0 holds {type(first).__name__}")
+        raise UserInputError(
+            f"{name}: column `{column}` must hold lists of {{role, content}} messages; "
+            f"row 0 holds {type(first).__name__}"
+        )
 
 
 def _preference_format(dataset, cfg: LLMConfig, name: str):
@@ -63,6 +71,7 @@ def _preference_format(dataset, cfg: LLMConfig, name: str):
         raise UserInputError(f"{name}: message-list columns need a chat template, not `chat_template: none`")
     if not conversational:
         return dataset
+
     # TRL's conversational preference format: prompt is a message list ending with the user turn,
     # chosen/rejected are the assistant turns that follow.
     def convert(example):

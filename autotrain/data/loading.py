@@ -29,8 +29,9 @@ def _load_file(file: Path, token: str | None = None):
     try:
         return datasets.load_dataset(builder, data_files=str(file), split="train", **kwargs)
     except UnicodeDecodeError as exc:
-        raise UserInputError(f"{file}: not valid UTF-8 text ({exc.reason} at byte {exc.start}); "
-                             "save it as UTF-8") from None
+        raise UserInputError(
+            f"{file}: not valid UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8"
+        ) from None
     except Exception as exc:  # datasets wraps parser errors in its own types
         if "corresponds to no data" in str(exc):  # a header line and no rows
             raise UserInputError(f"{file}: the split is empty (the file has no rows)") from None
@@ -56,8 +57,10 @@ def load_split(path: str, split: str, token: str | None = None, revision: str | 
         return _check_rows(_load_file(split_as_file), f"{split_as_file}")
     if local.is_file():
         if split != "train":
-            raise UserInputError(f"{path} is a single file: it is the train split; for `{split}` give a file path "
-                                 "as the split name or use a folder with one file per split")
+            raise UserInputError(
+                f"{path} is a single file: it is the train split; for `{split}` give a file path "
+                "as the split name or use a folder with one file per split"
+            )
         return _check_rows(_load_file(local), str(local))
     if local.is_dir():
         if (local / "dataset_dict.json").is_file() or (local / "dataset_info.json").is_file():
@@ -72,8 +75,10 @@ def load_split(path: str, split: str, token: str | None = None, revision: str | 
         file = _split_file(local, split)
         if file is None:
             present = sorted(p.name for p in local.iterdir() if p.suffix.lower() in FORMATS)
-            raise UserInputError(f"{path}: no file for split `{split}` (looked for {split}.jsonl/.json/.csv/.parquet); "
-                                 f"files here: {', '.join(present) or 'none'}")
+            raise UserInputError(
+                f"{path}: no file for split `{split}` (looked for {split}.jsonl/.json/.csv/.parquet); "
+                f"files here: {', '.join(present) or 'none'}"
+            )
         return _check_rows(_load_file(file), str(file))
     if path.startswith((".", "/", "~")) or path.count("/") > 1 or Path(path).suffix.lower() in FORMATS:
         raise UserInputError(f"data.path `{path}` does not exist")
@@ -90,8 +95,9 @@ def _load_hub(path: str, split: str, token: str | None, revision: str | None):
             raise UserInputError(f"{path}: no split `{split}` ({str(exc).splitlines()[0]})") from None
         raise UserInputError(f"cannot load dataset `{path}`: {str(exc).splitlines()[0]}") from None
     except (FileNotFoundError, ConnectionError, OSError) as exc:
-        raise UserInputError(f"cannot load dataset `{path}` (not a local path, and the hub said: "
-                             f"{str(exc).splitlines()[0]})") from None
+        raise UserInputError(
+            f"cannot load dataset `{path}` (not a local path, and the hub said: {str(exc).splitlines()[0]})"
+        ) from None
 
 
 def _check_rows(dataset, name: str):
@@ -104,5 +110,7 @@ def require_columns(dataset, wanted: dict[str, str], name: str) -> None:
     """`wanted` maps task columns to dataset columns; name every missing one and list what is there."""
     missing = [f"`{src}` (for {task})" for task, src in wanted.items() if src not in dataset.column_names]
     if missing:
-        raise UserInputError(f"{name}: column {', '.join(missing)} not found; the data has columns: "
-                             f"{', '.join(dataset.column_names)} (fix `data.column_mapping`)")
+        raise UserInputError(
+            f"{name}: column {', '.join(missing)} not found; the data has columns: "
+            f"{', '.join(dataset.column_names)} (fix `data.column_mapping`)"
+        )

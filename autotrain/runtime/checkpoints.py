@@ -8,6 +8,7 @@ project, each file flushed to disk, a completion marker added, and only then ren
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -53,16 +54,19 @@ def find_resume_checkpoint(project: Path, resume: str, warn=print) -> str:
         if not path.is_dir():
             raise UserInputError(f"--resume {resume}: no such checkpoint folder")
         if not is_complete(path):
-            raise UserInputError(f"--resume {resume}: the checkpoint is incomplete (no {COMPLETE_MARKER}); "
-                                 "it was not fully written")
+            raise UserInputError(
+                f"--resume {resume}: the checkpoint is incomplete (no {COMPLETE_MARKER}); it was not fully written"
+            )
         return str(path)
     checkpoints = list_checkpoints(project)
     for broken in (p for p in checkpoints if not is_complete(p)):
         warn(f"warning: skipping incomplete checkpoint {broken} (no {COMPLETE_MARKER})")
     complete = [p for p in checkpoints if is_complete(p)]
     if not complete:
-        raise UserInputError(f"--resume: no complete checkpoint in `{project}`; start without --resume "
-                             "(add --overwrite to replace what is there)")
+        raise UserInputError(
+            f"--resume: no complete checkpoint in `{project}`; start without --resume "
+            "(add --overwrite to replace what is there)"
+        )
     return str(complete[-1])
 
 
@@ -112,10 +116,8 @@ def _publish(trainer, staged: Path, final: Path, project: Path) -> None:
         shutil.rmtree(final)
     os.replace(staged, final)
     _fsync_dir(project)
-    try:
+    with contextlib.suppress(OSError):
         staged.parent.rmdir()  # the staging folder exists only while a save is in flight
-    except OSError:
-        pass
 
 
 def _rotate(project: Path, limit: int | None, keep: set[Path]) -> None:

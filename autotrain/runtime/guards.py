@@ -5,8 +5,10 @@ from __future__ import annotations
 
 class Diverged(Exception):
     def __init__(self, step: int, loss: float):
-        super().__init__(f"training diverged: non-finite loss ({loss}) at step {step + 1}; "
-                         "lower training_args.lr, check the data, or set training_args.nan_policy: skip_batch")
+        super().__init__(
+            f"training diverged: non-finite loss ({loss}) at step {step + 1}; "
+            "lower training_args.lr, check the data, or set training_args.nan_policy: skip_batch"
+        )
         self.step = step
 
 

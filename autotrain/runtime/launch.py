@@ -132,9 +132,7 @@ def _quiet_agent() -> None:
     if debug_enabled():
         return
     for name in list(logging.root.manager.loggerDict):
-        if name.startswith(
-            ("torch.distributed.elastic", "torch.distributed.run", "torch.distributed.launcher")
-        ):
+        if name.startswith(("torch.distributed.elastic", "torch.distributed.run", "torch.distributed.launcher")):
             logging.getLogger(name).setLevel(logging.CRITICAL)
 
 

@@ -28,8 +28,10 @@ def prepare_project(folder: Path, resume: str | None, overwrite: bool) -> None:
         raise UserInputError(f"project_name `{folder}` is a file, not a folder")
     if holds_run(folder) and not resume:
         if not overwrite:
-            raise UserInputError(f"project folder `{folder}` already holds a run; add --resume to continue it, "
-                                 "--overwrite to replace it, or change project_name")
+            raise UserInputError(
+                f"project folder `{folder}` already holds a run; add --resume to continue it, "
+                "--overwrite to replace it, or change project_name"
+            )
         shutil.rmtree(folder)
     folder.mkdir(parents=True, exist_ok=True)
 
@@ -105,7 +107,14 @@ def push_to_hub(loaded: LoadedConfig) -> str:
     api.upload_folder(
         folder_path=cfg.project_name,
         repo_id=cfg.hub.repo_id,
-        ignore_patterns=["checkpoint-*", "checkpoint-*/**", "logs/**", ".staging/**", "run.json", "training_args.bin"],
+        ignore_patterns=[
+            "checkpoint-*",
+            "checkpoint-*/**",
+            "logs/**",
+            ".staging/**",
+            "run.json",
+            "training_args.bin",
+        ],
         commit_message="Upload model trained with autotrain",
     )
     return str(repo)

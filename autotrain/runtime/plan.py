@@ -36,8 +36,10 @@ def print_plan(loaded: LoadedConfig, argv_sets: list[str] | tuple = ()) -> None:
     print("# plan")
     what = cfg.task + (f" / trainer {cfg.trainer}" if cfg.task == "llm" else "")
     print(f"task: {what}")
-    print(f"effective batch size: {effective} = batch_size {args.batch_size} x gradient_accumulation "
-          f"{args.gradient_accumulation} x processes {processes}")
+    print(
+        f"effective batch size: {effective} = batch_size {args.batch_size} x gradient_accumulation "
+        f"{args.gradient_accumulation} x processes {processes}"
+    )
     print(f"output folder: {loaded.redacted()['project_name']}")
     if processes > 1:
         from autotrain.runtime.launch import display_command

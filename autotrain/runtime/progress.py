@@ -60,8 +60,9 @@ class ProgressCallback(TrainerCallback):
                 transient=False,
             )
             self.progress.start()
-            self.task = self.progress.add_task("train", total=state.max_steps, completed=state.global_step,
-                                               loss="-", lr="-", rate="-")
+            self.task = self.progress.add_task(
+                "train", total=state.max_steps, completed=state.global_step, loss="-", lr="-", rate="-"
+            )
         else:
             print(f"training: {state.max_steps} steps", file=self.stream, flush=True)
 
@@ -79,19 +80,25 @@ class ProgressCallback(TrainerCallback):
         rate, eta = self._rate(state)
         loss, lr = self.last["loss"], self.last["lr"]
         if self.progress is not None:
-            self.progress.update(self.task, completed=state.global_step, loss=f"{loss:.4f}", lr=f"{lr:.2e}",
-                                 rate=rate)
+            self.progress.update(self.task, completed=state.global_step, loss=f"{loss:.4f}", lr=f"{lr:.2e}", rate=rate)
             evals = {k: v for k, v in logs.items() if k.startswith("eval_") and isinstance(v, (int, float))}
             if evals:
                 self.progress.console.print("eval " + "  ".join(f"{k[5:]} {v:.4g}" for k, v in evals.items()))
             return
         if "loss" in logs:
-            print(f"step {state.global_step}/{state.max_steps}  loss {loss:.4f}  lr {lr:.3e}  "
-                  f"{rate}  eta {_fmt_eta(eta)}", file=self.stream, flush=True)
+            print(
+                f"step {state.global_step}/{state.max_steps}  loss {loss:.4f}  lr {lr:.3e}  "
+                f"{rate}  eta {_fmt_eta(eta)}",
+                file=self.stream,
+                flush=True,
+            )
         evals = {k: v for k, v in logs.items() if k.startswith("eval_") and isinstance(v, (int, float))}
         if evals:
-            print(f"eval step {state.global_step}  " + "  ".join(f"{k[5:]} {v:.4g}" for k, v in evals.items()),
-                  file=self.stream, flush=True)
+            print(
+                f"eval step {state.global_step}  " + "  ".join(f"{k[5:]} {v:.4g}" for k, v in evals.items()),
+                file=self.stream,
+                flush=True,
+            )
 
     def on_train_end(self, args, state, control, **kwargs):
         self.close()

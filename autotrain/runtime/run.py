@@ -6,6 +6,7 @@ Exit codes: 0 done, 1 failure during training (traceback in project_name/logs/),
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import sys
@@ -77,7 +78,6 @@ def run(loaded: LoadedConfig, resume: str | None = None, overwrite: bool = False
             eprint(prefix + redact(message, loaded.secrets))
 
     manifest = None
-    checkpoints_seen: list[str] = []
     from autotrain.runtime.signals import GracefulStop, Interrupted
 
     stop = GracefulStop()
@@ -112,7 +112,6 @@ def run(loaded: LoadedConfig, resume: str | None = None, overwrite: bool = False
         from autotrain.runtime.guards import install_loss_hooks
         from autotrain.runtime.progress import ProgressCallback
         from autotrain.trainers import build_trainer
-
         from autotrain.trainers.common import check_logger
 
         check_logger(cfg.log)
@@ -131,8 +130,10 @@ def run(loaded: LoadedConfig, resume: str | None = None, overwrite: bool = False
         last = _last_checkpoint(folder)
         if stop.received is not None:
             code = Interrupted(stop.received).exit_code
-            say(f"interrupted: checkpoint saved to {last} (step {trainer.state.global_step}); "
-                f"resume with:\n  {resume_command(loaded, list(argv_sets))}")
+            say(
+                f"interrupted: checkpoint saved to {last} (step {trainer.state.global_step}); "
+                f"resume with:\n  {resume_command(loaded, list(argv_sets))}"
+            )
             _finish(manifest, "interrupted", code, last)
             return code
         metrics = dict(result.metrics)
@@ -189,7 +190,5 @@ def _last_checkpoint(folder: Path) -> str | None:
 
 def _finish(manifest, status: str, code: int, last: str | None) -> None:
     if manifest is not None:
-        try:
+        with contextlib.suppress(OSError):
             manifest.finish(status, code, last)
-        except OSError:
-            pass

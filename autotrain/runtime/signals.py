@@ -41,13 +41,21 @@ class GracefulStop(TrainerCallback):
 
     def _handle(self, signum, frame) -> None:
         if self.received is not None:
-            print(f"\n{signal.Signals(signum).name} again: exiting now without saving", file=sys.stderr, flush=True)
+            print(
+                f"\n{signal.Signals(signum).name} again: exiting now without saving",
+                file=sys.stderr,
+                flush=True,
+            )
             os._exit(EXIT_CODES[signum])
         self.received = signum
         if not self.training:
             raise Interrupted(signum)
-        print(f"\n{signal.Signals(signum).name}: finishing this step and saving a checkpoint "
-              "(send it again to exit at once)", file=sys.stderr, flush=True)
+        print(
+            f"\n{signal.Signals(signum).name}: finishing this step and saving a checkpoint "
+            "(send it again to exit at once)",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.training = True

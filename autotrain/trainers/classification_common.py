@@ -59,8 +59,7 @@ def classification_training_kwargs(cfg: ClassificationConfig, precision: Precisi
     evaluating = kwargs["eval_strategy"] != "no"
     if args.early_stopping is not None and not evaluating:
         raise UserInputError(
-            "training_args.early_stopping needs evaluations; set training_args.eval_strategy "
-            "to `epoch` or `steps`"
+            "training_args.early_stopping needs evaluations; set training_args.eval_strategy to `epoch` or `steps`"
         )
     if args.early_stopping is not None or (args.load_best_model and evaluating):
         metric = args.early_stopping.metric if args.early_stopping is not None else "eval_loss"
@@ -83,9 +82,7 @@ def early_stopping_callbacks(cfg: ClassificationConfig) -> list:
         return []
     from transformers import EarlyStoppingCallback
 
-    return [
-        EarlyStoppingCallback(early_stopping_patience=stop.patience, early_stopping_threshold=stop.threshold)
-    ]
+    return [EarlyStoppingCallback(early_stopping_patience=stop.patience, early_stopping_threshold=stop.threshold)]
 
 
 def load_error(cfg: ClassificationConfig, what: str, exc: Exception) -> UserInputError:

@@ -21,7 +21,6 @@ def training_kwargs(cfg: TaskConfig, precision: Precision, has_eval: bool) -> di
     """The TrainingArguments fields autotrain controls, for any Trainer/TRL config class."""
     from autotrain.optimizers.registry import BUNDLED, hf_optimizer_settings
 
-
     args = cfg.training_args
     eval_strategy = args.eval_strategy if has_eval else "no"
     kwargs: dict[str, Any] = {

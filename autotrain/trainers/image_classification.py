@@ -104,9 +104,7 @@ def collate(rows: list[dict]) -> dict:
     }
 
 
-def build_model(
-    cfg: ImageClassificationConfig, splits: ClassificationSplits, config, token: str | None = None
-):
+def build_model(cfg: ImageClassificationConfig, splits: ClassificationSplits, config, token: str | None = None):
     import torch
     from transformers import AutoModelForImageClassification
 

@@ -20,15 +20,21 @@ def group_texts(dataset, tokenizer, block: int):
         flat = [t for ids in batch["input_ids"] for t in ids]
         usable = len(flat) // block * block
         blocks = [flat[i : i + block] for i in range(0, usable, block)]
-        return {"input_ids": blocks, "labels": [list(b) for b in blocks], "attention_mask": [[1] * block for _ in blocks]}
+        return {
+            "input_ids": blocks,
+            "labels": [list(b) for b in blocks],
+            "attention_mask": [[1] * block for _ in blocks],
+        }
 
     tokens = dataset.map(tokenize, batched=True, remove_columns=dataset.column_names)
     grouped = tokens.map(chunk, batched=True, batch_size=1000, remove_columns=tokens.column_names)
     if len(grouped) == 0:
         from autotrain.config.errors import UserInputError
 
-        raise UserInputError(f"the text is shorter than one block of training_args.max_length={block} tokens; "
-                             "lower max_length or add data")
+        raise UserInputError(
+            f"the text is shorter than one block of training_args.max_length={block} tokens; "
+            "lower max_length or add data"
+        )
     return grouped
 
 

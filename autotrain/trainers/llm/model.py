@@ -63,16 +63,22 @@ def quantization_config(cfg: LLMConfig, precision: Precision):
     if not cfg.uses_peft or cfg.peft.quantization is None:
         return None
     if precision.device != "cuda":
-        raise UserInputError(f"peft.quantization: {cfg.peft.quantization} loads through bitsandbytes and needs a "
-                             "CUDA GPU; none is visible. Remove `peft.quantization` to train on this machine")
+        raise UserInputError(
+            f"peft.quantization: {cfg.peft.quantization} loads through bitsandbytes and needs a "
+            "CUDA GPU; none is visible. Remove `peft.quantization` to train on this machine"
+        )
     import torch
     from transformers import BitsAndBytesConfig
 
     if cfg.peft.quantization == "int8":
         return BitsAndBytesConfig(load_in_8bit=True)
     compute = torch.bfloat16 if precision.mode == "bf16" else torch.float16
-    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-                              bnb_4bit_compute_dtype=compute)
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=compute,
+    )
 
 
 def build_model(cfg: LLMConfig, precision: Precision, token: str | None = None, reward: bool = False):

@@ -13,7 +13,10 @@ def _join_prompt(dataset):
     if "prompt" not in dataset.column_names:
         return dataset
     return dataset.map(
-        lambda ex: {"chosen": _concat(ex["prompt"], ex["chosen"]), "rejected": _concat(ex["prompt"], ex["rejected"])},
+        lambda ex: {
+            "chosen": _concat(ex["prompt"], ex["chosen"]),
+            "rejected": _concat(ex["prompt"], ex["rejected"]),
+        },
         remove_columns=["prompt"],
     )
 
