@@ -1,0 +1,199 @@
+"""Apex-compatible FusedAdam on torch's fused multi-tensor Adam/AdamW kernels."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+from autotrain.optimizers.came import load_state_dict_keeping_dtypes
+
+_HALF_DTYPES = (torch.float16, torch.bfloat16)
+# beta**step underflows to exactly 0 for any beta < 1, so the kernel's bias corrections
+# (1 - beta**step) become exactly 1: this is how bias_correction=False reaches the fused kernel.
+_NO_BIAS_CORRECTION_STEP = 1e30
+
+
+class _Bucket:
+    """Tensors of one (device, dtype) for one multi-tensor kernel call."""
+
+    def __init__(self) -> None:
+        self.params: list[Tensor] = []
+        self.grads: list[Tensor] = []
+        self.exp_avgs: list[Tensor] = []
+        self.exp_avg_sqs: list[Tensor] = []
+        self.steps: list[Tensor] = []
+        self.model_params: list[Tensor] = []  # half params to refresh from their fp32 masters
+
+
+def adam_multi_tensor_(
+    bucket: _Bucket,
+    *,
+    lr: float,
+    betas: tuple[float, float],
+    eps: float,
+    weight_decay: float,
+    adam_w_mode: bool,
+    bias_correction: bool,
+    no_bias_step: Tensor,
+) -> None:
+    """One fused Adam(W) step over a bucket; the kernel reads each step count after increment."""
+    torch._foreach_add_(bucket.steps, 1)
+    steps = bucket.steps if bias_correction else [no_bias_step] * len(bucket.steps)
+    kernel = torch._fused_adamw_ if adam_w_mode else torch._fused_adam_
+    kernel(
+        bucket.params,
+        bucket.grads,
+        bucket.exp_avgs,
+        bucket.exp_avg_sqs,
+        [],
+        steps,
+        lr=lr,
+        beta1=betas[0],
+        beta2=betas[1],
+        weight_decay=weight_decay,
+        eps=eps,
+        amsgrad=False,
+        maximize=False,
+    )
+    if bucket.model_params:
+        torch._foreach_copy_(bucket.model_params, bucket.params)
+
+
+class FusedAdam(Optimizer):
+    r"""Drop-in replacement for ``apex.optimizers.FusedAdam`` (same constructor and state names).
+
+    Per parameter, with :math:`t` the step, :math:`\lambda` = ``weight_decay``:
+
+    * ``adam_w_mode=False`` (Adam, L2): :math:`g \leftarrow g + \lambda p`
+    * :math:`m \leftarrow \beta_1 m + (1-\beta_1) g`, :math:`v \leftarrow \beta_2 v + (1-\beta_2) g^2`
+    * ``bias_correction``: :math:`\hat m = m / (1-\beta_1^t)`, :math:`\hat v = v / (1-\beta_2^t)`
+      (otherwise :math:`\hat m = m`, :math:`\hat v = v`)
+    * ``adam_w_mode=True`` (AdamW): :math:`p \leftarrow p - \eta\lambda p`
+    * :math:`p \leftarrow p - \eta\, \hat m / (\sqrt{\hat v} + \epsilon)`
+
+    Params are bucketed by (device, dtype) and each bucket is one call of torch's fused
+    multi-tensor kernel (``torch._fused_adamw_`` / ``torch._fused_adam_``, CPU and CUDA), the
+    same one ``torch.optim.AdamW(fused=True)`` runs. How each Apex flag maps onto it:
+
+    * ``bias_correction=False``: the kernel always corrects, so it is handed a step of 1e30,
+      where :math:`\beta^t` is exactly 0 and both corrections exactly 1 (``state["step"]`` still
+      counts real steps).
+    * ``master_weights=True``: fp16/bf16 params get an fp32 copy (``state["master_param"]``) and
+      fp32 moments; the kernel updates the copy from the grad cast to fp32, and the param is
+      refreshed from it. Without it, moments are kept in the param dtype (the kernel needs one
+      dtype per call); for fp16 training prefer master weights.
+    * ``capturable``: accepted for compatibility; the step never synchronises with the host
+      (step counts live on the param's device, no ``.item()``), so it is graph-capturable either
+      way. The learning rate is read as a Python float.
+    * ``set_grad_none``: the default of ``zero_grad()``.
+    * ``amsgrad=True`` and sparse gradients are rejected (neither has a fused path).
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict[str, Any]],
+        lr: float = 1e-3,
+        bias_correction: bool = True,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        adam_w_mode: bool = True,
+        weight_decay: float = 0.0,
+        amsgrad: bool = False,
+        set_grad_none: bool = True,
+        capturable: bool = False,
+        master_weights: bool = False,
+    ) -> None:
+        if amsgrad:
+            raise ValueError("FusedAdam does not support amsgrad=True (no fused amsgrad path)")
+        if not lr >= 0.0:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not eps >= 0.0:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
+            raise ValueError(f"Invalid beta parameters: {betas}")
+        if not weight_decay >= 0.0:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        defaults = dict(
+            lr=lr,
+            bias_correction=bias_correction,
+            betas=tuple(betas),
+            eps=eps,
+            weight_decay=weight_decay,
+        )
+        super().__init__(params, defaults)
+        self.adam_w_mode = adam_w_mode
+        self.set_grad_none = set_grad_none
+        self.capturable = capturable
+        self.master_weights = master_weights
+        self._no_bias_steps: dict[torch.device, Tensor] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Optimizer pickles only defaults/state/param_groups; keep the Apex-level flags too.
+        flags = ("adam_w_mode", "set_grad_none", "capturable", "master_weights")
+        return {**super().__getstate__(), **{k: getattr(self, k) for k in flags}, "_no_bias_steps": {}}
+
+    def _init_group(self, group: dict[str, Any]) -> dict[tuple[torch.device, torch.dtype], _Bucket]:
+        buckets: dict[tuple[torch.device, torch.dtype], _Bucket] = defaultdict(_Bucket)
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            if p.grad.is_sparse:
+                raise RuntimeError("FusedAdam does not support sparse gradients")
+            state = self.state[p]
+            use_master = self.master_weights and p.dtype in _HALF_DTYPES
+            if len(state) == 0:
+                state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
+                if use_master:
+                    state["master_param"] = p.detach().float()
+                buffer_like = state.get("master_param", p)
+                state["exp_avg"] = torch.zeros_like(buffer_like, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(buffer_like, memory_format=torch.preserve_format)
+            target = state["master_param"] if use_master else p
+            bucket = buckets[(p.device, target.dtype)]
+            bucket.params.append(target)
+            bucket.grads.append(p.grad.to(target.dtype))
+            bucket.exp_avgs.append(state["exp_avg"])
+            bucket.exp_avg_sqs.append(state["exp_avg_sq"])
+            bucket.steps.append(state["step"])
+            if use_master:
+                bucket.model_params.append(p)
+        return buckets
+
+    def _no_bias_step(self, device: torch.device) -> Tensor:
+        if device not in self._no_bias_steps:
+            self._no_bias_steps[device] = torch.tensor(_NO_BIAS_CORRECTION_STEP, device=device)
+        return self._no_bias_steps[device]
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
+        """Perform one optimization step; ``closure`` re-evaluates the model and returns the loss."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            for (device, _), bucket in self._init_group(group).items():
+                adam_multi_tensor_(
+                    bucket,
+                    lr=group["lr"],
+                    betas=group["betas"],
+                    eps=group["eps"],
+                    weight_decay=group["weight_decay"],
+                    adam_w_mode=self.adam_w_mode,
+                    bias_correction=group["bias_correction"],
+                    no_bias_step=self._no_bias_step(device),
+                )
+        return loss
+
+    def zero_grad(self, set_to_none: bool | None = None) -> None:
+        """Reset gradients; ``set_to_none`` defaults to the constructor's ``set_grad_none``."""
+        super().zero_grad(set_to_none=self.set_grad_none if set_to_none is None else set_to_none)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        load_state_dict_keeping_dtypes(self, state_dict)
