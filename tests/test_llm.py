@@ -255,3 +255,13 @@ def test_missing_logger_package_is_bad_input(tmp_path):
         pytest.skip("wandb is installed here")
     result = CliRunner().invoke(app, ["llm", "--config", str(write_config(tmp_path, log="wandb"))])
     assert result.exit_code == 2 and "pip install wandb" in result.output
+
+
+def test_adamw_8bit_without_bitsandbytes_is_bad_input(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("bitsandbytes") is not None:
+        pytest.skip("bitsandbytes is installed here")
+    path = write_config(tmp_path, training_args={"optimizer": "adamw_8bit"})
+    result = CliRunner().invoke(app, ["llm", "--config", str(path)])
+    assert result.exit_code == 2 and "pip install bitsandbytes" in result.output

@@ -112,9 +112,10 @@ def run(loaded: LoadedConfig, resume: str | None = None, overwrite: bool = False
         from autotrain.runtime.guards import install_loss_hooks
         from autotrain.runtime.progress import ProgressCallback
         from autotrain.trainers import build_trainer
-        from autotrain.trainers.common import check_logger
+        from autotrain.trainers.common import check_logger, check_optimizer
 
         check_logger(cfg.log)
+        check_optimizer(cfg.training_args.optimizer)
         progress = ProgressCallback()
         trainer = build_trainer(cfg, [progress, stop], token=cfg.hub.token)
         trainer.remove_callback(PrinterCallback)  # our progress display replaces its raw dict lines

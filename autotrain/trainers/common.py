@@ -17,6 +17,17 @@ def check_logger(log: str) -> None:
         raise UserInputError(f"log: {log} needs the `{log}` package: pip install {log} (or set `log: none`)")
 
 
+def check_optimizer(name: str) -> None:
+    """`adamw_8bit` runs on bitsandbytes, which is not a dependency: say so before any model loads."""
+    import importlib.util
+
+    if name == "adamw_8bit" and importlib.util.find_spec("bitsandbytes") is None:
+        raise UserInputError(
+            "training_args.optimizer: adamw_8bit needs bitsandbytes: pip install bitsandbytes "
+            "(or use `came_8bit`, which needs nothing extra)"
+        )
+
+
 def training_kwargs(cfg: TaskConfig, precision: Precision, has_eval: bool) -> dict[str, Any]:
     """The TrainingArguments fields autotrain controls, for any Trainer/TRL config class."""
     from autotrain.optimizers.registry import BUNDLED, hf_optimizer_settings
