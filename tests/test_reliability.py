@@ -214,3 +214,23 @@ def test_token_never_written_or_printed(tmp_path):
         if file.is_file():
             assert secret.encode() not in file.read_bytes(), f"token found in {file}"
     assert "***" in (tmp_path / "run" / "autotrain.yaml").read_text()
+
+
+def test_second_signal_exits_at_once_and_keeps_the_last_checkpoint(tmp_path):
+    # Long steps, so the second signal lands while the first is still being honoured.
+    path = config(tmp_path, max_steps=400, save_steps=2, batch_size=32, max_length=128)
+    proc = spawn("llm", "--config", str(path))
+    for line in proc.stdout:
+        if line.startswith("step 3/"):
+            proc.send_signal(signal.SIGTERM)
+        if line.startswith("SIGTERM: finishing"):  # the first signal was handled: send the second
+            proc.send_signal(signal.SIGTERM)
+            break
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 143, out
+    assert "exiting now without saving" in out
+    complete = [p for p in (tmp_path / "run").glob("checkpoint-*") if (p / ".autotrain-complete").is_file()]
+    assert complete, "the last complete checkpoint was lost"
+    from autotrain.runtime.checkpoints import find_resume_checkpoint
+
+    assert find_resume_checkpoint(tmp_path / "run", "latest") == str(max(complete, key=lambda p: int(p.name[11:])))
