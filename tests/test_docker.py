@@ -179,7 +179,7 @@ def test_dockerignore_keeps_the_context_small():
 
 
 def test_docs_show_build_and_run():
-    docs = (ROOT / "docs" / "distributed.md").read_text()
+    docs = (ROOT / "README.md").read_text()
     assert "docker build -t autotrain ." in docs
     run = next(line for line in docs.splitlines() if line.startswith("docker run --gpus all"))
     assert '-v "$PWD":/workspace' in run and "autotrain llm --config" in docs
