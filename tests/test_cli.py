@@ -142,8 +142,11 @@ def test_init_writes_a_template_that_validates(cli, tmp_path, task, trainer):
 
     text = out.read_text(encoding="utf-8")
     first, *rest = text.splitlines()
-    assert rest == (CONFIGS / TEMPLATES[(task, trainer)]).read_text(encoding="utf-8").splitlines()[1:]
-    assert any(line.startswith("#") and "autotrain" in line for line in rest)  # commented, shows the command
+    template = (CONFIGS / TEMPLATES[(task, trainer)]).read_text(encoding="utf-8")
+    # The copy is the template, with its "run:" comment naming the copy instead of the template.
+    expected = template.replace(f"--config configs/{TEMPLATES[(task, trainer)]}", f"--config {out}", 1)
+    assert rest == expected.splitlines()[1:]
+    assert f"#   autotrain {task} --config {out}" in rest
     # The schema comment points at a schema file that exists, and the template satisfies it.
     uri = first.removeprefix("# yaml-language-server: $schema=")
     schema_file = Path(url2pathname(urlparse(uri).path))

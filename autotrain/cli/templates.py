@@ -62,13 +62,16 @@ def init(
             raise fail(f"unknown trainer `{trainer}`; choose one of: sft, orpo, dpo, reward, clm")
     elif trainer is not None:
         raise fail(f"--trainer applies to `llm` only, not `{task}`")
-    source = templates_dir() / TEMPLATES[(task, trainer if task == "llm" else None)]
+    key = (task, trainer if task == "llm" else None)
+    source = templates_dir() / TEMPLATES[key]
     output = output or Path(f"{task}{'-' + trainer if trainer else ''}.yml")
     if output.exists() and not force:
         raise fail(f"{output} exists; choose another -o PATH or add --force", EXIT_BAD_INPUT)
     text = source.read_text(encoding="utf-8")
     # The template's schema comment is relative to configs/; point it at the installed schema instead.
     text = _SCHEMA_COMMENT.sub(f"# yaml-language-server: $schema={schema_path(task).as_uri()}", text, count=1)
+    # ...and its "run:" line at the copy, not at the template.
+    text = text.replace(f"--config configs/{TEMPLATES[key]}", f"--config {output}", 1)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(text, encoding="utf-8")
     print(
