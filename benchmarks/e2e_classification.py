@@ -236,9 +236,7 @@ def main() -> int:
         if ratio < 0.98:
             missed.append("train samples/s")
         losses = {k: median([m["train_loss"] for _, m in v]) for k, v in train.items()}
-        notes.append(
-            f"train_loss autotrain {losses['autotrain']:.4f} vs Trainer {losses['trainer']:.4f} (same work)"
-        )
+        notes.append(f"train_loss autotrain {losses['autotrain']:.4f} vs Trainer {losses['trainer']:.4f} (same work)")
         for k, v in train.items():
             notes.append(f"{k} samples/s: " + " ".join(f"{m['train_samples_per_second']:.1f}" for _, m in v))
 

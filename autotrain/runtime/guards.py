@@ -12,13 +12,16 @@ class Diverged(Exception):
         self.step = step
 
 
-def _count_tokens(inputs) -> int:
-    """Non-padding tokens of a batch, whatever the trainer calls its columns (input_ids, chosen_input_ids...)."""
+def _count_tokens(inputs):
+    """Non-padding tokens of a batch, whatever the trainer calls its columns (input_ids, chosen_input_ids...).
+
+    Returned as a tensor on the batch's device when it comes from masks, so counting never waits for the GPU.
+    """
     masks = [v for k, v in inputs.items() if k.endswith("attention_mask") and hasattr(v, "sum")]
     if masks:
-        return int(sum(m.sum() for m in masks))
+        return sum(m.sum() for m in masks)
     ids = [v for k, v in inputs.items() if k.endswith("input_ids") and hasattr(v, "numel")]
-    return int(sum(i.numel() for i in ids))
+    return sum(i.numel() for i in ids)
 
 
 def _count_samples(inputs) -> int:
@@ -31,7 +34,8 @@ def install_loss_hooks(trainer, policy: str) -> None:
 
     It also counts the batch's tokens and samples into `trainer.tokens_seen` / `trainer.samples_seen` for
     the progress display (the Trainer's own counter only knows `input_ids`, which preference trainers do
-    not use, and images have no tokens).
+    not use, and images have no tokens). The one host-device sync per micro-batch is the finiteness check,
+    which has to come before backward.
 
     Checking before backward means a bad batch never touches the weights or the optimizer state:
     `halt` raises (the last saved checkpoint stays the newest), `skip_batch` replaces the loss by a zero

@@ -34,7 +34,7 @@ class ProgressCallback(TrainerCallback):
     def _rate(self, state) -> tuple[str, float]:
         """Throughput as text (tokens/s, or samples/s for inputs without tokens) and seconds left."""
         elapsed = max(time.perf_counter() - self.start, 1e-9)
-        tokens = getattr(self.trainer, "tokens_seen", 0) - self.first_tokens
+        tokens = int(getattr(self.trainer, "tokens_seen", 0) - self.first_tokens)
         samples = getattr(self.trainer, "samples_seen", 0) - self.first_samples
         done = state.global_step - self.first_step
         eta = (state.max_steps - state.global_step) * elapsed / done if done else float("nan")
@@ -46,7 +46,7 @@ class ProgressCallback(TrainerCallback):
             return
         self.start = time.perf_counter()
         self.first_step = state.global_step
-        self.first_tokens = getattr(self.trainer, "tokens_seen", 0)
+        self.first_tokens = int(getattr(self.trainer, "tokens_seen", 0))
         self.first_samples = getattr(self.trainer, "samples_seen", 0)
         if self.rich:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
