@@ -8,7 +8,7 @@ from typing import Any
 from autotrain.config.classification import ImageClassificationConfig, TextClassificationConfig
 from autotrain.config.errors import UserInputError
 from autotrain.runtime.precision import Precision
-from autotrain.trainers.common import training_kwargs
+from autotrain.trainers.common import load_error, training_kwargs
 
 ClassificationConfig = TextClassificationConfig | ImageClassificationConfig
 METRICS = ("accuracy", "f1", "precision", "recall")
@@ -83,11 +83,6 @@ def early_stopping_callbacks(cfg: ClassificationConfig) -> list:
     from transformers import EarlyStoppingCallback
 
     return [EarlyStoppingCallback(early_stopping_patience=stop.patience, early_stopping_threshold=stop.threshold)]
-
-
-def load_error(cfg: ClassificationConfig, what: str, exc: Exception) -> UserInputError:
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return UserInputError(f"cannot load the {what} of base_model `{cfg.base_model}`: {first}")
 
 
 def base_config(cfg: ClassificationConfig, token: str | None):

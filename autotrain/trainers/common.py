@@ -9,6 +9,12 @@ from autotrain.config.errors import UserInputError
 from autotrain.runtime.precision import Precision
 
 
+def load_error(cfg: TaskConfig, what: str, exc: Exception) -> UserInputError:
+    """A failed `from_pretrained` of base_model as bad input (exit 2), with the library's first line."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return UserInputError(f"cannot load the {what} of base_model `{cfg.base_model}`: {first}")
+
+
 def check_logger(log: str) -> None:
     """`log: tensorboard | wandb` needs its package; say so before any model is loaded."""
     import importlib.util

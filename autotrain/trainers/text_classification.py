@@ -16,10 +16,9 @@ from autotrain.trainers.classification_common import (
     early_stopping_callbacks,
     head_mismatch,
     label_kwargs,
-    load_error,
     logits_to_predictions,
 )
-from autotrain.trainers.common import attach_optimizer
+from autotrain.trainers.common import attach_optimizer, load_error
 
 
 def build_tokenizer(cfg: TextClassificationConfig, token: str | None = None):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from autotrain.config.errors import UserInputError
 from autotrain.config.llm import LLMConfig
 from autotrain.runtime.precision import Precision
+from autotrain.trainers.common import load_error
 
 CHAT_TEMPLATES = {
     "chatml": (
@@ -18,11 +19,6 @@ CHAT_TEMPLATES = {
 }
 
 
-def _load_error(cfg: LLMConfig, what: str, exc: Exception) -> UserInputError:
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return UserInputError(f"cannot load the {what} of base_model `{cfg.base_model}`: {first}")
-
-
 def build_tokenizer(cfg: LLMConfig, token: str | None = None):
     from transformers import AutoTokenizer
 
@@ -31,7 +27,7 @@ def build_tokenizer(cfg: LLMConfig, token: str | None = None):
             cfg.base_model, revision=cfg.revision, token=token, trust_remote_code=cfg.trust_remote_code
         )
     except (OSError, ValueError) as exc:
-        raise _load_error(cfg, "tokenizer", exc) from None
+        raise load_error(cfg, "tokenizer", exc) from None
     if tokenizer.pad_token is None:
         # Padding is masked out of the loss, so reusing EOS (or UNK) as padding is safe.
         tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
@@ -101,7 +97,7 @@ def build_model(cfg: LLMConfig, precision: Precision, token: str | None = None, 
     try:
         model = cls.from_pretrained(cfg.base_model, **kwargs)
     except (OSError, ValueError) as exc:
-        raise _load_error(cfg, "weights", exc) from None
+        raise load_error(cfg, "weights", exc) from None
     if quant is not None:
         from peft import prepare_model_for_kbit_training
 
