@@ -280,9 +280,7 @@ def _predict_colors(run: Path) -> list[str]:
 def test_image_folder(tmp_path, tiny_vit, image_folder):
     run = tmp_path / "run"
     data = {"path": str(image_folder), "valid_size": 0.25}
-    train(
-        "image-classification", write_config(tmp_path, "image-classification", tiny_vit, data, augment=True)
-    )
+    train("image-classification", write_config(tmp_path, "image-classification", tiny_vit, data, augment=True))
     assert_weights_changed(run, tiny_vit)
     assert eval_results(run)["eval_accuracy"] >= 0.9
     assert (run / "preprocessor_config.json").is_file()
@@ -296,9 +294,7 @@ def test_image_table(tmp_path, tiny_vit, image_table):
         "valid_split": "validation",
         "column_mapping": {"image": "file", "target": "color"},
     }
-    train(
-        "image-classification", write_config(tmp_path, "image-classification", tiny_vit, data, augment=False)
-    )
+    train("image-classification", write_config(tmp_path, "image-classification", tiny_vit, data, augment=False))
     assert eval_results(run)["eval_accuracy"] >= 0.9
     assert _predict_colors(run) == ["red", "blue"]
 
@@ -332,13 +328,9 @@ def _bad_text(tmp_path: Path, text_data: Path, case: str) -> dict:
     elif case == "empty-file":
         (folder / "validation.csv").write_bytes(b"")
     elif case == "unseen-label":
-        (folder / "validation.csv").write_text(
-            "text,label\nthe plot was fine,neutral\nthe film was great,positive\n"
-        )
+        (folder / "validation.csv").write_text("text,label\nthe plot was fine,neutral\nthe film was great,positive\n")
     elif case == "not-utf8":
-        (folder / "validation.csv").write_bytes(
-            "text,label\ncaf\u00e9 was great,positive\n".encode("latin-1")
-        )
+        (folder / "validation.csv").write_bytes("text,label\ncaf\u00e9 was great,positive\n".encode("latin-1"))
     return data
 
 

@@ -132,9 +132,7 @@ def test_usage_errors_exit_2(cli, args):
 # --- init ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("task", "trainer"), list(TEMPLATES), ids=[f"{t}-{tr}" if tr else t for t, tr in TEMPLATES]
-)
+@pytest.mark.parametrize(("task", "trainer"), list(TEMPLATES), ids=[f"{t}-{tr}" if tr else t for t, tr in TEMPLATES])
 def test_init_writes_a_template_that_validates(cli, tmp_path, task, trainer):
     out = tmp_path / "sub" / "config.yml"
     result = cli("init", task, *(["--trainer", trainer] if trainer else []), "-o", out)
@@ -298,8 +296,7 @@ def test_set_null_removes_a_section(cli):
         ("training_args.lr=0", "--set training_args.lr: training_args.lr: Input should be greater than 0"),
         (
             "training_args.batch_sise=4",
-            "--set training_args.batch_sise: training_args.batch_sise: unknown key "
-            "(did you mean `batch_size`?)",
+            "--set training_args.batch_sise: training_args.batch_sise: unknown key (did you mean `batch_size`?)",
         ),
         ("peft.r=abc", "--set peft.r: peft.r: Input should be a valid integer"),
         ("training_args.lr", "--set: <root>: `--set training_args.lr`: expected KEY.PATH=VALUE"),

@@ -57,9 +57,7 @@ def parse_dockerfile(text: str) -> list[tuple[str, str]]:
 
 def exec_form(args: str) -> list[str]:
     value = json.loads(args)
-    assert isinstance(value, list) and all(isinstance(v, str) for v in value), (
-        f"not an exec-form list: {args}"
-    )
+    assert isinstance(value, list) and all(isinstance(v, str) for v in value), f"not an exec-form list: {args}"
     return value
 
 
@@ -100,9 +98,7 @@ def test_base_image_is_cuda_pytorch(dockerfile):
         if kw == "ARG":
             before_from.update(key_values(args))
     image = substitute(image, before_from)
-    assert re.fullmatch(r"pytorch/pytorch:\d+\.\d+(\.\d+)?-cuda\d+\.\d+-cudnn\d+-(runtime|devel)", image), (
-        image
-    )
+    assert re.fullmatch(r"pytorch/pytorch:\d+\.\d+(\.\d+)?-cuda\d+\.\d+-cudnn\d+-(runtime|devel)", image), image
 
 
 def test_installs_this_package_with_its_dependencies(dockerfile):
@@ -129,9 +125,7 @@ def test_runs_as_a_non_root_user(dockerfile):
     assert users and users[-1].split(":")[0] not in ("root", "0")
     last_user = max(i for i, (kw, _) in enumerate(dockerfile) if kw == "USER")
     assert all(kw != "RUN" for kw, _ in dockerfile[last_user:]), "a RUN after USER would need root"
-    assert f"useradd --create-home --uid 1000 --shell /bin/bash {users[-1]}" in " ".join(
-        values(dockerfile, "RUN")
-    )
+    assert f"useradd --create-home --uid 1000 --shell /bin/bash {users[-1]}" in " ".join(values(dockerfile, "RUN"))
 
 
 def test_hf_home_is_a_volume(dockerfile):
