@@ -297,3 +297,11 @@ def test_expected_task_mismatch(tmp_path):
         load_config(write(tmp_path), expected_task="text-classification", environ={})
     [issue] = caught.value.issues
     assert issue.dotted == "task" and "run `autotrain llm --config" in issue.message
+
+
+def test_misspelt_required_key_is_one_problem(cli):
+    path = CORPUS_DIR / "typo-required-key.yml"
+    result = cli("validate", path, env=UNSET)
+    assert result.exit_code == 2
+    reported = [line for line in result.stderr.splitlines() if line.startswith(f"{path}:")]
+    assert len(reported) == 1 and "did you mean `base_model`" in reported[0], result.stderr

@@ -115,9 +115,15 @@ def load_data(
     try:
         config = model.model_validate(data)
     except ValidationError as exc:
-        for err in exc.errors():
+        errors = exc.errors()
+        # A misspelt required key is one mistake: report the typo with its suggestion, not also the
+        # "missing" field it was meant to be.
+        typos = {tuple(e["loc"][:-1]) + (_suggestion(e, model),) for e in errors if e["type"] == "extra_forbidden"}
+        for err in errors:
             loc = tuple(err["loc"])
             if loc in covered or loc[:-1] in covered and err["type"] == "extra_forbidden":
+                continue
+            if err["type"] == "missing" and loc in typos:
                 continue
             issues.append(locator.issue(loc, _message(err, model)))
     issues += rule_issues
@@ -153,6 +159,15 @@ def _message(err: dict, model: type[BaseModel]) -> str:
     if "input" in err and not isinstance(err["input"], (dict, list)) and not secret:
         message += f" (got `{err['input']}`)"
     return message
+
+
+def _suggestion(err: dict, model: type[BaseModel]) -> str | None:
+    """The valid key an unknown key was probably meant to be, if any."""
+    import difflib
+
+    loc = tuple(err["loc"])
+    match = difflib.get_close_matches(str(loc[-1]), _fields_at(model, loc[:-1]), n=1, cutoff=0.6)
+    return match[0] if match else None
 
 
 def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
