@@ -149,14 +149,19 @@ def _text_split(cfg: TextClassificationConfig, split: str, token: str | None):
     return texts, keys, declared, name
 
 
-def load_text_splits(cfg: TextClassificationConfig, token: str | None = None) -> ClassificationSplits:
-    train, train_keys, declared, train_name = _text_split(cfg, cfg.data.train_split, token)
+def _load_splits(cfg, load_one, token: str | None) -> ClassificationSplits:
+    """Train and (if named) validation splits through `load_one`, labels numbered from train."""
+    train, train_keys, declared, train_name = load_one(cfg, cfg.data.train_split, token)
     vocabulary = label_vocabulary(train_keys, declared, train_name)
     valid = valid_keys = None
     valid_name = ""
     if cfg.data.valid_split:
-        valid, valid_keys, _, valid_name = _text_split(cfg, cfg.data.valid_split, token)
+        valid, valid_keys, _, valid_name = load_one(cfg, cfg.data.valid_split, token)
     return _finish(train, train_keys, valid, valid_keys, vocabulary, cfg, train_name, valid_name)
+
+
+def load_text_splits(cfg: TextClassificationConfig, token: str | None = None) -> ClassificationSplits:
+    return _load_splits(cfg, _text_split, token)
 
 
 # Images -------------------------------------------------------------------------------------------------
@@ -279,10 +284,4 @@ def _image_split(cfg: ImageClassificationConfig, split: str, token: str | None):
 
 
 def load_image_splits(cfg: ImageClassificationConfig, token: str | None = None) -> ClassificationSplits:
-    train, train_keys, declared, train_name = _image_split(cfg, cfg.data.train_split, token)
-    vocabulary = label_vocabulary(train_keys, declared, train_name)
-    valid = valid_keys = None
-    valid_name = ""
-    if cfg.data.valid_split:
-        valid, valid_keys, _, valid_name = _image_split(cfg, cfg.data.valid_split, token)
-    return _finish(train, train_keys, valid, valid_keys, vocabulary, cfg, train_name, valid_name)
+    return _load_splits(cfg, _image_split, token)
