@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from autotrain.config.optimizers import OptimizerName
+from autotrain.config.types import Bool, Float, Int
 
 TaskName = Literal["llm", "text-classification", "image-classification"]
 MixedPrecision = Literal["auto", "no", "fp16", "bf16"]
@@ -27,7 +29,7 @@ Scheduler = Literal[
 class StrictModel(BaseModel):
     """Unknown keys are errors (with a suggestion), and the JSON Schema says so."""
 
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
 
 
 class DataConfig(StrictModel):
@@ -44,63 +46,65 @@ class DataConfig(StrictModel):
 
 
 class HubConfig(StrictModel):
-    push_to_hub: bool = Field(False, description="Upload the result to the Hugging Face Hub when training ends.")
+    push_to_hub: Bool = Field(False, description="Upload the result to the Hugging Face Hub when training ends.")
     repo_id: str | None = Field(None, description="Hub repository id, e.g. `me/my-model`.")
-    private: bool = Field(True, description="Create the hub repository as private.")
+    private: Bool = Field(True, description="Create the hub repository as private.")
     token: str | None = Field(None, description="Hub token; use `${HF_TOKEN}`. Never printed or saved.")
 
 
 class DistributedConfig(StrictModel):
-    num_processes: int | Literal["auto"] = Field(
-        1, description="Processes (GPUs) per machine; `auto` = every visible GPU.", ge=1
+    num_processes: Int | Literal["auto"] = Field(
+        1, description="Processes (GPUs) per machine; `auto` = every visible GPU.", ge=1, le=1024
     )
     strategy: Literal["ddp", "fsdp", "deepspeed"] = Field("ddp", description="How processes share the work.")
     fsdp: FsdpConfig | None = Field(None, description="FSDP options (strategy: fsdp).")
     deepspeed: DeepSpeedConfig | None = Field(None, description="DeepSpeed options (strategy: deepspeed).")
-    num_machines: int = Field(1, ge=1, description="Number of machines (nodes).")
-    machine_rank: int = Field(0, ge=0, description="This machine's rank, 0 .. num_machines-1.")
+    num_machines: Int = Field(1, ge=1, le=4096, description="Number of machines (nodes).")
+    machine_rank: Int = Field(0, ge=0, le=4095, description="This machine's rank, 0 .. num_machines-1.")
     main_process_ip: str | None = Field(None, description="Address of machine 0 (multi-node).")
-    main_process_port: int = Field(29500, ge=1, le=65535, description="Port on machine 0 (multi-node).")
+    main_process_port: Int = Field(29500, ge=1, le=65535, description="Port on machine 0 (multi-node).")
 
 
 class FsdpConfig(StrictModel):
     version: Literal[1, 2] = Field(2, description="FSDP version (2 = per-parameter sharding).")
-    reshard_after_forward: bool = Field(True, description="Full shard (true) or shard-grad-op (false).")
-    auto_wrap: bool = Field(True, description="Wrap each decoder layer of the model.")
-    cpu_offload: bool = Field(False, description="Keep parameters and optimizer state on the CPU.")
-    activation_checkpointing: bool = Field(False, description="FSDP activation checkpointing.")
+    reshard_after_forward: Bool = Field(True, description="Full shard (true) or shard-grad-op (false).")
+    auto_wrap: Bool = Field(True, description="Wrap each decoder layer of the model.")
+    cpu_offload: Bool = Field(False, description="Keep parameters and optimizer state on the CPU.")
+    activation_checkpointing: Bool = Field(False, description="FSDP activation checkpointing.")
 
 
 class DeepSpeedConfig(StrictModel):
     stage: Literal[2, 3] = Field(2, description="ZeRO stage.")
     config_file: str | None = Field(None, description="Path to your own DeepSpeed JSON (overrides `stage`).")
-    offload_optimizer: bool = Field(False, description="Offload optimizer state to the CPU.")
+    offload_optimizer: Bool = Field(False, description="Offload optimizer state to the CPU.")
 
 
 DistributedConfig.model_rebuild()
 
 
 class EarlyStopping(StrictModel):
-    patience: int = Field(3, ge=1, description="Evaluations without improvement before stopping.")
-    threshold: float = Field(0.0, ge=0, description="Minimum improvement that counts.")
+    patience: Int = Field(3, ge=1, le=1_000_000, description="Evaluations without improvement before stopping.")
+    threshold: Float = Field(0.0, ge=0, le=1e6, description="Minimum improvement that counts.")
     metric: Literal["eval_loss", "accuracy", "f1", "precision", "recall"] = Field(
         "eval_loss", description="Metric watched (f1, precision and recall are macro averages)."
     )
 
 
 class TrainingArgs(StrictModel):
-    epochs: float = Field(1, gt=0, description="Passes over the training data.")
-    max_steps: int | None = Field(None, ge=1, description="Stop after this many optimizer steps (overrides epochs).")
-    batch_size: int = Field(8, ge=1, description="Samples per device per forward pass.")
-    eval_batch_size: int | None = Field(
-        None, ge=1, description="Samples per device for evaluation (default: batch_size)."
+    epochs: Float = Field(1, gt=0, le=100_000, description="Passes over the training data.")
+    max_steps: Int | None = Field(
+        None, ge=1, le=10**12, description="Stop after this many optimizer steps (overrides epochs)."
     )
-    lr: float = Field(5e-5, gt=0, le=10, description="Peak learning rate.")
-    warmup_ratio: float = Field(0.0, ge=0, lt=1, description="Fraction of steps used for linear warmup.")
-    weight_decay: float = Field(0.0, ge=0, description="Decoupled weight decay (not applied to biases/norms).")
-    max_grad_norm: float | None = Field(1.0, gt=0, description="Gradient clipping norm; null = no clipping.")
-    seed: int = Field(42, ge=0, description="Seed for weights init, data order and dropout.")
-    gradient_accumulation: int = Field(1, ge=1, description="Forward/backward passes per optimizer step.")
+    batch_size: Int = Field(8, ge=1, le=1_048_576, description="Samples per device per forward pass.")
+    eval_batch_size: Int | None = Field(
+        None, ge=1, le=1_048_576, description="Samples per device for evaluation (default: batch_size)."
+    )
+    lr: Float = Field(5e-5, gt=0, le=10, description="Peak learning rate.")
+    warmup_ratio: Float = Field(0.0, ge=0, lt=1, description="Fraction of steps used for linear warmup.")
+    weight_decay: Float = Field(0.0, ge=0, le=100, description="Decoupled weight decay (not applied to biases/norms).")
+    max_grad_norm: Float | None = Field(1.0, gt=0, le=1e9, description="Gradient clipping norm; null = no clipping.")
+    seed: Int = Field(42, ge=0, lt=2**32, description="Seed for weights init, data order and dropout.")
+    gradient_accumulation: Int = Field(1, ge=1, le=1_048_576, description="Forward/backward passes per optimizer step.")
     mixed_precision: MixedPrecision = Field(
         "auto", description="auto: bf16 on GPUs that support it, else fp16 on CUDA, fp32 on CPU."
     )
@@ -112,19 +116,23 @@ class TrainingArgs(StrictModel):
         default_factory=dict, description="Extra constructor arguments for the optimizer, checked against it."
     )
     scheduler: Scheduler = Field("linear", description="Learning-rate schedule after warmup.")
-    gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
-    max_length: int = Field(512, ge=8, description="Tokens per sample (text-classification: max sequence length).")
-    logging_steps: int = Field(10, ge=1, description="Log every N optimizer steps.")
-    save_steps: int | None = Field(None, ge=1, description="Checkpoint every N steps; null = at each epoch end.")
-    save_total_limit: int | None = Field(2, ge=1, description="Keep at most N checkpoints.")
+    gradient_checkpointing: Bool = Field(False, description="Recompute activations in backward to save memory.")
+    max_length: Int = Field(
+        512, ge=8, le=16_777_216, description="Tokens per sample (text-classification: max sequence length)."
+    )
+    logging_steps: Int = Field(10, ge=1, le=10**12, description="Log every N optimizer steps.")
+    save_steps: Int | None = Field(
+        None, ge=1, le=10**12, description="Checkpoint every N steps; null = at each epoch end."
+    )
+    save_total_limit: Int | None = Field(2, ge=1, le=1_000_000, description="Keep at most N checkpoints.")
     eval_strategy: Literal["no", "steps", "epoch"] = Field(
         "epoch", description="When to evaluate (needs a valid split)."
     )
-    eval_steps: int | None = Field(None, ge=1, description="Evaluate every N steps (eval_strategy: steps).")
+    eval_steps: Int | None = Field(None, ge=1, le=10**12, description="Evaluate every N steps (eval_strategy: steps).")
     nan_policy: Literal["halt", "skip_batch"] = Field(
         "halt", description="On a non-finite loss: stop with exit code 3, or skip that batch."
     )
-    dataloader_num_workers: int = Field(0, ge=0, description="Data-loading worker processes.")
+    dataloader_num_workers: Int = Field(0, ge=0, le=256, description="Data-loading worker processes.")
 
 
 class TaskConfig(StrictModel):
@@ -132,9 +140,16 @@ class TaskConfig(StrictModel):
 
     task: TaskName = Field(description="What to train.")
     base_model: str = Field(description="Hub model id or local folder to start from.")
-    project_name: str = Field(description="Output folder for checkpoints, the model and logs.")
+    project_name: str = Field(
+        description="Output folder for checkpoints, the model and logs (`~` expands); a folder of its own."
+    )
     log: Literal["none", "tensorboard", "wandb"] = Field("none", description="Where metrics are reported.")
     revision: str | None = Field(None, description="Hub revision (branch, tag or commit) of base_model.")
-    trust_remote_code: bool = Field(False, description="Run model code from the hub repo. Off unless you ask.")
+    trust_remote_code: Bool = Field(False, description="Run model code from the hub repo. Off unless you ask.")
     distributed: DistributedConfig = Field(default_factory=DistributedConfig, description="Multi-GPU / multi-node.")
     hub: HubConfig = Field(default_factory=HubConfig, description="Pushing the result to the Hugging Face Hub.")
+
+    @field_validator("project_name")
+    @classmethod
+    def _expand_home(cls, value: str) -> str:
+        return os.path.expanduser(value) if value.startswith("~") else value

@@ -7,10 +7,11 @@ from typing import Literal
 from pydantic import Field
 
 from autotrain.config.base import DataConfig, EarlyStopping, TaskConfig, TrainingArgs
+from autotrain.config.types import Bool, Float
 
 
 class ClassificationData(DataConfig):
-    valid_size: float = Field(
+    valid_size: Float = Field(
         0.1,
         gt=0,
         lt=1,
@@ -19,9 +20,9 @@ class ClassificationData(DataConfig):
 
 
 class ClassificationTrainingArgs(TrainingArgs):
-    lr: float = Field(5e-5, gt=0, le=10, description="Peak learning rate.")
+    lr: Float = Field(5e-5, gt=0, le=10, description="Peak learning rate.")
     early_stopping: EarlyStopping | None = Field(None, description="Stop when the metric stops improving.")
-    load_best_model: bool = Field(True, description="Keep the best checkpoint (by early_stopping.metric) at the end.")
+    load_best_model: Bool = Field(True, description="Keep the best checkpoint (by early_stopping.metric) at the end.")
 
 
 class TextClassificationConfig(TaskConfig):
@@ -37,7 +38,7 @@ class ImageClassificationConfig(TaskConfig):
     data: ClassificationData = Field(
         description="An image folder (one sub-folder per class) or a table with image-path and target columns."
     )
-    augment: bool = Field(True, description="Light augmentation (random flip and crop) on training images.")
+    augment: Bool = Field(True, description="Light augmentation (random flip and crop) on training images.")
     training_args: ClassificationTrainingArgs = Field(
         default_factory=ClassificationTrainingArgs, description="Training settings."
     )

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from autotrain.config.base import DataConfig, StrictModel, TaskConfig, TrainingArgs
+from autotrain.config.types import Bool, Float, Int
 
 LLMTrainer = Literal["sft", "orpo", "dpo", "reward", "clm"]
 
@@ -29,28 +30,30 @@ class LLMData(DataConfig):
 
 
 class PeftConfig(StrictModel):
-    enabled: bool = Field(True, description="Train a LoRA adapter; false = full fine-tune.")
-    r: int = Field(16, ge=1, le=4096, description="LoRA rank.")
-    alpha: int = Field(32, ge=1, description="LoRA alpha (scale = alpha / r).")
-    dropout: float = Field(0.05, ge=0, lt=1, description="LoRA dropout.")
+    enabled: Bool = Field(True, description="Train a LoRA adapter; false = full fine-tune.")
+    r: Int = Field(16, ge=1, le=4096, description="LoRA rank.")
+    alpha: Int = Field(32, ge=1, le=65536, description="LoRA alpha (scale = alpha / r).")
+    dropout: Float = Field(0.05, ge=0, lt=1, description="LoRA dropout.")
     target_modules: str | list[str] = Field(
         "all-linear", description="`all-linear` or a list of module names (q_proj, v_proj, ...)."
     )
     quantization: Literal["int4", "int8"] | None = Field(
         None, description="Load the base model in 4 or 8 bit (bitsandbytes, CUDA only): QLoRA."
     )
-    merge_adapter: bool = Field(False, description="Also save the base model with the adapter merged in.")
+    merge_adapter: Bool = Field(False, description="Also save the base model with the adapter merged in.")
 
 
 class LLMTrainingArgs(TrainingArgs):
-    max_length: int = Field(1024, ge=8, description="Tokens per sample (clm: block size).")
-    max_prompt_length: int | None = Field(
-        None, ge=1, description="orpo / dpo / reward: prompt tokens kept (truncated from the left)."
+    max_length: Int = Field(1024, ge=8, le=16_777_216, description="Tokens per sample (clm: block size).")
+    max_prompt_length: Int | None = Field(
+        None, ge=1, le=16_777_216, description="orpo / dpo / reward: prompt tokens kept (truncated from the left)."
     )
-    max_completion_length: int | None = Field(None, ge=1, description="orpo / dpo: completion tokens kept.")
-    beta: float | None = Field(None, gt=0, description="orpo lambda / dpo beta (trainer default when null).")
-    packing: bool = Field(False, description="sft: pack several samples into each max_length block.")
-    completion_only_loss: bool | None = Field(
+    max_completion_length: Int | None = Field(
+        None, ge=1, le=16_777_216, description="orpo / dpo: completion tokens kept."
+    )
+    beta: Float | None = Field(None, gt=0, le=1000, description="orpo lambda / dpo beta (trainer default when null).")
+    packing: Bool = Field(False, description="sft: pack several samples into each max_length block.")
+    completion_only_loss: Bool | None = Field(
         None, description="sft: compute loss on the assistant part only (chat data; TRL's default when null)."
     )
 

@@ -10,6 +10,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from autotrain.config.types import Bool, Float, Int
+
 OptimizerName = Literal[
     "adamw_torch",
     "adamw_torch_fused",
@@ -23,19 +25,19 @@ OptimizerName = Literal[
 ]
 BUNDLED_OPTIMIZERS = ("came", "came_8bit", "fused_adam", "came_8bit+fused_adam")
 
-Beta = Annotated[float, Field(ge=0.0, lt=1.0)]
-PositiveFloat = Annotated[float, Field(gt=0.0)]
+Beta = Annotated[Float, Field(ge=0.0, lt=1.0)]
+PositiveFloat = Annotated[Float, Field(gt=0.0, le=1.0)]
 
 
 class _Args(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class CameArgs(_Args):
     eps: tuple[PositiveFloat, PositiveFloat] = Field(
         (1e-30, 1e-16), description="(eps1, eps2): regularise the squared gradient and the instability."
     )
-    clip_threshold: float = Field(1.0, gt=0.0, description="RMS threshold of the update.")
+    clip_threshold: Float = Field(1.0, gt=0.0, le=1e6, description="RMS threshold of the update.")
     betas: tuple[Beta, Beta, Beta] = Field(
         (0.9, 0.999, 0.9999),
         description="EMA coefficients of the update, squared gradient and instability, each in [0, 1).",
@@ -43,21 +45,23 @@ class CameArgs(_Args):
 
 
 class Came8BitArgs(CameArgs):
-    block_size: int = Field(
+    block_size: Int = Field(
         2048, ge=1, le=2**24, description="Elements per 8-bit quantization block (one fp32 scale each)."
     )
-    min_8bit_size: int = Field(16384, ge=0, description="Matrices with fewer elements keep their first moment in fp32.")
+    min_8bit_size: Int = Field(
+        16384, ge=0, le=2**48, description="Matrices with fewer elements keep their first moment in fp32."
+    )
 
 
 class FusedAdamArgs(_Args):
-    bias_correction: bool = Field(True, description="Correct the moments' zero-initialisation bias.")
+    bias_correction: Bool = Field(True, description="Correct the moments' zero-initialisation bias.")
     betas: tuple[Beta, Beta] = Field((0.9, 0.999), description="(beta1, beta2), each in [0, 1).")
-    eps: float = Field(1e-8, ge=0.0, description="Added to the denominator for stability.")
-    adam_w_mode: bool = Field(True, description="Decoupled weight decay (AdamW); False applies it as L2 (Adam).")
-    amsgrad: bool = Field(False, description="Not supported; must stay false.")
-    set_grad_none: bool = Field(True, description="zero_grad() sets gradients to None instead of zeroing them.")
-    capturable: bool = Field(False, description="Accepted for Apex compatibility; the step never syncs with the host.")
-    master_weights: bool = Field(False, description="Keep fp32 master copies (and fp32 moments) of fp16/bf16 params.")
+    eps: Float = Field(1e-8, ge=0.0, le=1.0, description="Added to the denominator for stability.")
+    adam_w_mode: Bool = Field(True, description="Decoupled weight decay (AdamW); False applies it as L2 (Adam).")
+    amsgrad: Bool = Field(False, description="Not supported; must stay false.")
+    set_grad_none: Bool = Field(True, description="zero_grad() sets gradients to None instead of zeroing them.")
+    capturable: Bool = Field(False, description="Accepted for Apex compatibility; the step never syncs with the host.")
+    master_weights: Bool = Field(False, description="Keep fp32 master copies (and fp32 moments) of fp16/bf16 params.")
 
     @model_validator(mode="after")
     def _no_amsgrad(self) -> FusedAdamArgs:
@@ -69,17 +73,18 @@ class FusedAdamArgs(_Args):
 class Came8BitFusedAdamArgs(_Args):
     came: Came8BitArgs = Field(default_factory=Came8BitArgs, description="Arguments of the CAME8Bit part.")
     adam: FusedAdamArgs = Field(default_factory=FusedAdamArgs, description="Arguments of the FusedAdam part.")
-    min_factored_size: int = Field(
+    min_factored_size: Int = Field(
         16384,
         ge=0,
+        le=2**48,
         description="Fewest elements for a matrix to take the CAME8Bit path (the rest use FusedAdam).",
     )
 
 
 class AdamWTorchArgs(_Args):
     betas: tuple[Beta, Beta] = Field((0.9, 0.999), description="(beta1, beta2), each in [0, 1).")
-    eps: float = Field(1e-8, ge=0.0, description="Added to the denominator for stability.")
-    amsgrad: bool = Field(
+    eps: Float = Field(1e-8, ge=0.0, le=1.0, description="Added to the denominator for stability.")
+    amsgrad: Bool = Field(
         False, description="Must stay false: transformers' adamw_torch / adamw_torch_fused do not pass it on."
     )
 
@@ -95,15 +100,15 @@ class AdamWTorchArgs(_Args):
 
 class AdamW8BitArgs(_Args):
     betas: tuple[Beta, Beta] = Field((0.9, 0.999), description="(beta1, beta2), each in [0, 1).")
-    eps: float = Field(1e-8, ge=0.0, description="Added to the denominator for stability.")
+    eps: Float = Field(1e-8, ge=0.0, le=1.0, description="Added to the denominator for stability.")
 
 
 class AdafactorArgs(_Args):
     """transformers' `adafactor` fixes these settings (and ignores optim_args), so only they pass."""
 
-    scale_parameter: bool = Field(False, description="Scale the learning rate by the parameter RMS (fixed false).")
-    relative_step: bool = Field(False, description="Time-dependent learning rate instead of `lr` (fixed false).")
-    warmup_init: bool = Field(False, description="Warm the relative step up from 0 (fixed false).")
+    scale_parameter: Bool = Field(False, description="Scale the learning rate by the parameter RMS (fixed false).")
+    relative_step: Bool = Field(False, description="Time-dependent learning rate instead of `lr` (fixed false).")
+    warmup_init: Bool = Field(False, description="Warm the relative step up from 0 (fixed false).")
     eps: tuple[PositiveFloat, PositiveFloat] | None = Field(
         None, description="(eps1, eps2); transformers always uses its default (1e-30, 1e-3), so leave unset."
     )
@@ -120,9 +125,9 @@ class AdafactorArgs(_Args):
 
 
 class SgdArgs(_Args):
-    momentum: float = Field(0.0, ge=0.0, description="Momentum factor.")
-    nesterov: bool = Field(False, description="Nesterov momentum (needs momentum > 0 and dampening = 0).")
-    dampening: float = Field(0.0, ge=0.0, description="Dampening for momentum.")
+    momentum: Float = Field(0.0, ge=0.0, le=1.0, description="Momentum factor.")
+    nesterov: Bool = Field(False, description="Nesterov momentum (needs momentum > 0 and dampening = 0).")
+    dampening: Float = Field(0.0, ge=0.0, le=1.0, description="Dampening for momentum.")
 
     @model_validator(mode="after")
     def _nesterov_needs_momentum(self) -> SgdArgs:
