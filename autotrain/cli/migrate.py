@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from autotrain.cli.common import fail, report_config_error
+from autotrain.cli.common import eprint, fail, report_config_error
 
 ORDER = (
     "task",
@@ -55,6 +55,11 @@ def migrate(
         load_data(_copy(native), locator, environ=_KeepVars())
     except ConfigError as exc:
         raise report_config_error(exc) from None
+    token = native.get("hub", {}).get("token") if isinstance(native.get("hub"), dict) else None
+    if isinstance(token, str) and token and "${" not in token:
+        # A literal token must not be printed, nor written into a file that may be shared or committed.
+        native["hub"]["token"] = "${HF_TOKEN}"
+        eprint("note: the literal hub token was replaced by `${HF_TOKEN}`; export HF_TOKEN before running")
     ordered = {k: _numbers(native[k]) for k in ORDER if k in native}
     text = f"# Migrated from AutoTrain Advanced config {file.name}\n# run: autotrain {native['task']} --config FILE\n"
     text += yaml.safe_dump(ordered, sort_keys=False, default_flow_style=False)

@@ -82,11 +82,15 @@ def init(
 def schema(
     task: str = typer.Argument(..., help="llm | text-classification | image-classification", show_default=False),
     output: Path = typer.Option(None, "--output", "-o", help="Write to a file instead of stdout."),
+    force: bool = typer.Option(False, "--force", help="Overwrite OUTPUT if it exists."),
 ) -> None:
     """Print the task's JSON Schema (for editor completion and checking)."""
     _check_task(task)
     text = json.dumps(task_schema(task), indent=2) + "\n"
     if output is None:
         print(text, end="")
-    else:
-        output.write_text(text, encoding="utf-8")
+        return
+    if output.exists() and not force:
+        raise fail(f"{output} exists; choose another -o PATH or add --force", EXIT_BAD_INPUT)
+    output.write_text(text, encoding="utf-8")
+    print(f"wrote {output}")

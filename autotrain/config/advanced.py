@@ -136,7 +136,7 @@ def translate(data: dict) -> tuple[dict, dict[Path_, Path_], list[tuple[Path_, s
             problems.append(((key,), f"unknown AutoTrain Advanced key{did_you_mean(key, TOP_LEVEL)}"))
 
     task_name = data.get("task")
-    if task_name not in ADVANCED_TASKS:
+    if not isinstance(task_name, str) or task_name not in ADVANCED_TASKS:
         problems.append(
             (
                 ("task",),

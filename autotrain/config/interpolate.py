@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|_KEY$|^KEY$", re.IGNORECASE)
 # Keys whose values are always treated as secrets, wherever they were written.
 SECRET_KEYS = {"token", "hf_token", "api_key", "password", "secret"}
@@ -16,30 +16,15 @@ REDACTED = "***"
 
 
 def interpolate(data: Any, environ: Mapping[str, str] | None = None) -> tuple[Any, list[tuple[tuple, str]], set[str]]:
-    """Replace `${VAR}` in every string value.
+    """Replace `${VAR}` and `${VAR:-default}` in every string value; `$${` writes a literal `${`.
 
-    Returns the new data, a list of (path, message) for unset variables, and the set of values that came
-    from secret-looking variables (so they can be redacted from anything printed or saved).
+    Defaults may hold variables themselves (`${A:-${B:-x}}`). Returns the new data, a list of
+    (path, message) for unset variables and malformed references, and the set of values that came from
+    secret-looking variables (so they can be redacted from anything printed or saved).
     """
     env = os.environ if environ is None else environ
     problems: list[tuple[tuple, str]] = []
     secrets: set[str] = set()
-
-    def substitute(value: str, path: tuple) -> str:
-        def one(match: re.Match) -> str:
-            name, default = match.group(1), match.group(2)
-            if name in env:
-                result = env[name]
-            elif default is not None:
-                result = default
-            else:
-                problems.append((path, f"environment variable `{name}` is not set (and no `${{{name}:-default}}`)"))
-                return ""
-            if _SECRET_NAME.search(name) and result:
-                secrets.add(result)
-            return result
-
-        return _PATTERN.sub(one, value)
 
     def walk(node: Any, path: tuple) -> Any:
         if isinstance(node, dict):
@@ -47,10 +32,81 @@ def interpolate(data: Any, environ: Mapping[str, str] | None = None) -> tuple[An
         if isinstance(node, list):
             return [walk(v, path + (i,)) for i, v in enumerate(node)]
         if isinstance(node, str) and "${" in node:
-            return substitute(node, path)
+            try:
+                return _Substitution(env, secrets).expand(node)
+            except _Unset as exc:
+                problems.append((path, str(exc)))
+                return ""
         return node
 
     return walk(data, ()), problems, secrets
+
+
+class _Unset(ValueError):
+    pass
+
+
+class _Substitution:
+    """A small left-to-right reader of `${NAME}`, `${NAME:-default}` and `$${` in one string."""
+
+    def __init__(self, env: Mapping[str, str], secrets: set[str]):
+        self.env, self.secrets = env, secrets
+
+    def expand(self, text: str) -> str:
+        out, i = [], 0
+        while i < len(text):
+            if text.startswith("$${", i):
+                out.append("${")
+                i += 3
+            elif text.startswith("${", i):
+                end = _closing_brace(text, i + 2)
+                out.append(self._reference(text[i + 2 : end]))
+                i = end + 1
+            else:
+                out.append(text[i])
+                i += 1
+        return "".join(out)
+
+    def _reference(self, inner: str) -> str:
+        name, sep, default = inner.partition(":-")
+        if not _NAME.fullmatch(name):
+            raise _Unset(f"`${{{inner}}}` is not a variable reference; write `$${{` for a literal `${{`")
+        if name in self.env:
+            result = self.env[name]
+        elif sep:
+            result = self.expand(default)
+        else:
+            raise _Unset(f"environment variable `{name}` is not set (and no `${{{name}:-default}}`)")
+        if _SECRET_NAME.search(name) and result:
+            self.secrets.add(result)
+        return result
+
+
+def _closing_brace(text: str, start: int) -> int:
+    depth = 1
+    for i in range(start, len(text)):
+        if text.startswith("${", i):
+            depth += 1
+        elif text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+    raise _Unset("`${` without its closing `}`; write `$${` for a literal `${`")
+
+
+def secret_values(data: Any) -> set[str]:
+    """Values stored under secret keys (`hub.token`, ...) wherever they came from (file, `--set`, env)."""
+    found: set[str] = set()
+    stack = [(data, None)]
+    while stack:
+        node, key = stack.pop()
+        if isinstance(node, dict):
+            stack.extend((v, str(k)) for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((v, key) for v in node)
+        elif isinstance(node, str) and node and key is not None and key.lower() in SECRET_KEYS:
+            found.add(node)
+    return found
 
 
 def redact(data: Any, secrets: set[str]) -> Any:

@@ -15,9 +15,10 @@ from autotrain.config import advanced
 from autotrain.config.base import TaskConfig
 from autotrain.config.classification import ImageClassificationConfig, TextClassificationConfig
 from autotrain.config.errors import ConfigError, ConfigIssue
-from autotrain.config.interpolate import REDACTED, SECRET_KEYS, interpolate, redact
+from autotrain.config.interpolate import REDACTED, SECRET_KEYS, interpolate, redact, secret_values
 from autotrain.config.llm import LLMConfig
 from autotrain.config.overrides import apply_overrides
+from autotrain.config.paths import check_paths, text_problems
 from autotrain.config.rules import check_rules
 from autotrain.config.suggest import did_you_mean
 from autotrain.config.yaml_source import Locator, read_yaml
@@ -62,7 +63,7 @@ def load_data(
     expected_task: str | None = None,
     environ: dict[str, str] | None = None,
 ) -> LoadedConfig:
-    issues: list[ConfigIssue] = []
+    issues: list[ConfigIssue] = list(locator.problems)
     notices: list[str] = []
     if data is None:
         data = {}
@@ -84,8 +85,13 @@ def load_data(
 
     data, unset, secrets = interpolate(data, environ)
     issues += [locator.issue(p, m) for p, m in unset]
+    secrets |= secret_values(data)
+    issues += [locator.issue(p, m) for p, m in text_problems(data)]
 
     task = data.get("task")
+    if task is not None and not isinstance(task, str):
+        issues.append(locator.issue(("task",), f"must be one word, one of: {', '.join(TASK_MODELS)}"))
+        raise ConfigError(_sorted(issues, secrets))
     if task is None:
         if not any(issue.path == ("task",) for issue in issues):  # not already reported by the translation
             choices = ", ".join(TASK_MODELS)
@@ -127,6 +133,8 @@ def load_data(
                 continue
             issues.append(locator.issue(loc, _message(err, model)))
     issues += rule_issues
+    if config is not None:
+        issues += [locator.issue(p, m) for p, m in check_paths(config, locator.source)]
     if issues:
         raise ConfigError(_sorted(issues, secrets))
     return LoadedConfig(config=config, source=locator.source, secrets=secrets, notices=notices, raw=data)
@@ -154,7 +162,7 @@ def _message(err: dict, model: type[BaseModel]) -> str:
         expected = re.findall(r"'([^']*)'|(\d+)", err.get("ctx", {}).get("expected", ""))
         choices = [a or b for a, b in expected]
         return f"`{err['input']}` is not one of: {', '.join(choices)}{did_you_mean(str(err['input']), choices)}"
-    message = err["msg"]
+    message = err["msg"].removeprefix("Value error, ")
     secret = bool(loc) and str(loc[-1]).lower() in SECRET_KEYS
     if "input" in err and not isinstance(err["input"], (dict, list)) and not secret:
         message += f" (got `{err['input']}`)"

@@ -2,26 +2,38 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-import yaml
+from autotrain.config.errors import ConfigError, ConfigIssue
+from autotrain.config.yaml_source import MAX_DEPTH, parse_value
 
-from autotrain.config.errors import ConfigIssue
+_KEY_PREFIX = re.compile(r"[A-Za-z0-9_.\-]*")
 
 
 def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
-    """Split `a.b.c=value`; the value is read as a YAML scalar (so `1e-4` is a number, `null` is None)."""
+    """Split `a.b.c=value`; the value is read as YAML (so `1e-4` is a number, `null` is None).
+
+    Errors never repeat the value: it may be a token.
+    """
     if "=" not in text:
-        raise ValueError(f"`--set {text}`: expected KEY.PATH=VALUE")
+        shown = _KEY_PREFIX.match(text).group(0)
+        rest = "..." if len(shown) < len(text) else ""
+        raise ValueError(f"`--set {shown}{rest}`: expected KEY.PATH=VALUE (the rest is not shown: it may be a secret)")
     key, raw = text.split("=", 1)
-    parts = tuple(p for p in key.strip().split("."))
+    parts = tuple(p.strip() for p in key.strip().split("."))
     if not all(parts):
-        raise ValueError(f"`--set {text}`: empty key in `{key}`")
+        raise ValueError(f"`--set {key}=...`: empty key in `{key}`")
+    if len(parts) > MAX_DEPTH:
+        raise ValueError(f"`--set {key[:40]}...=...`: more than {MAX_DEPTH} keys deep")
+    if not raw.strip():
+        return parts, None
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError:
-        value = raw
-    return parts, value
+        return parts, parse_value(raw, f"--set {key}")
+    except ConfigError as exc:
+        if any("YAML" in issue.message and "invalid" in issue.message for issue in exc.issues):
+            return parts, raw  # not YAML: taken as the text it is (`--set data.path=a:b`)
+        raise ValueError(f"`--set {key}=...`: {exc.issues[0].message}") from None
 
 
 def apply_overrides(data: dict, overrides: list[str]) -> tuple[dict, list[tuple[str, ...]], list[ConfigIssue]]:

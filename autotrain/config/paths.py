@@ -1,0 +1,106 @@
+"""Checks on the paths a config names: where a run may write, and what may be read as data.
+
+`project_name` is a folder that `--overwrite` may empty, so it must be a folder of its own: never the
+folder a command runs from, the folder holding the config, a parent of either, the home folder, the
+filesystem root or a system folder. These are config mistakes (exit 2 with the line), found by
+`validate` as well as by a run.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+# Top-level folders of a Linux/macOS system that hold no one's runs.
+SYSTEM_FOLDERS = {
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/home",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/opt",
+    "/proc",
+    "/root",
+    "/run",
+    "/sbin",
+    "/srv",
+    "/sys",
+    "/tmp",
+    "/usr",
+    "/var",
+    "/Users",
+    "/System",
+    "/Library",
+    "/Applications",
+}
+
+Issue = tuple[tuple, str]
+
+
+def text_problems(data: Any, path: tuple = ()) -> Iterator[Issue]:
+    """Strings holding a NUL byte (they would be cut short by the operating system)."""
+    stack = [(data, path)]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, dict):
+            stack.extend((v, where + (k,)) for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((v, where + (i,)) for i, v in enumerate(node))
+        elif isinstance(node, str) and "\x00" in node:
+            yield where, "holds a NUL character (\\0); remove it"
+
+
+def _resolve(path: str) -> Path:
+    return Path(os.path.abspath(os.path.expanduser(path)))
+
+
+def why_not_a_run_folder(project: str, config_source: str | None = None) -> str | None:
+    """Why `project` may not be a run's folder, or None when it may."""
+    if not project.strip():
+        return "is empty; name a folder for this run, e.g. `runs/my-model`"
+    if "\x00" in project:
+        return None  # reported as a NUL character already
+    folder = _resolve(project)
+    cwd = Path.cwd().resolve()
+    config_dir = _resolve(config_source).parent if config_source and not config_source.startswith("<") else None
+    try:
+        folder_real = folder.resolve()
+    except (OSError, RuntimeError):
+        folder_real = folder
+    if folder_real == Path(folder_real.anchor):
+        return "is the root of the filesystem"
+    if folder_real == Path.home().resolve():
+        return "is your home folder"
+    if str(folder_real) in SYSTEM_FOLDERS or str(folder) in SYSTEM_FOLDERS:
+        return f"is the system folder `{folder_real}`"
+    if cwd == folder_real or cwd.is_relative_to(folder_real):
+        return "is the folder you run from" + ("" if cwd == folder_real else " or a parent of it")
+    if config_dir is not None:
+        config_real = config_dir.resolve()
+        if config_real == folder_real or config_real.is_relative_to(folder_real):
+            return "is the folder holding the config" + ("" if config_real == folder_real else " or a parent of it")
+    return None
+
+
+def check_paths(config: Any, source: str | None) -> Iterator[Issue]:
+    """Problems with `project_name` and `data.path` of a validated config."""
+    reason = why_not_a_run_folder(config.project_name, source)
+    if reason is not None:
+        yield (
+            ("project_name",),
+            f"`{config.project_name}` {reason}; a run needs a folder of its own (e.g. `runs/my-model`), "
+            "which --overwrite may empty",
+        )
+    data_path = getattr(getattr(config, "data", None), "path", None)
+    if isinstance(data_path, str) and data_path.startswith(("/", "~")) and "\x00" not in data_path:
+        resolved = _resolve(data_path)
+        if resolved == Path(resolved.anchor) or str(resolved) in SYSTEM_FOLDERS or resolved == Path.home():
+            yield (
+                ("data", "path"),
+                f"`{data_path}` is a system or home folder, not a dataset; name the data's file or folder",
+            )
