@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
+from autotrain.config.interpolate import redact
 from autotrain.config.load import LoadedConfig
 
 PACKAGES = ("autotrain", "torch", "transformers", "trl", "peft", "accelerate", "datasets", "bitsandbytes")
@@ -54,9 +56,36 @@ def _git_commit() -> str | None:
         return None
 
 
+DATA_SUFFIXES = {".jsonl", ".json", ".csv", ".parquet", ".arrow", ".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp"}
+MAX_FILES = 64
+MAX_ENTRIES = 10_000
+
+
+def data_files(path: Path) -> tuple[list[Path], bool]:
+    """The data files under `path` worth fingerprinting, and whether the list was cut short.
+
+    Only files a dataset is made of (by suffix), at most MAX_FILES, looking at no more than MAX_ENTRIES
+    entries and never following links out of the folder: a misnamed `data.path` costs nothing.
+    """
+    if path.is_file():
+        return ([path] if path.suffix.lower() in DATA_SUFFIXES else []), False
+    found: list[Path] = []
+    seen = 0
+    for root, dirs, files in os.walk(path):
+        dirs.sort()
+        for name in sorted(files):
+            seen += 1
+            if Path(name).suffix.lower() in DATA_SUFFIXES:
+                found.append(Path(root) / name)
+            if len(found) >= MAX_FILES or seen >= MAX_ENTRIES:
+                return found, True
+        seen += len(dirs)
+    return found, False
+
+
 def fingerprint(path: Path) -> dict:
-    """Size and SHA-256 of a local data file (files of a folder, up to 64 of them)."""
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())[:64]
+    """Size and SHA-256 of a local dataset's files (see `data_files` for which)."""
+    files, truncated = data_files(path)
     out = {}
     for file in files:
         digest = hashlib.sha256()
@@ -64,14 +93,17 @@ def fingerprint(path: Path) -> dict:
             for chunk in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(chunk)
         out[str(file)] = {"bytes": file.stat().st_size, "sha256": digest.hexdigest()}
+    if truncated:
+        out["..."] = f"only the first {len(files)} data files are listed"
     return out
 
 
 class RunManifest:
     def __init__(self, loaded: LoadedConfig, folder: Path, argv: list[str]):
         self.path = folder / "run.json"
+        self.secrets = loaded.secrets
         config = loaded.redacted()
-        data_path = Path(loaded.config.data.path)
+        data_path = Path(loaded.config.data.path).expanduser()
         self.data = {
             "status": "running",
             "command": argv,
@@ -90,7 +122,8 @@ class RunManifest:
 
     def write(self) -> None:
         tmp = self.path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.data, indent=2) + "\n", encoding="utf-8")
+        # Paths, the command line and fingerprints may hold a secret (`${HF_TOKEN}` in a path, `--set`).
+        tmp.write_text(json.dumps(redact(self.data, self.secrets), indent=2) + "\n", encoding="utf-8")
         tmp.replace(self.path)
 
     def finish(self, status: str, exit_code: int, last_checkpoint: str | None) -> None:

@@ -3,37 +3,11 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import yaml
 
-from autotrain.config.errors import UserInputError
 from autotrain.config.load import LoadedConfig
-
-RUN_MARKERS = ("autotrain.yaml", "run.json", "trainer_state.json")
-
-
-def holds_run(folder: Path) -> bool:
-    if not folder.is_dir():
-        return False
-    return any((folder / m).exists() for m in RUN_MARKERS) or any(folder.glob("checkpoint-*"))
-
-
-def prepare_project(folder: Path, resume: str | None, overwrite: bool) -> None:
-    """An existing run is never replaced unless `--overwrite` (or continued with `--resume`)."""
-    if resume and overwrite:
-        raise UserInputError("--resume and --overwrite contradict each other; pick one")
-    if folder.exists() and not folder.is_dir():
-        raise UserInputError(f"project_name `{folder}` is a file, not a folder")
-    if holds_run(folder) and not resume:
-        if not overwrite:
-            raise UserInputError(
-                f"project folder `{folder}` already holds a run; add --resume to continue it, "
-                "--overwrite to replace it, or change project_name"
-            )
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True, exist_ok=True)
 
 
 def save_config(loaded: LoadedConfig, folder: Path) -> None:

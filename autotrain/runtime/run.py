@@ -11,6 +11,7 @@ import os
 import shlex
 import sys
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 
 from autotrain.config.errors import UserInputError
@@ -61,125 +62,202 @@ def resume_command(loaded: LoadedConfig, argv_sets: list[str]) -> str:
     return shlex.join([*parts, "--resume"])
 
 
-def run(loaded: LoadedConfig, resume: str | None = None, overwrite: bool = False, argv_sets=()) -> int:
-    from autotrain.cli.common import debug_enabled, eprint
-    from autotrain.config.interpolate import redact
+class _Run:
+    """One run of a validated config in this process: what it says, what it wrote, how it ended."""
 
-    cfg = loaded.config
-    folder = Path(cfg.project_name)
-    launched = os.environ.get(LAUNCHED_ENV) == "1"
+    def __init__(self, loaded: LoadedConfig, argv_sets: Sequence[str]):
+        self.loaded = loaded
+        self.cfg = loaded.config
+        self.folder = Path(self.cfg.project_name)
+        self.argv_sets = list(argv_sets)
+        self.launched = os.environ.get(LAUNCHED_ENV) == "1"
+        self.main_process = os.environ.get("RANK", "0") == "0"
+        self.manifest = None
+        self.started = False  # trainer.train() was entered
 
-    main_process = os.environ.get("RANK", "0") == "0"
-
-    def say(message: str, every_rank: bool = False) -> None:
+    def say(self, message: str, every_rank: bool = False) -> None:
         """Progress messages come from the main process only; errors from every rank that has one."""
-        if main_process or every_rank:
-            prefix = "" if main_process or not launched else f"[rank {os.environ.get('RANK')}] "
-            eprint(prefix + redact(message, loaded.secrets))
+        from autotrain.cli.common import eprint
+        from autotrain.config.interpolate import redact
 
-    manifest = None
-    from autotrain.runtime.signals import GracefulStop, Interrupted
+        if self.main_process or every_rank:
+            prefix = "" if self.main_process or not self.launched else f"[rank {os.environ.get('RANK')}] "
+            eprint(prefix + redact(message, self.loaded.secrets))
 
-    stop = GracefulStop()
-    stop.install()
+    def finish(self, status: str, code: int, last: str | None) -> int:
+        if self.manifest is not None:
+            with contextlib.suppress(OSError):
+                self.manifest.finish(status, code, last)
+        return code
+
+
+def run(loaded: LoadedConfig, resume: str | None = None, overwrite: bool = False, argv_sets=()) -> int:
+    """Claim the project folder, then train here or in several processes; returns the exit code."""
+    this = _Run(loaded, argv_sets)
+    project = None
+    stop = None
     try:
-        from autotrain.runtime.outputs import prepare_project
+        if not this.launched:  # under a launcher the parent process has claimed the folder already
+            from autotrain.runtime.project import ProjectFolder
 
-        if not launched:  # under a launcher the parent process has checked the folder already
-            prepare_project(folder, resume, overwrite)
+            if this.cfg.distributed.machine_rank == 0:
+                # Claimed before the training stack is imported: a refusal here takes a fraction of a second.
+                project = ProjectFolder(this.folder).claim(resume, overwrite)
+                if resume and _finished(this):
+                    return EXIT_OK
+            else:  # machine 0 claims the (shared) folder; the others only write into it
+                this.folder.mkdir(parents=True, exist_ok=True)
+        from autotrain.runtime.signals import GracefulStop
+
+        stop = GracefulStop()
+        stop.install()
+        if not this.launched:
             from autotrain.runtime.plan import world_size
 
             if world_size(loaded) > 1:
                 from autotrain.runtime.launch import relaunch
 
-                return relaunch(loaded, resume=resume, argv_sets=list(argv_sets))
-        checkpoint = None
-        if resume:
-            from autotrain.runtime.checkpoints import find_resume_checkpoint
-
-            checkpoint = find_resume_checkpoint(folder, resume, warn=say)
-            say(f"resuming from {checkpoint}")
-        _quiet_libraries()
-        from autotrain.runtime.manifest import RunManifest
-
-        manifest = RunManifest(loaded, folder, [redact(a, loaded.secrets) for a in sys.argv]) if main_process else None
-        if manifest is not None:
-            manifest.write()
-
-        from transformers.trainer_callback import PrinterCallback
-
-        from autotrain.runtime.checkpoints import install_atomic_checkpoints
-        from autotrain.runtime.guards import install_loss_hooks
-        from autotrain.runtime.progress import ProgressCallback
-        from autotrain.trainers import build_trainer
-        from autotrain.trainers.common import check_logger, check_optimizer
-
-        check_logger(cfg.log)
-        check_optimizer(cfg.training_args.optimizer)
-        progress = ProgressCallback()
-        trainer = build_trainer(cfg, [progress, stop], token=cfg.hub.token)
-        trainer.remove_callback(PrinterCallback)  # our progress display replaces its raw dict lines
-        install_loss_hooks(trainer, cfg.training_args.nan_policy)
-        install_atomic_checkpoints(trainer, folder, protected=[checkpoint] if checkpoint else [])
-        progress.trainer = trainer
-        if trainer.args.world_size > 1:
-            say(f"processes: {trainer.args.world_size} (world size)")
-        try:
-            result = trainer.train(resume_from_checkpoint=checkpoint)
-        finally:
-            progress.close()
-        last = _last_checkpoint(folder)
-        if stop.received is not None:
-            code = Interrupted(stop.received).exit_code
-            say(
-                f"interrupted: checkpoint saved to {last} (step {trainer.state.global_step}); "
-                f"resume with:\n  {resume_command(loaded, list(argv_sets))}"
-            )
-            _finish(manifest, "interrupted", code, last)
-            return code
-        metrics = dict(result.metrics)
-        if getattr(trainer, "skipped_batches", 0):
-            metrics["skipped_batches"] = trainer.skipped_batches
-            say(f"warning: skipped {trainer.skipped_batches} batch(es) with a non-finite loss")
-        from autotrain.runtime.outputs import save_final
-
-        save_final(trainer, loaded, metrics)
-        say(f"done: model saved to {folder}/ (train loss {metrics.get('train_loss', float('nan')):.4f})")
-        if cfg.hub.push_to_hub and trainer.is_world_process_zero():
-            from autotrain.runtime.outputs import push_to_hub
-
-            say(f"pushed to {push_to_hub(loaded)}")
-        _finish(manifest, "completed", EXIT_OK, _last_checkpoint(folder))
-        return EXIT_OK
-    except Interrupted as exc:
-        say(f"interrupted by {exc} before training started; nothing to save")
-        _finish(manifest, "interrupted", exc.exit_code, _last_checkpoint(folder))
-        return exc.exit_code
-    except UserInputError as exc:
-        if debug_enabled():
-            traceback.print_exc()
-        say(f"error: {exc}", every_rank=True)
-        _finish(manifest, "bad input", EXIT_BAD_INPUT, None)
-        return EXIT_BAD_INPUT
-    except Exception as exc:
-        from autotrain.runtime.guards import Diverged
-
-        last = _last_checkpoint(folder)
-        if isinstance(exc, Diverged):
-            say(f"error: {exc}" + (f"; the last good checkpoint is {last}" if last else ""), every_rank=True)
-            _finish(manifest, "diverged", EXIT_DIVERGED, last)
-            return EXIT_DIVERGED
-        log = _write_traceback(folder, loaded.secrets)
-        if debug_enabled():
-            traceback.print_exc()
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        say(f"error: training failed: {type(exc).__name__}: {first}", every_rank=True)
-        if log is not None:
-            say(f"full traceback: {log}", every_rank=True)
-        _finish(manifest, "failed", EXIT_FAILURE, last)
-        return EXIT_FAILURE
+                return relaunch(loaded, resume=resume, argv_sets=this.argv_sets)
+        return _train(this, resume, stop)
+    except BaseException as exc:
+        code = _failure_code(this, exc)
+        if code == EXIT_BAD_INPUT and project is not None and not this.started:
+            project.abandon()  # nothing trained: leave nothing that blocks the corrected rerun
+        return code
     finally:
-        stop.uninstall()
+        if stop is not None:
+            stop.uninstall()
+        if project is not None:
+            project.release()
+
+
+def _finished(this: _Run) -> bool:
+    """`--resume` on a completed run: True (say so, touch nothing) unless max_steps / epochs grew."""
+    import json
+
+    from autotrain.runtime.project import run_status
+
+    if run_status(this.folder) != "completed":
+        return False
+    try:
+        state = json.loads((this.folder / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        state = {}
+    args = this.cfg.training_args
+    done_steps, done_epochs = state.get("global_step", 0), state.get("num_train_epochs", 0)
+    grew = args.max_steps > done_steps if args.max_steps is not None else args.epochs > done_epochs
+    if grew:
+        this.say(f"the run in {this.folder} is finished; continuing it to the longer schedule asked for")
+        return False
+    this.say(
+        f"the run in {this.folder} is already finished (step {done_steps}); nothing to resume. "
+        "To train longer, raise training_args.max_steps (or epochs) and --resume again."
+    )
+    return True
+
+
+def _train(this: _Run, resume: str | None, stop) -> int:
+    from transformers.trainer_callback import PrinterCallback
+
+    from autotrain.runtime.checkpoints import find_resume_checkpoint, install_atomic_checkpoints
+    from autotrain.runtime.guards import install_loss_hooks
+    from autotrain.runtime.progress import ProgressCallback
+    from autotrain.trainers import build_trainer
+    from autotrain.trainers.common import check_logger, check_optimizer
+
+    cfg, folder = this.cfg, this.folder
+    checkpoint = find_resume_checkpoint(folder, resume, warn=this.say) if resume else None
+    if checkpoint:
+        this.say(f"resuming from {checkpoint}")
+    _quiet_libraries()
+    check_logger(cfg.log)
+    check_optimizer(cfg.training_args.optimizer)
+    progress = ProgressCallback()
+    trainer = build_trainer(cfg, [progress, stop], token=cfg.hub.token)
+    trainer.remove_callback(PrinterCallback)  # our progress display replaces its raw dict lines
+    install_loss_hooks(trainer, cfg.training_args.nan_policy)
+    install_atomic_checkpoints(trainer, folder, protected=[checkpoint] if checkpoint else [])
+    progress.trainer = trainer
+    if trainer.args.world_size > 1:
+        this.say(f"processes: {trainer.args.world_size} (world size)")
+    _start_manifest(this)
+    this.started = True
+    try:
+        result = trainer.train(resume_from_checkpoint=checkpoint)
+    finally:
+        progress.close()
+    if stop.received is not None:
+        return _interrupted(this, trainer, stop.received)
+    return _completed(this, trainer, dict(result.metrics))
+
+
+def _start_manifest(this: _Run) -> None:
+    """run.json, written once the data and model are known good (so a refused run leaves none)."""
+    if not this.main_process:
+        return
+    from autotrain.config.interpolate import redact
+    from autotrain.runtime.manifest import RunManifest
+
+    this.manifest = RunManifest(this.loaded, this.folder, [redact(a, this.loaded.secrets) for a in sys.argv])
+    this.manifest.write()
+
+
+def _interrupted(this: _Run, trainer, signum: int) -> int:
+    from autotrain.runtime.signals import Interrupted
+
+    code = Interrupted(signum).exit_code
+    last = _last_checkpoint(this.folder)
+    this.say(
+        f"interrupted: checkpoint saved to {last} (step {trainer.state.global_step}); "
+        f"resume with:\n  {resume_command(this.loaded, this.argv_sets)}"
+    )
+    return this.finish("interrupted", code, last)
+
+
+def _completed(this: _Run, trainer, metrics: dict) -> int:
+    from autotrain.runtime.outputs import save_final
+
+    if getattr(trainer, "skipped_batches", 0):
+        metrics["skipped_batches"] = trainer.skipped_batches
+        this.say(f"warning: skipped {trainer.skipped_batches} batch(es) with a non-finite loss")
+    save_final(trainer, this.loaded, metrics)
+    this.say(f"done: model saved to {this.folder}/ (train loss {metrics.get('train_loss', float('nan')):.4f})")
+    if this.cfg.hub.push_to_hub and trainer.is_world_process_zero():
+        from autotrain.runtime.outputs import push_to_hub
+
+        this.say(f"pushed to {push_to_hub(this.loaded)}")
+    return this.finish("completed", EXIT_OK, _last_checkpoint(this.folder))
+
+
+def _failure_code(this: _Run, exc: BaseException) -> int:
+    """Report an exception that ended the run and return its exit code (re-raise what is not ours)."""
+    from autotrain.cli.common import debug_enabled
+
+    if isinstance(exc, UserInputError):
+        if debug_enabled():
+            traceback.print_exc()
+        this.say(f"error: {exc}", every_rank=True)
+        return this.finish("bad input", EXIT_BAD_INPUT, None)
+    if not isinstance(exc, Exception):  # SystemExit, KeyboardInterrupt: not ours to map
+        raise exc
+    from autotrain.runtime.guards import Diverged
+    from autotrain.runtime.signals import Interrupted
+
+    if isinstance(exc, Interrupted):
+        this.say(f"interrupted by {exc} before training started; nothing to save")
+        return this.finish("interrupted", exc.exit_code, _last_checkpoint(this.folder))
+    last = _last_checkpoint(this.folder)
+    if isinstance(exc, Diverged):
+        this.say(f"error: {exc}" + (f"; the last good checkpoint is {last}" if last else ""), every_rank=True)
+        return this.finish("diverged", EXIT_DIVERGED, last)
+    log = _write_traceback(this.folder, this.loaded.secrets)
+    if debug_enabled():
+        traceback.print_exc()
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    this.say(f"error: training failed: {type(exc).__name__}: {first}", every_rank=True)
+    if log is not None:
+        this.say(f"full traceback: {log}", every_rank=True)
+    return this.finish("failed", EXIT_FAILURE, last)
 
 
 def _last_checkpoint(folder: Path) -> str | None:
@@ -187,9 +265,3 @@ def _last_checkpoint(folder: Path) -> str | None:
 
     complete = [p for p in list_checkpoints(folder) if is_complete(p)]
     return str(complete[-1]) if complete else None
-
-
-def _finish(manifest, status: str, code: int, last: str | None) -> None:
-    if manifest is not None:
-        with contextlib.suppress(OSError):
-            manifest.finish(status, code, last)

@@ -1,0 +1,157 @@
+"""The project folder's lifecycle: claim it, lock it, replace a run only when asked, leave no debris.
+
+- A folder autotrain writes a run into gets a marker file (`.autotrain-run`). `--overwrite` empties a
+  folder only when the marker is there: a folder autotrain did not make is never deleted.
+- One run per folder at a time: an exclusive lock on `.autotrain.lock` (released by the OS when the
+  process ends, however it ends), with the holder's pid inside so the second run can name it.
+- A run refused before training (bad data, a missing column, ...) takes back what it created, so the
+  corrected rerun is not refused as "already holds a run".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+from autotrain.config.errors import UserInputError
+from autotrain.config.paths import why_not_a_run_folder
+
+MARKER = ".autotrain-run"
+LOCK = ".autotrain.lock"
+# What a finished or interrupted run leaves; a folder holding any of them is not silently reused.
+RUN_FILES = ("autotrain.yaml", "run.json", "trainer_state.json")
+# What autotrain writes before training starts; it does not make a folder a run.
+OWN_FILES = {MARKER, LOCK, "logs", ".staging"}
+
+
+def holds_run(folder: Path) -> bool:
+    if not folder.is_dir():
+        return False
+    return any((folder / name).exists() for name in RUN_FILES) or any(folder.glob("checkpoint-*"))
+
+
+def run_status(folder: Path) -> str | None:
+    """`status` from the folder's run.json (completed, interrupted, failed, ...), if it has one."""
+    try:
+        return json.loads((folder / "run.json").read_text(encoding="utf-8")).get("status")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+class ProjectFolder:
+    """A claimed, locked project folder; `release()` when the run ends, `abandon()` if it never started."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.created = False  # this run made the folder
+        self.fresh = False  # the folder held no run when this one started
+        self._lock_fd: int | None = None
+        self._lock_made = False  # this run made the lock file (so it takes it away on abandon)
+
+    def claim(self, resume: str | None, overwrite: bool) -> ProjectFolder:
+        if resume and overwrite:
+            raise UserInputError("--resume and --overwrite contradict each other; pick one")
+        folder = self.folder
+        if folder.exists() and not folder.is_dir():
+            raise UserInputError(f"project_name `{folder}` is a file, not a folder")
+        reason = why_not_a_run_folder(str(folder))
+        if reason is not None:  # checked with the config too; again here, right before anything is deleted
+            raise UserInputError(f"project_name `{folder}` {reason}; refusing to use it")
+        if not folder.exists():
+            folder.mkdir(parents=True)
+            self.created = True
+        try:
+            self._lock()
+            self._check(resume, overwrite)
+        except BaseException:
+            self.abandon()
+            raise
+        (folder / MARKER).write_text("made by autotrain; --overwrite may empty this folder\n", encoding="utf-8")
+        return self
+
+    def _lock(self) -> None:
+        try:
+            import fcntl
+        except ImportError:  # no advisory locks on this platform: runs are not serialised
+            return
+        path = self.folder / LOCK
+        self._lock_made = not path.exists()
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 64).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            raise UserInputError(
+                f"project folder `{self.folder}` is in use by another run (pid {holder}); wait for it to end "
+                "or choose another project_name"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd
+
+    def _check(self, resume: str | None, overwrite: bool) -> None:
+        folder = self.folder
+        ours = (folder / MARKER).is_file()
+        if resume:
+            if not holds_run(folder):
+                raise UserInputError(f"--resume: `{folder}` holds no run to resume; start without --resume")
+            return
+        if holds_run(folder):
+            if not overwrite:
+                raise UserInputError(
+                    f"project folder `{folder}` already holds a run; add --resume to continue it, "
+                    "--overwrite to replace it, or change project_name"
+                )
+            if not ours:
+                raise UserInputError(
+                    f"project folder `{folder}` was not made by autotrain (no {MARKER} in it), so --overwrite "
+                    "will not delete it; remove it yourself or change project_name"
+                )
+            self._empty()
+        foreign = sorted(p.name for p in folder.iterdir() if p.name not in OWN_FILES)
+        if foreign and not ours:
+            shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+            raise UserInputError(
+                f"project folder `{folder}` already holds files that are not an autotrain run ({shown}); "
+                "choose a new or empty folder as project_name"
+            )
+        self.fresh = True
+
+    def _empty(self) -> None:
+        """Delete the old run's files (not the lock this process holds)."""
+        for entry in self.folder.iterdir():
+            if entry.name == LOCK:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+
+    def release(self) -> None:
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._lock_fd)  # closing the descriptor drops the lock
+            self._lock_fd = None
+
+    def abandon(self) -> None:
+        """Take back what this run wrote before training started: the folder is as if never used."""
+        try:
+            if self.fresh or self.created:
+                for name in (MARKER, "run.json"):
+                    with contextlib.suppress(OSError):
+                        (self.folder / name).unlink()
+                logs = self.folder / "logs"
+                with contextlib.suppress(OSError):
+                    logs.rmdir()  # only if empty: an error log of a crash stays
+            if self._lock_made and self._lock_fd is not None:
+                with contextlib.suppress(OSError):
+                    (self.folder / LOCK).unlink()
+            if self.created:
+                with contextlib.suppress(OSError):
+                    self.folder.rmdir()  # only if nothing else is left
+        finally:
+            self.release()
