@@ -84,22 +84,24 @@ def sigterm_latency(reps: int) -> tuple[list[float], list[float]]:
 
 
 def save_costs(reps: int) -> dict[str, list[float]]:
-    """Interleaved timings of: model.save_pretrained, the Trainer's own checkpoint, our atomic one."""
+    """Interleaved timings of: model.save_pretrained, the Trainer's own checkpoint, our atomic one
+    (the Trainer's checkpoint plus AtomicCheckpoints.on_save: fsync of every file, then the marker)."""
     import transformers
 
     from autotrain.config.load import load_config
-    from autotrain.runtime.checkpoints import install_atomic_checkpoints
     from autotrain.trainers import build_trainer
+    from autotrain.training.checkpoints import AtomicCheckpoints
+    from autotrain.training.plan import resolve_plan
 
     transformers.logging.set_verbosity_error()
     times: dict[str, list[float]] = {"save_pretrained": [], "trainer checkpoint": [], "atomic checkpoint": []}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         cfg = load_config(write_config(folder, 1)).config
-        trainer = build_trainer(cfg, [])
+        trainer = build_trainer(cfg, resolve_plan(cfg), [])
         trainer.train()  # one step, so the optimizer and scheduler have state to save
-        plain = trainer._save_checkpoint
         project = Path(cfg.project_name)
+        atomic = AtomicCheckpoints(project, None).attach(trainer)
         for i in range(reps):
             target = folder / f"pretrained-{i}"
             start = time.perf_counter()
@@ -108,17 +110,15 @@ def save_costs(reps: int) -> dict[str, list[float]]:
 
             trainer.args.output_dir = str(folder / f"plain-{i}")
             start = time.perf_counter()
-            plain(trainer.model, None)
+            trainer._save_checkpoint(trainer.model, None)  # the Trainer's own save, timed alone
             times["trainer checkpoint"].append(time.perf_counter() - start)
 
             trainer.args.output_dir = str(project)
-            trainer._save_checkpoint = plain
-            install_atomic_checkpoints(trainer, project / f"atomic-{i}")
-            (project / f"atomic-{i}").mkdir(parents=True)
             start = time.perf_counter()
             trainer._save_checkpoint(trainer.model, None)
+            atomic.on_save(trainer.args, trainer.state, trainer.control)
             times["atomic checkpoint"].append(time.perf_counter() - start)
-            for path in (target, folder / f"plain-{i}", project / f"atomic-{i}"):
+            for path in (target, folder / f"plain-{i}", project / f"checkpoint-{trainer.state.global_step}"):
                 shutil.rmtree(path, ignore_errors=True)
     return times
 
@@ -136,12 +136,12 @@ def main() -> None:
     print(f"| SIGTERM -> complete checkpoint on disk | {statistics.median(to_checkpoint):.3f} s | | |")
     print(f"| SIGTERM -> process exit (exit code 143) | {statistics.median(to_exit):.3f} s | | |")
     print(
-        f"| atomic checkpoint (model+optimizer+scheduler+rng+state, fsync, rename) | "
+        f"| atomic checkpoint (model+optimizer+scheduler+rng+state, fsync, marker) | "
         f"{med['atomic checkpoint']:.3f} s | plain save_pretrained {med['save_pretrained']:.3f} s | "
         f"{med['atomic checkpoint'] / med['save_pretrained']:.2f} |"
     )
     print(
-        f"| atomic checkpoint vs the Trainer's own checkpoint (same content, no fsync/rename) | "
+        f"| atomic checkpoint vs the Trainer's own checkpoint (same content, no fsync/marker) | "
         f"{med['atomic checkpoint']:.3f} s | {med['trainer checkpoint']:.3f} s | "
         f"{med['atomic checkpoint'] / med['trainer checkpoint']:.2f} |"
     )

@@ -69,6 +69,23 @@ NO_HUB_ENV = {"HF_USERNAME": None, "HF_TOKEN": None}
 HUB_ENV = {"HF_USERNAME": "me", "HF_TOKEN": SECRET}
 
 
+def cpu_sets(template: str) -> list[str]:
+    """`--set`s that let a GPU template's dry run pass on this CPU machine without tensorboard."""
+    sets = {"llm/sft.yml": ["log=none"], "llm/llama3-orpo.yml": ["log=none", "peft.quantization=null"]}
+    return [arg for item in sets.get(template, []) for arg in ("--set", item)]
+
+
+def test_dry_run_reports_every_problem_of_a_gpu_config_on_this_machine(cli, advanced):
+    """The AutoTrain Advanced ORPO example asks for tensorboard, fp16 and int4: all three, at once, exit 2."""
+    result = cli("llm", "--dry-run", "--config", advanced, env=HUB_ENV)
+    assert result.exit_code == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert any("tensorboard" in line for line in errors), result.stderr
+    assert any("fp16 needs a CUDA GPU" in line for line in errors), result.stderr
+    assert any("peft.quantization: int4" in line for line in errors), result.stderr
+    assert "Traceback" not in result.output
+
+
 def resolved(stdout: str) -> dict:
     """The resolved config that `--dry-run` prints before its `# plan`."""
     assert "\n# plan\n" in stdout, stdout
@@ -228,8 +245,8 @@ def test_dry_run_prints_plan_and_writes_nothing(cli, tmp_path, monkeypatch):
 
 
 def test_dry_run_counts_processes(cli):
-    pytest.importorskip("autotrain.runtime.launch")
-    result = cli("llm", "--config", SFT, "--dry-run", "--set", "distributed.num_processes=2")
+    pytest.importorskip("autotrain.run.launch")
+    result = cli("llm", "--config", SFT, "--dry-run", "--set", "distributed.num_processes=2", *cpu_sets("llm/sft.yml"))
     assert result.exit_code == 0, result.output
     assert "effective batch size: 32 = batch_size 4 x gradient_accumulation 4 x processes 2" in result.stdout
 
@@ -244,12 +261,13 @@ def test_dry_run_counts_processes(cli):
     ],
 )
 def test_root_config_dispatches_on_task(cli, config, task_line):
-    result = cli("--config", CONFIGS / config, "--dry-run")
+    here = cpu_sets(config)  # the templates are for GPU machines with tensorboard
+    result = cli("--config", CONFIGS / config, "--dry-run", *here)
     assert result.exit_code == 0, result.output
     assert task_line in result.stdout.splitlines()
     task = task_line.split()[1]
     # The same as naming the command.
-    assert cli(task, "--config", CONFIGS / config, "--dry-run").stdout == result.stdout
+    assert cli(task, "--config", CONFIGS / config, "--dry-run", *here).stdout == result.stdout
 
 
 def test_root_config_with_bad_config_exits_2(cli, tmp_path):
@@ -285,7 +303,7 @@ def test_set_overrides(cli):
 
 
 def test_set_null_removes_a_section(cli):
-    result = cli("llm", "--config", SFT, "--dry-run", "--set", "peft=null")
+    result = cli("llm", "--config", SFT, "--dry-run", "--set", "peft=null", *cpu_sets("llm/sft.yml"))
     assert result.exit_code == 0, result.output
     assert resolved(result.stdout)["peft"] is None
 
@@ -366,6 +384,8 @@ def test_migrate_native_config_needs_no_migration(cli):
 
 @pytest.mark.parametrize("args", [["validate"], ["llm", "--dry-run", "--config"], ["--dry-run", "--config"]])
 def test_advanced_config_is_accepted_with_a_notice(cli, advanced, args):
+    if args != ["validate"]:  # a dry run on this CPU machine: what an AutoTrain Advanced GPU config needs
+        args = [*args[:-1], *cpu_sets("llm/llama3-orpo.yml"), "--set", "training_args.mixed_precision=no", args[-1]]
     result = cli(*args, advanced, env=HUB_ENV)
     assert result.exit_code == 0, result.output
     notices = [line for line in result.output.splitlines() if "AutoTrain Advanced" in line]
@@ -391,14 +411,14 @@ def test_secrets_never_printed(cli, tmp_path):
     text = SFT.read_text(encoding="utf-8") + "hub:\n  token: ${HF_TOKEN}\n"
     config.write_text(text.replace("HuggingFaceH4/no_robots", "${HF_TOKEN}/no_robots"), encoding="utf-8")
 
-    result = cli("llm", "--config", config, "--dry-run", env={"HF_TOKEN": SECRET})
+    result = cli("llm", "--config", config, "--dry-run", *cpu_sets("llm/sft.yml"), env={"HF_TOKEN": SECRET})
     assert result.exit_code == 0, result.output
     assert SECRET not in result.output
     cfg = resolved(result.stdout)
     assert (cfg["hub"]["token"], cfg["data"]["path"]) == ("***", "***/no_robots")
 
     # A secret typed on the command line is redacted as well.
-    result = cli("llm", "--config", SFT, "--dry-run", "--set", f"hub.token={SECRET}")
+    result = cli("llm", "--config", SFT, "--dry-run", "--set", f"hub.token={SECRET}", *cpu_sets("llm/sft.yml"))
     assert result.exit_code == 0 and SECRET not in result.output
 
     # ... and so is one that ends up in an error message.
@@ -456,7 +476,7 @@ def test_interrupt_exits_130(monkeypatch, capsys):
 def test_debug_variable_changes_nothing_for_config_errors(cli, tmp_path):
     debug = {"AUTOTRAIN_DEBUG": "1"}
     assert cli("validate", SFT, env=debug).exit_code == 0
-    assert cli("llm", "--config", SFT, "--dry-run", env=debug).exit_code == 0
+    assert cli("llm", "--config", SFT, "--dry-run", *cpu_sets("llm/sft.yml"), env=debug).exit_code == 0
     bad = tmp_path / "bad.yml"
     bad.write_text("task: llm\nbase_model: [x\n", encoding="utf-8")
     result = cli("llm", "--config", bad, "--dry-run", env=debug)

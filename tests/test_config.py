@@ -26,9 +26,9 @@ import jsonschema
 import pytest
 import yaml
 
-from autotrain.config.errors import ConfigError
 from autotrain.config.interpolate import interpolate
 from autotrain.config.load import load_config
+from autotrain.errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CORPUS_DIR = Path(__file__).parent / "broken_configs"
@@ -305,3 +305,17 @@ def test_misspelt_required_key_is_one_problem(cli):
     assert result.exit_code == 2
     reported = [line for line in result.stderr.splitlines() if line.startswith(f"{path}:")]
     assert len(reported) == 1 and "did you mean `base_model`" in reported[0], result.stderr
+
+
+def test_the_word_no_is_a_choice_not_false(cli, tmp_path):
+    """YAML 1.1 reads `no` as false; `mixed_precision: no` and `eval_strategy: no` still mean "no"."""
+    config = tmp_path / "no.yml"
+    config.write_text(
+        "task: llm\nbase_model: x\nproject_name: runs/a\ndata: {path: d.jsonl}\n"
+        "training_args:\n  mixed_precision: no\n  eval_strategy: no\n",
+        encoding="utf-8",
+    )
+    assert cli("validate", config).exit_code == 0
+    result = cli("llm", "--config", config, "--dry-run", "--set", "training_args.mixed_precision=no")
+    assert result.exit_code == 0, result.output
+    assert "precision: no on cpu (asked: no)" in result.stdout

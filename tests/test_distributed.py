@@ -15,8 +15,8 @@ import torch
 import yaml
 
 from autotrain.config.load import load_config
-from autotrain.runtime.distributed import DEEPSPEED_FILE, deepspeed_config, write_launch_files
-from autotrain.runtime.launch import display_command, launch_command, run_exit_code
+from autotrain.run.distributed import DEEPSPEED_FILE, deepspeed_config, write_launch_files
+from autotrain.run.launch import display_command, launch_command, run_exit_code
 
 ASSETS = Path(__file__).parent / "assets"
 TINY = str(ASSETS / "tiny-llama")

@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from autotrain.config.load import load_config
-from autotrain.runtime import outputs
+from autotrain.run import outputs
 
 
 def loaded_config(tmp_path: Path, **hub):

@@ -7,10 +7,10 @@ import os
 
 import pytest
 
-from autotrain.config.errors import ConfigError, UserInputError
 from autotrain.config.interpolate import interpolate
 from autotrain.config.yaml_source import parse_yaml
-from autotrain.runtime.project import LOCK, MARKER, ProjectFolder
+from autotrain.errors import ConfigError, UserInputError
+from autotrain.run.project import LOCK, MARKER, ProjectFolder
 
 
 @pytest.fixture(autouse=True)

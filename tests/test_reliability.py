@@ -150,7 +150,7 @@ def test_divergence_exits_3_and_keeps_last_checkpoint(tmp_path):
 def test_skip_batch_policy_keeps_training(tmp_path, monkeypatch):
     import torch
 
-    from autotrain.runtime import guards
+    from autotrain.training import guards
 
     original = guards.install_loss_hooks
 
@@ -182,7 +182,7 @@ def test_missing_model_exits_2(tmp_path):
 
 
 def test_exception_mid_training_exits_1_with_traceback(tmp_path, monkeypatch):
-    from autotrain.runtime import guards
+    from autotrain.training import guards
 
     original = guards.install_loss_hooks
 
@@ -233,6 +233,6 @@ def test_second_signal_exits_at_once_and_keeps_the_last_checkpoint(tmp_path):
     assert "exiting now without saving" in out
     complete = [p for p in (tmp_path / "run").glob("checkpoint-*") if (p / ".autotrain-complete").is_file()]
     assert complete, "the last complete checkpoint was lost"
-    from autotrain.runtime.checkpoints import find_resume_checkpoint
+    from autotrain.training.checkpoints import find_resume_checkpoint
 
     assert find_resume_checkpoint(tmp_path / "run", "latest") == str(max(complete, key=lambda p: int(p.name[11:])))

@@ -2,26 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import sys
-
 import typer
 
-# Documented exit codes (README, "Exit codes").
-EXIT_OK = 0
-EXIT_FAILURE = 1
-EXIT_BAD_INPUT = 2
-EXIT_DIVERGED = 3
-EXIT_SIGINT = 130
-EXIT_SIGTERM = 143
-
-
-def debug_enabled() -> bool:
-    return os.environ.get("AUTOTRAIN_DEBUG", "") not in ("", "0", "false", "False")
-
-
-def eprint(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+from autotrain.errors import EXIT_BAD_INPUT, eprint
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:

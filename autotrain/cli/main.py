@@ -9,16 +9,8 @@ import typer
 
 from autotrain import __version__
 from autotrain.cli import env, migrate, templates, train, validate
-from autotrain.cli.common import (
-    EXIT_FAILURE,
-    ConfigOption,
-    DryRunOption,
-    OverwriteOption,
-    ResumeOption,
-    SetOption,
-    debug_enabled,
-    eprint,
-)
+from autotrain.cli.common import ConfigOption, DryRunOption, OverwriteOption, ResumeOption, SetOption
+from autotrain.errors import EXIT_FAILURE, debug_enabled, eprint
 
 app = typer.Typer(
     name="autotrain",

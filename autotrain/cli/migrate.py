@@ -6,7 +6,8 @@ from pathlib import Path
 
 import typer
 
-from autotrain.cli.common import eprint, fail, report_config_error
+from autotrain.cli.common import fail, report_config_error
+from autotrain.errors import eprint
 
 ORDER = (
     "task",
@@ -30,9 +31,9 @@ def migrate(
     import yaml
 
     from autotrain.config import advanced
-    from autotrain.config.errors import ConfigError, ConfigIssue
     from autotrain.config.load import load_data
     from autotrain.config.yaml_source import read_yaml
+    from autotrain.errors import ConfigError, ConfigIssue
 
     try:
         data, locator = read_yaml(file)

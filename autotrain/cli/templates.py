@@ -8,7 +8,8 @@ from pathlib import Path
 
 import typer
 
-from autotrain.cli.common import EXIT_BAD_INPUT, fail
+from autotrain.cli.common import fail
+from autotrain.errors import EXIT_BAD_INPUT
 
 TASKS = ("llm", "text-classification", "image-classification")
 TEMPLATES = {

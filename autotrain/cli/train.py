@@ -7,16 +7,15 @@ from pathlib import Path
 import typer
 
 from autotrain.cli.common import (
-    EXIT_BAD_INPUT,
     ConfigOption,
     DryRunOption,
     OverwriteOption,
     ResumeOption,
     SetOption,
-    eprint,
     fail,
     report_config_error,
 )
+from autotrain.errors import EXIT_BAD_INPUT, eprint
 
 
 def run_training(
@@ -28,8 +27,8 @@ def run_training(
     expected_task: str | None = None,
 ) -> None:
     """Shared body of every training command; raises typer.Exit with the documented code."""
-    from autotrain.config.errors import ConfigError
     from autotrain.config.load import load_config
+    from autotrain.errors import ConfigError
 
     if config_path is None:
         raise fail("missing --config FILE (try `autotrain init llm` for a template)", EXIT_BAD_INPUT)
@@ -40,13 +39,10 @@ def run_training(
     for notice in loaded.notices:
         eprint(f"note: {notice}")
 
-    from autotrain.runtime.plan import print_plan
-
     if dry_run:
-        print_plan(loaded, sets or [])
-        raise typer.Exit(0)
+        _dry_run(loaded, sets or [])
 
-    from autotrain.runtime.run import run
+    from autotrain.run.runner import run
 
     code = run(loaded, resume=resume, overwrite=overwrite, argv_sets=sets or [])
     # Exempt the (large) heap of torch/transformers objects from the collector's final passes: it saves
@@ -73,3 +69,22 @@ def make_command(task: str):
         "image-classification": "Train an image classifier (AutoModelForImageClassification).",
     }[task]
     return command
+
+
+def _dry_run(loaded, sets: list[str]) -> None:
+    """Resolve the plan and run every check that needs no weights; print it, or every problem (exit 2)."""
+    from autotrain.errors import UserInputError
+    from autotrain.run.dry_run import print_plan
+    from autotrain.training.plan import preflight, resolve_plan
+
+    try:
+        plan = resolve_plan(loaded.config)
+    except UserInputError as exc:  # early stopping without evaluations, ...
+        raise fail(str(exc), EXIT_BAD_INPUT) from None
+    problems = preflight(loaded.config, plan)
+    if problems:
+        for problem in problems:
+            eprint(f"error: {problem}")
+        raise typer.Exit(EXIT_BAD_INPUT)
+    print_plan(loaded, plan, sets)
+    raise typer.Exit(0)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import typer
 
-from autotrain.cli.common import EXIT_BAD_INPUT, SetOption, eprint
+from autotrain.cli.common import SetOption
+from autotrain.errors import EXIT_BAD_INPUT, eprint
 
 
 def validate(
@@ -14,8 +15,8 @@ def validate(
     set_: list[str] = SetOption,
 ) -> None:
     """Check configs only: one `FILE: ok` line per good file, every problem of a bad one. Exit 2 if any is bad."""
-    from autotrain.config.errors import ConfigError
     from autotrain.config.load import load_config
+    from autotrain.errors import ConfigError
 
     bad = 0
     for path in files:

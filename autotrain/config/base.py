@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from autotrain.config.optimizers import OptimizerName
-from autotrain.config.types import Bool, Float, Int
+from autotrain.config.types import Bool, Float, Int, NoWord
 
 TaskName = Literal["llm", "text-classification", "image-classification"]
-MixedPrecision = Literal["auto", "no", "fp16", "bf16"]
+MixedPrecision = Annotated[Literal["auto", "no", "fp16", "bf16"], NoWord]
 Scheduler = Literal[
     "linear",
     "cosine",
@@ -125,7 +125,7 @@ class TrainingArgs(StrictModel):
         None, ge=1, le=10**12, description="Checkpoint every N steps; null = at each epoch end."
     )
     save_total_limit: Int | None = Field(2, ge=1, le=1_000_000, description="Keep at most N checkpoints.")
-    eval_strategy: Literal["no", "steps", "epoch"] = Field(
+    eval_strategy: Annotated[Literal["no", "steps", "epoch"], NoWord] = Field(
         "epoch", description="When to evaluate (needs a valid split)."
     )
     eval_steps: Int | None = Field(None, ge=1, le=10**12, description="Evaluate every N steps (eval_strategy: steps).")

@@ -14,7 +14,6 @@ from pydantic import BaseModel, ValidationError
 from autotrain.config import advanced
 from autotrain.config.base import TaskConfig
 from autotrain.config.classification import ImageClassificationConfig, TextClassificationConfig
-from autotrain.config.errors import ConfigError, ConfigIssue
 from autotrain.config.interpolate import REDACTED, SECRET_KEYS, interpolate, redact, secret_values
 from autotrain.config.llm import LLMConfig
 from autotrain.config.overrides import apply_overrides
@@ -22,6 +21,7 @@ from autotrain.config.paths import check_paths, text_problems
 from autotrain.config.rules import check_rules
 from autotrain.config.suggest import did_you_mean
 from autotrain.config.yaml_source import Locator, read_yaml
+from autotrain.errors import ConfigError, ConfigIssue
 
 TASK_MODELS: dict[str, type[TaskConfig]] = {
     "llm": LLMConfig,

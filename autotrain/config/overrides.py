@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from autotrain.config.errors import ConfigError, ConfigIssue
 from autotrain.config.yaml_source import MAX_DEPTH, parse_value
+from autotrain.errors import ConfigError, ConfigIssue
 
 _KEY_PREFIX = re.compile(r"[A-Za-z0-9_.\-]*")
 

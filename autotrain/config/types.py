@@ -31,3 +31,11 @@ def _only_bool(value: Any) -> Any:
 Int = Annotated[int, BeforeValidator(_not_bool)]
 Float = Annotated[float, BeforeValidator(_not_bool)]
 Bool = Annotated[bool, BeforeValidator(_only_bool)]
+
+
+def _no_as_word(value: Any) -> Any:
+    """`mixed_precision: no` and `eval_strategy: no`: YAML 1.1 reads the word as `false`; take it back."""
+    return "no" if value is False else value
+
+
+NoWord = BeforeValidator(_no_as_word)

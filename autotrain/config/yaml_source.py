@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from autotrain.config.errors import ConfigError, ConfigIssue
+from autotrain.errors import ConfigError, ConfigIssue
 
 Path_ = tuple[str | int, ...]
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from autotrain.config.classification import ImageClassificationConfig, TextClassificationConfig
-from autotrain.config.errors import UserInputError
 from autotrain.data.loading import FORMATS, load_split, require_columns
+from autotrain.errors import UserInputError
 
 IMAGE_EXTENSIONS = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
 TARGET_DEFAULTS = ("target", "label", "labels")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from autotrain.config.errors import UserInputError
 from autotrain.config.llm import OPTIONAL_COLUMNS, TRAINER_COLUMNS, LLMConfig
 from autotrain.data.loading import load_split, require_columns
+from autotrain.errors import UserInputError
 
 
 def column_mapping(cfg: LLMConfig, dataset) -> dict[str, str]:

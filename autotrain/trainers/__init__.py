@@ -1,17 +1,17 @@
-"""One builder per task / trainer: validated config in, ready transformers/TRL Trainer out."""
+"""One builder per task / trainer: (validated config, resolved plan) in, ready transformers/TRL Trainer out."""
 
 from __future__ import annotations
 
 
-def build_trainer(cfg, callbacks, token=None):
+def build_trainer(cfg, plan, callbacks, token=None):
     """Dispatch on the task (and the LLM trainer) to the matching builder module."""
     if cfg.task == "llm":
         from importlib import import_module
 
         module = import_module(f"autotrain.trainers.llm.{cfg.trainer}")
-        return module.build_trainer(cfg, callbacks, token)
+        return module.build_trainer(cfg, plan, callbacks, token)
     if cfg.task == "text-classification":
         from autotrain.trainers.text_classification import build_trainer as build
     else:
         from autotrain.trainers.image_classification import build_trainer as build
-    return build(cfg, callbacks, token)
+    return build(cfg, plan, callbacks, token)

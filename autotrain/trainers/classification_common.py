@@ -1,14 +1,14 @@
-"""What text and image classification share: metrics, best-model / early-stopping settings, the new-head
-notice, and the final evaluation written to `eval_results.json`."""
+"""What text and image classification share: metrics, early stopping, the model with its new head, the
+Trainer, and the final evaluation written to `eval_results.json`."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from autotrain.config.classification import ImageClassificationConfig, TextClassificationConfig
-from autotrain.config.errors import UserInputError
-from autotrain.runtime.precision import Precision
-from autotrain.trainers.common import load_error, training_kwargs
+from autotrain.errors import eprint
+from autotrain.trainers.common import load_pretrained, make_trainer
+from autotrain.training.plan import RunPlan
 
 ClassificationConfig = TextClassificationConfig | ImageClassificationConfig
 METRICS = ("accuracy", "f1", "precision", "recall")
@@ -48,34 +48,6 @@ def logits_to_predictions(logits, labels):
     return logits.argmax(dim=-1)
 
 
-def classification_training_kwargs(cfg: ClassificationConfig, precision: Precision) -> dict[str, Any]:
-    """`training_kwargs` plus what keeping the best model and early stopping need.
-
-    The Trainer only restores the best model from checkpoints saved at evaluation points, so saving
-    follows the evaluation schedule whenever the best model is kept.
-    """
-    args = cfg.training_args
-    kwargs = training_kwargs(cfg, precision, has_eval=True)
-    evaluating = kwargs["eval_strategy"] != "no"
-    if args.early_stopping is not None and not evaluating:
-        raise UserInputError(
-            "training_args.early_stopping needs evaluations; set training_args.eval_strategy to `epoch` or `steps`"
-        )
-    if args.early_stopping is not None or (args.load_best_model and evaluating):
-        metric = args.early_stopping.metric if args.early_stopping is not None else "eval_loss"
-        kwargs["metric_for_best_model"] = metric
-        kwargs["greater_is_better"] = metric != "eval_loss"
-    if args.load_best_model and evaluating:
-        kwargs["load_best_model_at_end"] = True
-        kwargs["save_strategy"] = kwargs["eval_strategy"]
-        if kwargs["eval_strategy"] == "steps":
-            save_steps = kwargs.get("save_steps") or args.eval_steps
-            kwargs["save_steps"] = save_steps if save_steps % args.eval_steps == 0 else args.eval_steps
-        else:
-            kwargs.pop("save_steps", None)
-    return kwargs
-
-
 def early_stopping_callbacks(cfg: ClassificationConfig) -> list:
     stop = cfg.training_args.early_stopping
     if stop is None:
@@ -88,12 +60,38 @@ def early_stopping_callbacks(cfg: ClassificationConfig) -> list:
 def base_config(cfg: ClassificationConfig, token: str | None):
     from transformers import AutoConfig
 
-    try:
-        return AutoConfig.from_pretrained(
-            cfg.base_model, revision=cfg.revision, token=token, trust_remote_code=cfg.trust_remote_code
-        )
-    except (OSError, ValueError) as exc:
-        raise load_error(cfg, "config", exc) from None
+    return load_pretrained(AutoConfig, cfg, "config", token)
+
+
+def build_model(auto_cls, cfg: ClassificationConfig, labels: list[str], config, token: str | None, suffix: str):
+    """A classifier with one output per label, in fp32 (mixed_precision runs the compute in half precision)."""
+    import torch
+
+    return load_pretrained(
+        auto_cls,
+        cfg,
+        "weights",
+        token,
+        dtype=torch.float32,
+        ignore_mismatched_sizes=head_mismatch(config, len(labels), suffix),
+        **label_kwargs(labels),
+    )
+
+
+def classification_trainer(cfg: ClassificationConfig, plan: RunPlan, callbacks: list, **kwargs: Any):
+    """The transformers Trainer both classifiers use: metrics as predicted ids, early stopping if asked."""
+    from transformers import Trainer, TrainingArguments
+
+    extra = kwargs.pop("args", {})
+    return make_trainer(
+        Trainer,
+        plan,
+        args=TrainingArguments(**plan.training_args, **extra),
+        compute_metrics=compute_metrics,
+        preprocess_logits_for_metrics=logits_to_predictions,
+        callbacks=[*callbacks, *early_stopping_callbacks(cfg)],
+        **kwargs,
+    )
 
 
 def head_mismatch(config, num_labels: int, suffix: str) -> bool:
@@ -101,8 +99,6 @@ def head_mismatch(config, num_labels: int, suffix: str) -> bool:
     has_head = any(a.endswith(suffix) for a in (getattr(config, "architectures", None) or []))
     if not has_head or config.num_labels == num_labels:
         return False
-    from autotrain.cli.common import eprint
-
     eprint(
         f"note: base_model has a {config.num_labels}-label classifier head; training a new "
         f"{num_labels}-label head (ignore_mismatched_sizes=True)"

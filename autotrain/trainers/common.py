@@ -1,91 +1,53 @@
-"""Settings every task shares: config -> TrainingArguments kwargs, and the optimizer hook-up."""
+"""What every builder shares: loading from base_model with errors a user can act on, the tokenizer's
+padding, and handing the planned optimizer to the Trainer."""
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from autotrain.config.base import TaskConfig
-from autotrain.config.errors import UserInputError
-from autotrain.runtime.precision import Precision
+from autotrain.errors import UserInputError
+from autotrain.training.plan import RunPlan
 
 
-def load_error(cfg: TaskConfig, what: str, exc: Exception) -> UserInputError:
-    """A failed `from_pretrained` of base_model as bad input (exit 2), with the library's first line."""
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return UserInputError(f"cannot load the {what} of base_model `{cfg.base_model}`: {first}")
+def load_pretrained(loader, cfg: TaskConfig, what: str, token: str | None = None, **kwargs: Any):
+    """`loader.from_pretrained(base_model, ...)` with the config's revision and remote-code choice.
 
-
-def check_logger(log: str) -> None:
-    """`log: tensorboard | wandb` needs its package; say so before any model is loaded."""
-    import importlib.util
-
-    if log != "none" and importlib.util.find_spec(log) is None:
-        raise UserInputError(f"log: {log} needs the `{log}` package: pip install {log} (or set `log: none`)")
-
-
-def check_optimizer(name: str) -> None:
-    """`adamw_8bit` runs on bitsandbytes, which is not a dependency: say so before any model loads."""
-    import importlib.util
-
-    if name == "adamw_8bit" and importlib.util.find_spec("bitsandbytes") is None:
-        raise UserInputError(
-            "training_args.optimizer: adamw_8bit needs bitsandbytes: pip install bitsandbytes "
-            "(or use `came_8bit`, which needs nothing extra)"
-        )
-
-
-def training_kwargs(cfg: TaskConfig, precision: Precision, has_eval: bool) -> dict[str, Any]:
-    """The TrainingArguments fields autotrain controls, for any Trainer/TRL config class."""
-    from autotrain.optimizers.registry import BUNDLED, hf_optimizer_settings
-
-    args = cfg.training_args
-    eval_strategy = args.eval_strategy if has_eval else "no"
-    kwargs: dict[str, Any] = {
-        "output_dir": cfg.project_name,
-        "num_train_epochs": args.epochs,
-        "max_steps": args.max_steps or -1,
-        "per_device_train_batch_size": args.batch_size,
-        "per_device_eval_batch_size": args.eval_batch_size or args.batch_size,
-        "gradient_accumulation_steps": args.gradient_accumulation,
-        "learning_rate": args.lr,
-        "warmup_steps": args.warmup_ratio,  # a float below 1 is a ratio of the total steps
-        "weight_decay": args.weight_decay,
-        "max_grad_norm": args.max_grad_norm or 0.0,
-        "lr_scheduler_type": args.scheduler,
-        "seed": args.seed,
-        "data_seed": args.seed,
-        "gradient_checkpointing": args.gradient_checkpointing,
-        "logging_steps": args.logging_steps,
-        "logging_first_step": True,
-        "save_strategy": "steps" if args.save_steps else "epoch",
-        "save_total_limit": args.save_total_limit,
-        "eval_strategy": eval_strategy,
-        "report_to": [] if cfg.log == "none" else [cfg.log],
-        "dataloader_num_workers": args.dataloader_num_workers,
-        "disable_tqdm": True,  # autotrain draws its own progress display
-        **precision.training_args,
-    }
-    if args.save_steps:
-        kwargs["save_steps"] = args.save_steps
-    if eval_strategy == "steps":
-        kwargs["eval_steps"] = args.eval_steps
-    if args.gradient_checkpointing:
-        kwargs["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
-    if args.optimizer not in BUNDLED:
-        kwargs.update(hf_optimizer_settings(args.optimizer, args.optimizer_args))
-    return kwargs
-
-
-def attach_optimizer(trainer, cfg: TaskConfig) -> None:
-    """Hand a bundled optimizer to the Trainer through `optimizer_cls_and_kwargs`.
-
-    The Trainer still builds the param groups (weight decay off for biases and norms) and the LR
-    scheduler; it only calls our class instead of its own. Set after construction because not every TRL
-    trainer takes the argument in its constructor.
+    A checkpoint that cannot be loaded is bad input (exit 2) named with the library's first line.
     """
-    from autotrain.optimizers.registry import BUNDLED, optimizer_cls_and_kwargs
+    try:
+        return loader.from_pretrained(
+            cfg.base_model, revision=cfg.revision, token=token, trust_remote_code=cfg.trust_remote_code, **kwargs
+        )
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserInputError(f"cannot load the {what} of base_model `{cfg.base_model}`: {first}") from None
 
-    args = cfg.training_args
-    if args.optimizer in BUNDLED:
-        cls, kwargs = optimizer_cls_and_kwargs(args.optimizer, args.optimizer_args)
-        trainer.optimizer_cls_and_kwargs = (cls, {**kwargs, "lr": args.lr})
+
+def build_tokenizer(cfg: TaskConfig, token: str | None = None):
+    from transformers import AutoTokenizer
+
+    tokenizer = load_pretrained(AutoTokenizer, cfg, "tokenizer", token)
+    if tokenizer.pad_token is None:
+        # Decoder-only checkpoints have no pad token; padding is masked out, so EOS (or UNK) serves.
+        tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
+    return tokenizer
+
+
+def make_trainer(trainer_cls, plan: RunPlan, **kwargs: Any):
+    """`trainer_cls(**kwargs)` with the planned bundled optimizer, if any.
+
+    It goes in as `optimizer_cls_and_kwargs`, so the Trainer still builds the param groups (no weight
+    decay on biases and norms) and the LR scheduler. TRL's DPO and ORPO trainers do not take that
+    argument; for them the same public attribute is set right after construction, before any optimizer
+    exists.
+    """
+    chosen = plan.optimizer.cls_and_kwargs
+    takes_it = "optimizer_cls_and_kwargs" in inspect.signature(trainer_cls.__init__).parameters
+    if chosen is not None and takes_it:
+        kwargs["optimizer_cls_and_kwargs"] = chosen
+    trainer = trainer_cls(**kwargs)
+    if chosen is not None and not takes_it:
+        trainer.optimizer_cls_and_kwargs = chosen
+    return trainer

@@ -9,30 +9,17 @@ from __future__ import annotations
 import math
 
 from autotrain.config.classification import ImageClassificationConfig
-from autotrain.config.errors import UserInputError
-from autotrain.data.classification import ClassificationSplits, load_image_splits
-from autotrain.runtime.precision import resolve_precision
-from autotrain.trainers.classification_common import (
-    base_config,
-    classification_training_kwargs,
-    compute_metrics,
-    early_stopping_callbacks,
-    head_mismatch,
-    label_kwargs,
-    logits_to_predictions,
-)
-from autotrain.trainers.common import attach_optimizer, load_error
+from autotrain.data.classification import load_image_splits
+from autotrain.errors import UserInputError
+from autotrain.trainers.classification_common import base_config, build_model, classification_trainer
+from autotrain.trainers.common import load_pretrained
+from autotrain.training.plan import RunPlan
 
 
 def build_processor(cfg: ImageClassificationConfig, token: str | None = None):
     from transformers import AutoImageProcessor
 
-    try:
-        return AutoImageProcessor.from_pretrained(
-            cfg.base_model, revision=cfg.revision, token=token, trust_remote_code=cfg.trust_remote_code
-        )
-    except (OSError, ValueError) as exc:
-        raise load_error(cfg, "image processor", exc) from None
+    return load_pretrained(AutoImageProcessor, cfg, "image processor", token)
 
 
 def open_rgb(value):
@@ -103,47 +90,25 @@ def collate(rows: list[dict]) -> dict:
     }
 
 
-def build_model(cfg: ImageClassificationConfig, splits: ClassificationSplits, config, token: str | None = None):
-    import torch
-    from transformers import AutoModelForImageClassification
-
-    try:
-        return AutoModelForImageClassification.from_pretrained(
-            cfg.base_model,
-            revision=cfg.revision,
-            token=token,
-            trust_remote_code=cfg.trust_remote_code,
-            dtype=torch.float32,  # fp32 master weights; mixed_precision runs the compute in half precision
-            ignore_mismatched_sizes=head_mismatch(config, len(splits.labels), "ForImageClassification"),
-            **label_kwargs(splits.labels),
-        )
-    except (OSError, ValueError) as exc:
-        raise load_error(cfg, "weights", exc) from None
-
-
-def build_trainer(cfg: ImageClassificationConfig, callbacks: list, token: str | None = None):
-    from transformers import Trainer, TrainingArguments, set_seed
+def build_trainer(cfg: ImageClassificationConfig, plan: RunPlan, callbacks: list, token: str | None = None):
+    from transformers import AutoModelForImageClassification, set_seed
 
     set_seed(cfg.training_args.seed)
-    precision = resolve_precision(cfg.training_args.mixed_precision)
     config = base_config(cfg, token)
     processor = build_processor(cfg, token)
     splits = load_image_splits(cfg, token)
     train = splits.train.with_transform(ImageTransform(processor, train=cfg.augment))
     valid = splits.valid.with_transform(ImageTransform(processor, train=False))
-    model = build_model(cfg, splits, config, token)
-    # The Trainer would drop the `image` column (no model argument has that name) before the transform runs.
-    args = TrainingArguments(**classification_training_kwargs(cfg, precision), remove_unused_columns=False)
-    trainer = Trainer(
+    model = build_model(AutoModelForImageClassification, cfg, splits.labels, config, token, "ForImageClassification")
+    return classification_trainer(
+        cfg,
+        plan,
+        callbacks,
         model=model,
-        args=args,
+        # The Trainer would drop the `image` column (no model argument has that name) before the transform runs.
+        args={"remove_unused_columns": False},
         train_dataset=train,
         eval_dataset=valid,
         processing_class=processor,
         data_collator=collate,
-        compute_metrics=compute_metrics,
-        preprocess_logits_for_metrics=logits_to_predictions,
-        callbacks=[*callbacks, *early_stopping_callbacks(cfg)],
     )
-    attach_optimizer(trainer, cfg)
-    return trainer

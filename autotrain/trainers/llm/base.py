@@ -1,5 +1,5 @@
-"""What every LLM builder does first, in the order that keeps mistakes cheap: check the hardware,
-load the tokenizer and the data (a missing column fails here), and only then the model."""
+"""What every LLM builder does first, in the order that keeps mistakes cheap: the tokenizer and the data
+(a missing column fails here) before the model; and the trainer they all end with."""
 
 from __future__ import annotations
 
@@ -8,32 +8,46 @@ from typing import Any
 
 from autotrain.config.llm import LLMConfig
 from autotrain.data.llm import load_llm_split
-from autotrain.runtime.precision import Precision, resolve_precision
-from autotrain.trainers.common import training_kwargs
-from autotrain.trainers.llm.model import build_tokenizer, quantization_config
+from autotrain.trainers.common import make_trainer
+from autotrain.trainers.llm.model import build_lora_config, build_tokenizer
+from autotrain.training.plan import RunPlan
 
 
 @dataclass
 class Prepared:
-    precision: Precision
     tokenizer: Any
     train: Any
     valid: Any | None
 
-    def args_kwargs(self, cfg: LLMConfig) -> dict[str, Any]:
-        return training_kwargs(cfg, self.precision, self.valid is not None)
 
-
-def prepare(cfg: LLMConfig, token: str | None = None) -> Prepared:
+def prepare(cfg: LLMConfig, plan: RunPlan, token: str | None = None) -> Prepared:
     from transformers import set_seed
 
     set_seed(cfg.training_args.seed)
-    precision = resolve_precision(cfg.training_args.mixed_precision)
-    quantization_config(cfg, precision)  # refuses int4/int8 without CUDA before anything is loaded
     tokenizer = build_tokenizer(cfg, token)
     train = load_llm_split(cfg, cfg.data.train_split, token)
     valid = load_llm_split(cfg, cfg.data.valid_split, token) if cfg.data.valid_split else None
-    return Prepared(precision, tokenizer, train, valid)
+    return Prepared(tokenizer, train, valid)
+
+
+def llm_trainer(trainer_cls, args_cls, cfg: LLMConfig, plan: RunPlan, ready: Prepared, callbacks: list, **kwargs):
+    """A TRL trainer on the prepared data with the plan's TrainingArguments, LoRA and optimizer.
+
+    `args` extends the planned TrainingArguments with the trainer's own fields; `train` / `valid`
+    replace the prepared splits when the builder transformed them.
+    """
+    extra = kwargs.pop("args", {})
+    kwargs.setdefault("train_dataset", ready.train)
+    kwargs.setdefault("eval_dataset", ready.valid)
+    kwargs.setdefault("peft_config", build_lora_config(cfg))
+    return make_trainer(
+        trainer_cls,
+        plan,
+        args=args_cls(**plan.training_args, **extra),
+        processing_class=ready.tokenizer,
+        callbacks=callbacks,
+        **kwargs,
+    )
 
 
 def truncate_prompts(dataset, tokenizer, max_tokens: int | None):

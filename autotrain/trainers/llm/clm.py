@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 from autotrain.config.llm import LLMConfig
-from autotrain.trainers.common import attach_optimizer
+from autotrain.trainers.common import make_trainer
 from autotrain.trainers.llm.base import prepare
 from autotrain.trainers.llm.model import build_lora_config, build_model
+from autotrain.training.plan import RunPlan
 
 
 def group_texts(dataset, tokenizer, block: int):
@@ -29,7 +30,7 @@ def group_texts(dataset, tokenizer, block: int):
     tokens = dataset.map(tokenize, batched=True, remove_columns=dataset.column_names)
     grouped = tokens.map(chunk, batched=True, batch_size=1000, remove_columns=tokens.column_names)
     if len(grouped) == 0:
-        from autotrain.config.errors import UserInputError
+        from autotrain.errors import UserInputError
 
         raise UserInputError(
             f"the text is shorter than one block of training_args.max_length={block} tokens; "
@@ -38,27 +39,27 @@ def group_texts(dataset, tokenizer, block: int):
     return grouped
 
 
-def build_trainer(cfg: LLMConfig, callbacks: list, token: str | None = None):
+def build_trainer(cfg: LLMConfig, plan: RunPlan, callbacks: list, token: str | None = None):
     from transformers import Trainer, TrainingArguments, default_data_collator
 
-    ready = prepare(cfg, token)
+    ready = prepare(cfg, plan, token)
     block = cfg.training_args.max_length
     train = group_texts(ready.train, ready.tokenizer, block)
     valid = group_texts(ready.valid, ready.tokenizer, block) if ready.valid is not None else None
-    model = build_model(cfg, ready.precision, token)
+    model = build_model(cfg, plan, token)
     lora = build_lora_config(cfg)
-    if lora is not None:
+    if lora is not None:  # the plain Trainer takes no peft_config
         from peft import get_peft_model
 
         model = get_peft_model(model, lora)
-    trainer = Trainer(
+    return make_trainer(
+        Trainer,
+        plan,
         model=model,
-        args=TrainingArguments(**ready.args_kwargs(cfg)),
+        args=TrainingArguments(**plan.training_args),
         train_dataset=train,
         eval_dataset=valid,
         processing_class=ready.tokenizer,
         data_collator=default_data_collator,
         callbacks=callbacks,
     )
-    attach_optimizer(trainer, cfg)
-    return trainer

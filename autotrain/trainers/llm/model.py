@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from autotrain.config.errors import UserInputError
 from autotrain.config.llm import LLMConfig
-from autotrain.runtime.precision import Precision
-from autotrain.trainers.common import load_error
+from autotrain.trainers import common
+from autotrain.training.plan import RunPlan
+from autotrain.training.precision import Precision
 
 CHAT_TEMPLATES = {
     "chatml": (
@@ -20,17 +20,7 @@ CHAT_TEMPLATES = {
 
 
 def build_tokenizer(cfg: LLMConfig, token: str | None = None):
-    from transformers import AutoTokenizer
-
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(
-            cfg.base_model, revision=cfg.revision, token=token, trust_remote_code=cfg.trust_remote_code
-        )
-    except (OSError, ValueError) as exc:
-        raise load_error(cfg, "tokenizer", exc) from None
-    if tokenizer.pad_token is None:
-        # Padding is masked out of the loss, so reusing EOS (or UNK) as padding is safe.
-        tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
+    tokenizer = common.build_tokenizer(cfg, token)
     tokenizer.padding_side = "right"
     template = cfg.data.chat_template
     if template in CHAT_TEMPLATES:
@@ -56,13 +46,9 @@ def load_dtype(cfg: LLMConfig, precision: Precision):
 
 
 def quantization_config(cfg: LLMConfig, precision: Precision):
+    """bitsandbytes settings for QLoRA (the plan's preflight has refused them without CUDA)."""
     if not cfg.uses_peft or cfg.peft.quantization is None:
         return None
-    if precision.device != "cuda":
-        raise UserInputError(
-            f"peft.quantization: {cfg.peft.quantization} loads through bitsandbytes and needs a "
-            "CUDA GPU; none is visible. Remove `peft.quantization` to train on this machine"
-        )
     import torch
     from transformers import BitsAndBytesConfig
 
@@ -77,27 +63,18 @@ def quantization_config(cfg: LLMConfig, precision: Precision):
     )
 
 
-def build_model(cfg: LLMConfig, precision: Precision, token: str | None = None, reward: bool = False):
+def build_model(cfg: LLMConfig, plan: RunPlan, token: str | None = None, reward: bool = False):
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
-    quant = quantization_config(cfg, precision)
-    kwargs = {
-        "revision": cfg.revision,
-        "token": token,
-        "trust_remote_code": cfg.trust_remote_code,
-        "dtype": load_dtype(cfg, precision),
-        "attn_implementation": cfg.attn_implementation,
-    }
+    quant = quantization_config(cfg, plan.precision)
+    kwargs = {"dtype": load_dtype(cfg, plan.precision), "attn_implementation": cfg.attn_implementation}
     if quant is not None:
         kwargs["quantization_config"] = quant
     if reward:
         cls, kwargs["num_labels"] = AutoModelForSequenceClassification, 1
     else:
         cls = AutoModelForCausalLM
-    try:
-        model = cls.from_pretrained(cfg.base_model, **kwargs)
-    except (OSError, ValueError) as exc:
-        raise load_error(cfg, "weights", exc) from None
+    model = common.load_pretrained(cls, cfg, "weights", token, **kwargs)
     if quant is not None:
         from peft import prepare_model_for_kbit_training
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from autotrain.config.llm import LLMConfig
-from autotrain.trainers.common import attach_optimizer
-from autotrain.trainers.llm.base import prepare
+from autotrain.trainers.llm.base import llm_trainer, prepare
 from autotrain.trainers.llm.model import build_lora_config, build_model
+from autotrain.training.plan import RunPlan
 
 
 def _join_prompt(dataset):
@@ -27,20 +27,22 @@ def _concat(prompt, answer):
     return list(prompt) + list(answer)
 
 
-def build_trainer(cfg: LLMConfig, callbacks: list, token: str | None = None):
+def build_trainer(cfg: LLMConfig, plan: RunPlan, callbacks: list, token: str | None = None):
     from trl import RewardConfig, RewardTrainer
 
-    ready = prepare(cfg, token)
-    model = build_model(cfg, ready.precision, token, reward=True)
+    ready = prepare(cfg, plan, token)
+    model = build_model(cfg, plan, token, reward=True)
     model.config.pad_token_id = ready.tokenizer.pad_token_id
-    trainer = RewardTrainer(
+    return llm_trainer(
+        RewardTrainer,
+        RewardConfig,
+        cfg,
+        plan,
+        ready,
+        callbacks,
         model=model,
-        args=RewardConfig(**ready.args_kwargs(cfg), max_length=cfg.training_args.max_length),
+        args={"max_length": cfg.training_args.max_length},
         train_dataset=_join_prompt(ready.train),
         eval_dataset=_join_prompt(ready.valid) if ready.valid is not None else None,
-        processing_class=ready.tokenizer,
         peft_config=build_lora_config(cfg, task_type="SEQ_CLS"),
-        callbacks=callbacks,
     )
-    attach_optimizer(trainer, cfg)
-    return trainer

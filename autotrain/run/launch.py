@@ -17,49 +17,38 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from autotrain.cli.common import (
+from autotrain.config.load import LoadedConfig
+from autotrain.errors import (
     EXIT_BAD_INPUT,
     EXIT_DIVERGED,
     EXIT_FAILURE,
     EXIT_OK,
     EXIT_SIGINT,
     EXIT_SIGTERM,
+    UserInputError,
     debug_enabled,
     eprint,
 )
-from autotrain.config.errors import UserInputError
-from autotrain.config.load import LoadedConfig
-from autotrain.runtime.distributed import check_hardware, strategy_flags, write_launch_files
-from autotrain.runtime.plan import processes_per_machine, visible_gpus
+from autotrain.run.distributed import check_hardware, strategy_flags, write_launch_files
+from autotrain.training.plan import RunPlan, visible_gpus
 
 LAUNCHER = ("-m", "accelerate.commands.launch")
 RANK_ENTRY = ("-m", "autotrain.cli.main")
+# Set in the environment of the processes the launcher starts (one per rank): they train, not launch.
+LAUNCHED_ENV = "AUTOTRAIN_LAUNCHED"
 _KEPT_CODES = (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_SIGINT, EXIT_SIGTERM)
 
 
-def _mixed_precision(loaded: LoadedConfig) -> str | None:
-    from autotrain.runtime.precision import resolve_precision
-
-    try:
-        return resolve_precision(loaded.config.training_args.mixed_precision).mode
-    except UserInputError:  # reported by relaunch (or by each rank); a dry run still shows the command
-        return None
-
-
-def launcher_args(loaded: LoadedConfig) -> list[str]:
-    """`accelerate launch` options for this machine: topology, precision, strategy."""
+def launcher_args(loaded: LoadedConfig, plan: RunPlan) -> list[str]:
+    """`accelerate launch` options for this machine: topology, precision, strategy (all from the plan)."""
     cfg = loaded.config
     dist = cfg.distributed
-    per_machine = processes_per_machine(dist.num_processes)
     # accelerate counts processes over all machines; the config counts them per machine.
-    args = ["--num_processes", str(per_machine * dist.num_machines), "--num_machines", str(dist.num_machines)]
+    args = ["--num_processes", str(plan.world_size), "--num_machines", str(dist.num_machines)]
     if dist.num_machines > 1:
         args += ["--machine_rank", str(dist.machine_rank), "--main_process_ip", str(dist.main_process_ip)]
     args += ["--main_process_port", str(dist.main_process_port)]
-    precision = _mixed_precision(loaded)
-    if precision is not None:
-        args += ["--mixed_precision", precision]
-    args += ["--dynamo_backend", "no"]
+    args += ["--mixed_precision", plan.precision.mode, "--dynamo_backend", "no"]
     return args + strategy_flags(cfg)
 
 
@@ -77,18 +66,22 @@ def rank_args(loaded: LoadedConfig, argv_sets: Sequence[str] = (), resume: str |
     return args
 
 
-def launch_command(loaded: LoadedConfig, argv_sets: Sequence[str], resume: str | None = None) -> list[str]:
+def launch_command(
+    loaded: LoadedConfig, plan: RunPlan, argv_sets: Sequence[str], resume: str | None = None
+) -> list[str]:
     """The full command line `relaunch` runs (in-process); printed by `--dry-run`. Creates no files."""
     return [
         sys.executable,
         *LAUNCHER,
-        *launcher_args(loaded),
+        *launcher_args(loaded, plan),
         *RANK_ENTRY,
         *rank_args(loaded, argv_sets, resume),
     ]
 
 
-def display_command(loaded: LoadedConfig, argv_sets: Sequence[str] = (), resume: str | None = None) -> str:
+def display_command(
+    loaded: LoadedConfig, plan: RunPlan, argv_sets: Sequence[str] = (), resume: str | None = None
+) -> str:
     """`launch_command` as one shell line; secrets (`--set hub.token=...`, `${HF_TOKEN}` values) hidden."""
     from autotrain.config.interpolate import REDACTED, SECRET_KEYS, redact
 
@@ -96,7 +89,7 @@ def display_command(loaded: LoadedConfig, argv_sets: Sequence[str] = (), resume:
     for item in argv_sets:
         key, sep, _ = item.partition("=")
         shown.append(f"{key}={REDACTED}" if sep and key.rsplit(".", 1)[-1].lower() in SECRET_KEYS else item)
-    return redact(shlex.join(launch_command(loaded, shown, resume)), loaded.secrets)
+    return redact(shlex.join(launch_command(loaded, plan, shown, resume)), loaded.secrets)
 
 
 def rank_exit_code(code: int) -> int:
@@ -145,8 +138,6 @@ def _run_launcher(args: list[str], world: int) -> int:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    from autotrain.runtime.run import LAUNCHED_ENV
-
     parsed = launch_command_parser().parse_args(args)
     _quiet_agent()
     previous = os.environ.get(LAUNCHED_ENV)
@@ -183,26 +174,20 @@ def _run_launcher(args: list[str], world: int) -> int:
             os.environ[LAUNCHED_ENV] = previous
 
 
-def relaunch(loaded: LoadedConfig, resume: str | None = None, argv_sets: Sequence[str] = ()) -> int:
-    """Run the config in `world_size` processes; returns the run's exit code.
+def relaunch(loaded: LoadedConfig, plan: RunPlan, resume: str | None = None, argv_sets: Sequence[str] = ()) -> int:
+    """Run the config in `plan.world_size` processes; returns the run's exit code.
 
     Raises UserInputError (exit 2 in the runner) for what can be refused before any process starts.
     """
     cfg = loaded.config
     dist = cfg.distributed
-    per_machine = processes_per_machine(dist.num_processes)
-    check_hardware(cfg, visible_gpus(), per_machine)
-    from autotrain.runtime.precision import resolve_precision
-
-    # fp16 without CUDA: one error here rather than one per rank
-    resolve_precision(cfg.training_args.mixed_precision)
+    check_hardware(cfg, visible_gpus(), plan.processes_per_machine)
     write_launch_files(cfg)
-    command = launch_command(loaded, argv_sets, resume)
-    world = per_machine * dist.num_machines
+    command = launch_command(loaded, plan, argv_sets, resume)
     where = ""
     if dist.num_machines > 1:
         where = f" on {dist.num_machines} machines (this is machine {dist.machine_rank})"
-    eprint(f"launching {world} processes ({dist.strategy}){where} with accelerate")
+    eprint(f"launching {plan.world_size} processes ({dist.strategy}){where} with accelerate")
     if debug_enabled():
-        eprint("launch: " + display_command(loaded, argv_sets, resume))
-    return _run_launcher(command[1 + len(LAUNCHER) :], world)
+        eprint("launch: " + display_command(loaded, plan, argv_sets, resume))
+    return _run_launcher(command[1 + len(LAUNCHER) :], plan.world_size)

@@ -1,6 +1,6 @@
 """SIGTERM / SIGINT: finish the optimizer step, save a full checkpoint, exit 143 / 130.
 
-A second signal exits at once; the checkpoint being written then stays in the staging folder and the
+A second signal exits at once; the checkpoint being written then never gets its completion marker and the
 last complete checkpoint is untouched (see checkpoints.py).
 """
 
@@ -12,7 +12,9 @@ import sys
 
 from transformers import TrainerCallback
 
-EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+from autotrain.errors import EXIT_SIGINT, EXIT_SIGTERM
+
+EXIT_CODES = {signal.SIGINT: EXIT_SIGINT, signal.SIGTERM: EXIT_SIGTERM}
 
 
 class Interrupted(Exception):

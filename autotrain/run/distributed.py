@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from autotrain.config.base import DeepSpeedConfig, FsdpConfig, TaskConfig
-from autotrain.config.errors import UserInputError
+from autotrain.errors import UserInputError
 
 # Written into the project folder when `distributed.deepspeed.config_file` is not given.
 DEEPSPEED_FILE = "deepspeed.json"

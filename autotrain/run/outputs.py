@@ -7,12 +7,20 @@ from pathlib import Path
 
 import yaml
 
+from autotrain.config.interpolate import redact
 from autotrain.config.load import LoadedConfig
+from autotrain.training.plan import RunPlan
 
 
-def save_config(loaded: LoadedConfig, folder: Path) -> None:
+def save_config(loaded: LoadedConfig, folder: Path, plan: RunPlan | None = None) -> None:
+    """The resolved config, runnable as it is; the plan (what this machine did) follows as comments."""
     text = f"# resolved config of this run ({loaded.source}); secrets redacted\n"
     text += yaml.safe_dump(loaded.redacted(), sort_keys=False)
+    if plan is not None:
+        recorded = yaml.safe_dump({"plan": redact(plan.record(), loaded.secrets)}, sort_keys=False)
+        text += "\n# what this machine resolved (also in run.json):\n" + "".join(
+            f"# {line}\n" for line in recorded.splitlines()
+        )
     (folder / "autotrain.yaml").write_text(text, encoding="utf-8")
 
 
@@ -42,7 +50,7 @@ def write_model_card(loaded: LoadedConfig, folder: Path, metrics: dict) -> None:
     (folder / "README.md").write_text("\n".join(lines), encoding="utf-8")
 
 
-def save_final(trainer, loaded: LoadedConfig, metrics: dict) -> None:
+def save_final(trainer, loaded: LoadedConfig, plan: RunPlan, metrics: dict) -> None:
     """Model (or adapter), tokenizer/processor, merged model on request, config, metrics, card."""
     cfg = loaded.config
     folder = Path(cfg.project_name)
@@ -63,7 +71,7 @@ def save_final(trainer, loaded: LoadedConfig, metrics: dict) -> None:
 
         card_metrics.update(evaluate_and_report(trainer))  # eval_results.json and a table of the metrics
     if trainer.is_world_process_zero():
-        save_config(loaded, folder)
+        save_config(loaded, folder, plan)
         write_model_card(loaded, folder, card_metrics)
 
 
@@ -85,7 +93,6 @@ def push_to_hub(loaded: LoadedConfig) -> str:
             "checkpoint-*",
             "checkpoint-*/**",
             "logs/**",
-            ".staging/**",
             "run.json",
             "training_args.bin",
         ],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autotrain.config.errors import UserInputError
+from autotrain.errors import UserInputError
 
 
 @dataclass(frozen=True)

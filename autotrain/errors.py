@@ -1,8 +1,21 @@
-"""Config errors that point at a file, a line and a field, all reported at once."""
+"""Exit codes and the errors a user sees: the bottom of the package, importing nothing from autotrain.
+
+Every layer raises these; only the command line turns them into output and an exit code.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass, field
+
+# Documented exit codes (README, "Exit codes").
+EXIT_OK = 0
+EXIT_FAILURE = 1  # failure during training; the traceback goes to project_name/logs/
+EXIT_BAD_INPUT = 2  # config mistake, bad usage or bad input data
+EXIT_DIVERGED = 3  # a non-finite loss with nan_policy: halt
+EXIT_SIGINT = 130
+EXIT_SIGTERM = 143
 
 
 @dataclass
@@ -38,3 +51,13 @@ class ConfigError(Exception):
 
 class UserInputError(Exception):
     """Bad input that is not a config mistake (missing data column, unreadable file, ...): exit code 2."""
+
+
+def debug_enabled() -> bool:
+    """`AUTOTRAIN_DEBUG=1`: show tracebacks and library logs."""
+    return os.environ.get("AUTOTRAIN_DEBUG", "") not in ("", "0", "false", "False")
+
+
+def eprint(message: str) -> None:
+    """A line for the user on stderr (stdout stays for results: `--dry-run`'s config, `schema`, ...)."""
+    print(message, file=sys.stderr, flush=True)

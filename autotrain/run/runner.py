@@ -14,18 +14,13 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from autotrain.config.errors import UserInputError
 from autotrain.config.load import LoadedConfig
-
-EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_DIVERGED = 0, 1, 2, 3
-# Set in the environment of processes started by `autotrain.runtime.launch` (one per rank).
-LAUNCHED_ENV = "AUTOTRAIN_LAUNCHED"
+from autotrain.errors import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILURE, EXIT_OK, UserInputError, debug_enabled, eprint
+from autotrain.run.launch import LAUNCHED_ENV
 
 
 def _quiet_libraries() -> None:
     """Library chatter (warnings, tqdm bars) hides the progress display; AUTOTRAIN_DEBUG=1 keeps it."""
-    from autotrain.cli.common import debug_enabled
-
     if debug_enabled():
         return
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -70,14 +65,14 @@ class _Run:
         self.cfg = loaded.config
         self.folder = Path(self.cfg.project_name)
         self.argv_sets = list(argv_sets)
-        self.launched = os.environ.get(LAUNCHED_ENV) == "1"
+        self.launched = os.environ.get(LAUNCHED_ENV) == "1"  # a rank started by run.launch
         self.main_process = os.environ.get("RANK", "0") == "0"
         self.manifest = None
         self.started = False  # trainer.train() was entered
+        self.plan = None  # RunPlan, once resolved
 
     def say(self, message: str, every_rank: bool = False) -> None:
         """Progress messages come from the main process only; errors from every rank that has one."""
-        from autotrain.cli.common import eprint
         from autotrain.config.interpolate import redact
 
         if self.main_process or every_rank:
@@ -98,7 +93,7 @@ def run(loaded: LoadedConfig, resume: str | None = None, overwrite: bool = False
     stop = None
     try:
         if not this.launched:  # under a launcher the parent process has claimed the folder already
-            from autotrain.runtime.project import ProjectFolder
+            from autotrain.run.project import ProjectFolder
 
             if this.cfg.distributed.machine_rank == 0:
                 # Claimed before the training stack is imported: a refusal here takes a fraction of a second.
@@ -107,17 +102,15 @@ def run(loaded: LoadedConfig, resume: str | None = None, overwrite: bool = False
                     return EXIT_OK
             else:  # machine 0 claims the (shared) folder; the others only write into it
                 this.folder.mkdir(parents=True, exist_ok=True)
-        from autotrain.runtime.signals import GracefulStop
+        from autotrain.training.signals import GracefulStop
 
         stop = GracefulStop()
         stop.install()
-        if not this.launched:
-            from autotrain.runtime.plan import world_size
+        this.plan = _resolve(this)
+        if not this.launched and this.plan.world_size > 1:
+            from autotrain.run.launch import relaunch
 
-            if world_size(loaded) > 1:
-                from autotrain.runtime.launch import relaunch
-
-                return relaunch(loaded, resume=resume, argv_sets=this.argv_sets)
+            return relaunch(loaded, this.plan, resume=resume, argv_sets=this.argv_sets)
         return _train(this, resume, stop)
     except BaseException as exc:
         code = _failure_code(this, exc)
@@ -135,7 +128,7 @@ def _finished(this: _Run) -> bool:
     """`--resume` on a completed run: True (say so, touch nothing) unless max_steps / epochs grew."""
     import json
 
-    from autotrain.runtime.project import run_status
+    from autotrain.run.project import run_status
 
     if run_status(this.folder) != "completed":
         return False
@@ -156,27 +149,35 @@ def _finished(this: _Run) -> bool:
     return True
 
 
+def _resolve(this: _Run):
+    """The plan, decided once in this process, and the checks that need no weights (one error for all ranks)."""
+    from autotrain.training.plan import preflight, resolve_plan
+
+    plan = resolve_plan(this.cfg)
+    problems = preflight(this.cfg, plan)
+    if problems:
+        raise UserInputError("; ".join(problems))
+    return plan
+
+
 def _train(this: _Run, resume: str | None, stop) -> int:
     from transformers.trainer_callback import PrinterCallback
 
-    from autotrain.runtime.checkpoints import find_resume_checkpoint, install_atomic_checkpoints
-    from autotrain.runtime.guards import install_loss_hooks
-    from autotrain.runtime.progress import ProgressCallback
     from autotrain.trainers import build_trainer
-    from autotrain.trainers.common import check_logger, check_optimizer
+    from autotrain.training.checkpoints import AtomicCheckpoints, find_resume_checkpoint
+    from autotrain.training.guards import install_loss_hooks
+    from autotrain.training.progress import ProgressCallback
 
     cfg, folder = this.cfg, this.folder
     checkpoint = find_resume_checkpoint(folder, resume, warn=this.say) if resume else None
     if checkpoint:
         this.say(f"resuming from {checkpoint}")
     _quiet_libraries()
-    check_logger(cfg.log)
-    check_optimizer(cfg.training_args.optimizer)
     progress = ProgressCallback()
-    trainer = build_trainer(cfg, [progress, stop], token=cfg.hub.token)
+    trainer = build_trainer(cfg, this.plan, [progress, stop], token=cfg.hub.token)
     trainer.remove_callback(PrinterCallback)  # our progress display replaces its raw dict lines
     install_loss_hooks(trainer, cfg.training_args.nan_policy)
-    install_atomic_checkpoints(trainer, folder, protected=[checkpoint] if checkpoint else [])
+    AtomicCheckpoints(folder, cfg.training_args.save_total_limit, [checkpoint] if checkpoint else []).attach(trainer)
     progress.trainer = trainer
     if trainer.args.world_size > 1:
         this.say(f"processes: {trainer.args.world_size} (world size)")
@@ -196,14 +197,15 @@ def _start_manifest(this: _Run) -> None:
     if not this.main_process:
         return
     from autotrain.config.interpolate import redact
-    from autotrain.runtime.manifest import RunManifest
+    from autotrain.run.manifest import RunManifest
 
-    this.manifest = RunManifest(this.loaded, this.folder, [redact(a, this.loaded.secrets) for a in sys.argv])
+    argv = [redact(a, this.loaded.secrets) for a in sys.argv]
+    this.manifest = RunManifest(this.loaded, this.plan, this.folder, argv)
     this.manifest.write()
 
 
 def _interrupted(this: _Run, trainer, signum: int) -> int:
-    from autotrain.runtime.signals import Interrupted
+    from autotrain.training.signals import Interrupted
 
     code = Interrupted(signum).exit_code
     last = _last_checkpoint(this.folder)
@@ -215,15 +217,15 @@ def _interrupted(this: _Run, trainer, signum: int) -> int:
 
 
 def _completed(this: _Run, trainer, metrics: dict) -> int:
-    from autotrain.runtime.outputs import save_final
+    from autotrain.run.outputs import save_final
 
     if getattr(trainer, "skipped_batches", 0):
         metrics["skipped_batches"] = trainer.skipped_batches
         this.say(f"warning: skipped {trainer.skipped_batches} batch(es) with a non-finite loss")
-    save_final(trainer, this.loaded, metrics)
+    save_final(trainer, this.loaded, this.plan, metrics)
     this.say(f"done: model saved to {this.folder}/ (train loss {metrics.get('train_loss', float('nan')):.4f})")
     if this.cfg.hub.push_to_hub and trainer.is_world_process_zero():
-        from autotrain.runtime.outputs import push_to_hub
+        from autotrain.run.outputs import push_to_hub
 
         this.say(f"pushed to {push_to_hub(this.loaded)}")
     return this.finish("completed", EXIT_OK, _last_checkpoint(this.folder))
@@ -231,8 +233,6 @@ def _completed(this: _Run, trainer, metrics: dict) -> int:
 
 def _failure_code(this: _Run, exc: BaseException) -> int:
     """Report an exception that ended the run and return its exit code (re-raise what is not ours)."""
-    from autotrain.cli.common import debug_enabled
-
     if isinstance(exc, UserInputError):
         if debug_enabled():
             traceback.print_exc()
@@ -240,8 +240,8 @@ def _failure_code(this: _Run, exc: BaseException) -> int:
         return this.finish("bad input", EXIT_BAD_INPUT, None)
     if not isinstance(exc, Exception):  # SystemExit, KeyboardInterrupt: not ours to map
         raise exc
-    from autotrain.runtime.guards import Diverged
-    from autotrain.runtime.signals import Interrupted
+    from autotrain.training.guards import Diverged
+    from autotrain.training.signals import Interrupted
 
     if isinstance(exc, Interrupted):
         this.say(f"interrupted by {exc} before training started; nothing to save")
@@ -261,7 +261,7 @@ def _failure_code(this: _Run, exc: BaseException) -> int:
 
 
 def _last_checkpoint(folder: Path) -> str | None:
-    from autotrain.runtime.checkpoints import is_complete, list_checkpoints
+    from autotrain.training.checkpoints import is_complete, list_checkpoints
 
     complete = [p for p in list_checkpoints(folder) if is_complete(p)]
     return str(complete[-1]) if complete else None

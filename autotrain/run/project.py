@@ -16,15 +16,15 @@ import os
 import shutil
 from pathlib import Path
 
-from autotrain.config.errors import UserInputError
 from autotrain.config.paths import why_not_a_run_folder
+from autotrain.errors import UserInputError
 
 MARKER = ".autotrain-run"
 LOCK = ".autotrain.lock"
 # What a finished or interrupted run leaves; a folder holding any of them is not silently reused.
 RUN_FILES = ("autotrain.yaml", "run.json", "trainer_state.json")
 # What autotrain writes before training starts; it does not make a folder a run.
-OWN_FILES = {MARKER, LOCK, "logs", ".staging"}
+OWN_FILES = {MARKER, LOCK, "logs"}
 
 
 def holds_run(folder: Path) -> bool:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from autotrain.config.interpolate import redact
 from autotrain.config.load import LoadedConfig
+from autotrain.training.plan import RunPlan
 
 PACKAGES = ("autotrain", "torch", "transformers", "trl", "peft", "accelerate", "datasets", "bitsandbytes")
 
@@ -99,7 +100,7 @@ def fingerprint(path: Path) -> dict:
 
 
 class RunManifest:
-    def __init__(self, loaded: LoadedConfig, folder: Path, argv: list[str]):
+    def __init__(self, loaded: LoadedConfig, plan: RunPlan, folder: Path, argv: list[str]):
         self.path = folder / "run.json"
         self.secrets = loaded.secrets
         config = loaded.redacted()
@@ -108,6 +109,7 @@ class RunManifest:
             "status": "running",
             "command": argv,
             "config_sha256": hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest(),
+            "plan": plan.record(),
             "versions": _versions(),
             "python": sys.version.split()[0],
             "platform": platform.platform(),

@@ -1,0 +1,222 @@
+"""The run plan: every decision the hardware and the config make together, taken once.
+
+A validated config says what was asked (`mixed_precision: auto`, `optimizer: came_8bit`,
+`num_processes: auto`); the plan says what this machine will do (bf16 on cuda, the optimizer class and
+its arguments, 8 processes, the TrainingArguments fields). Builders read the plan and never decide these
+again; the runner records it beside the config in `autotrain.yaml` and `run.json`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotrain.config.base import TaskConfig
+from autotrain.errors import UserInputError
+from autotrain.training.precision import Precision, resolve_precision
+
+
+def visible_gpus() -> int:
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def processes_per_machine(num_processes: int | str) -> int:
+    if num_processes == "auto":
+        return max(1, visible_gpus())
+    return int(num_processes)
+
+
+def world_size(cfg: TaskConfig) -> int:
+    dist = cfg.distributed
+    return processes_per_machine(dist.num_processes) * dist.num_machines
+
+
+@dataclass(frozen=True)
+class OptimizerPlan:
+    """A bundled optimizer goes to the Trainer as `optimizer_cls_and_kwargs` (its param grouping still
+    applies); any other name becomes TrainingArguments settings (`optim`, betas, ...)."""
+
+    name: str
+    cls: type | None = None
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    hf_settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def cls_and_kwargs(self) -> tuple[type, dict[str, Any]] | None:
+        return (self.cls, dict(self.kwargs)) if self.cls is not None else None
+
+    def record(self) -> dict[str, Any]:
+        shown = {"name": self.name}
+        if self.cls is not None:
+            shown["class"] = f"{self.cls.__module__}.{self.cls.__qualname__}"
+            shown["kwargs"] = self.kwargs
+        else:
+            shown["training_arguments"] = self.hf_settings
+        return shown
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    precision: Precision
+    asked_precision: str
+    processes_per_machine: int
+    num_machines: int
+    effective_batch_size: int
+    optimizer: OptimizerPlan
+    training_args: dict[str, Any]  # TrainingArguments fields; a builder adds only its trainer's own
+    problems: tuple[str, ...] = ()  # what this machine cannot do as asked (see `preflight`)
+
+    @property
+    def world_size(self) -> int:
+        return self.processes_per_machine * self.num_machines
+
+    def record(self) -> dict[str, Any]:
+        """What was asked beside what was resolved, as plain JSON data: saved in autotrain.yaml and run.json."""
+        import json
+
+        return json.loads(json.dumps(self._record(), default=str))
+
+    def _record(self) -> dict[str, Any]:
+        return {
+            "mixed_precision": {"asked": self.asked_precision, "resolved": self.precision.mode},
+            "device": self.precision.device,
+            "world_size": self.world_size,
+            "processes_per_machine": self.processes_per_machine,
+            "effective_batch_size": self.effective_batch_size,
+            "optimizer": self.optimizer.record(),
+            "training_arguments": {k: v for k, v in self.training_args.items() if k != "output_dir"},
+        }
+
+
+def resolve_plan(cfg: TaskConfig, device: str | None = None) -> RunPlan:
+    """Decide precision, topology, optimizer and TrainingArguments for `cfg` on this machine.
+
+    What this machine cannot do as asked (fp16 without CUDA, ...) is kept in `problems` (the plan then
+    falls back to fp32), so that `preflight` reports it with every other problem at once.
+    """
+    args = cfg.training_args
+    problems: tuple[str, ...] = ()
+    try:
+        precision = resolve_precision(args.mixed_precision, device)
+    except UserInputError as exc:
+        problems, precision = (str(exc),), resolve_precision("no", device)
+    per_machine = processes_per_machine(cfg.distributed.num_processes)
+    optimizer = resolve_optimizer(args.optimizer, args.optimizer_args, args.lr)
+    return RunPlan(
+        precision=precision,
+        asked_precision=args.mixed_precision,
+        processes_per_machine=per_machine,
+        num_machines=cfg.distributed.num_machines,
+        effective_batch_size=args.batch_size * args.gradient_accumulation * per_machine * cfg.distributed.num_machines,
+        optimizer=optimizer,
+        training_args=training_arguments(cfg, precision, optimizer),
+        problems=problems,
+    )
+
+
+def resolve_optimizer(name: str, optimizer_args: dict[str, Any], lr: float) -> OptimizerPlan:
+    from autotrain.optimizers.registry import BUNDLED, hf_optimizer_settings, optimizer_cls_and_kwargs
+
+    if name in BUNDLED:
+        cls, kwargs = optimizer_cls_and_kwargs(name, optimizer_args)
+        # The Trainer passes param groups (with weight_decay) but not lr on this path.
+        return OptimizerPlan(name, cls=cls, kwargs={**kwargs, "lr": lr})
+    return OptimizerPlan(name, hf_settings=hf_optimizer_settings(name, optimizer_args))
+
+
+def has_eval(cfg: TaskConfig) -> bool:
+    """Classifiers always hold out a validation split (`valid_split` or `valid_size`); LLMs only when asked."""
+    return cfg.task != "llm" or cfg.data.valid_split is not None
+
+
+def training_arguments(cfg: TaskConfig, precision: Precision, optimizer: OptimizerPlan) -> dict[str, Any]:
+    """The TrainingArguments fields autotrain controls, for any Trainer/TRL config class."""
+    args = cfg.training_args
+    eval_strategy = args.eval_strategy if has_eval(cfg) else "no"
+    kwargs: dict[str, Any] = {
+        "output_dir": cfg.project_name,
+        "num_train_epochs": args.epochs,
+        "max_steps": args.max_steps or -1,
+        "per_device_train_batch_size": args.batch_size,
+        "per_device_eval_batch_size": args.eval_batch_size or args.batch_size,
+        "gradient_accumulation_steps": args.gradient_accumulation,
+        "learning_rate": args.lr,
+        "warmup_steps": args.warmup_ratio,  # transformers >= 5: a float below 1 is a ratio of the total steps
+        "weight_decay": args.weight_decay,
+        "max_grad_norm": args.max_grad_norm or 0.0,
+        "lr_scheduler_type": args.scheduler,
+        "seed": args.seed,
+        "data_seed": args.seed,
+        "gradient_checkpointing": args.gradient_checkpointing,
+        "logging_steps": args.logging_steps,
+        "logging_first_step": True,
+        "save_strategy": "steps" if args.save_steps else "epoch",
+        # Rotation is AtomicCheckpoints' (complete checkpoints only), not the Trainer's.
+        "save_total_limit": None,
+        "eval_strategy": eval_strategy,
+        "report_to": [] if cfg.log == "none" else [cfg.log],
+        "dataloader_num_workers": args.dataloader_num_workers,
+        "disable_tqdm": True,  # autotrain draws its own progress display
+        **precision.training_args,
+        **optimizer.hf_settings,
+    }
+    if args.save_steps:
+        kwargs["save_steps"] = args.save_steps
+    if eval_strategy == "steps":
+        kwargs["eval_steps"] = args.eval_steps
+    if args.gradient_checkpointing:
+        kwargs["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
+    if cfg.task != "llm":
+        _keep_best_model(cfg, kwargs)
+    return kwargs
+
+
+def _keep_best_model(cfg: TaskConfig, kwargs: dict[str, Any]) -> None:
+    """Classifiers: what keeping the best model and early stopping need.
+
+    The Trainer only restores the best model from checkpoints saved at evaluation points, so saving
+    follows the evaluation schedule whenever the best model is kept.
+    """
+    args = cfg.training_args
+    evaluating = kwargs["eval_strategy"] != "no"
+    if args.early_stopping is not None and not evaluating:
+        raise UserInputError(
+            "training_args.early_stopping needs evaluations; set training_args.eval_strategy to `epoch` or `steps`"
+        )
+    if args.early_stopping is not None or (args.load_best_model and evaluating):
+        metric = args.early_stopping.metric if args.early_stopping is not None else "eval_loss"
+        kwargs["metric_for_best_model"] = metric
+        kwargs["greater_is_better"] = metric != "eval_loss"
+    if args.load_best_model and evaluating:
+        kwargs["load_best_model_at_end"] = True
+        kwargs["save_strategy"] = kwargs["eval_strategy"]
+        if kwargs["eval_strategy"] == "steps":
+            save_steps = kwargs.get("save_steps") or args.eval_steps
+            kwargs["save_steps"] = save_steps if save_steps % args.eval_steps == 0 else args.eval_steps
+        else:
+            kwargs.pop("save_steps", None)
+
+
+def preflight(cfg: TaskConfig, plan: RunPlan) -> list[str]:
+    """Everything that can be refused without weights: missing packages, CUDA-only features elsewhere."""
+    import importlib.util
+
+    problems = list(plan.problems)
+    if cfg.log != "none" and importlib.util.find_spec(cfg.log) is None:
+        problems.append(f"log: {cfg.log} needs the `{cfg.log}` package: pip install {cfg.log} (or set `log: none`)")
+    if cfg.training_args.optimizer == "adamw_8bit" and importlib.util.find_spec("bitsandbytes") is None:
+        problems.append(
+            "training_args.optimizer: adamw_8bit needs bitsandbytes: pip install bitsandbytes "
+            "(or use `came_8bit`, which needs nothing extra)"
+        )
+    quantization = getattr(getattr(cfg, "peft", None), "quantization", None)
+    if quantization and cfg.peft.enabled and plan.precision.device != "cuda":
+        problems.append(
+            f"peft.quantization: {quantization} loads through bitsandbytes and needs a CUDA GPU; none is "
+            "visible. Remove `peft.quantization` to train on this machine"
+        )
+    return problems
