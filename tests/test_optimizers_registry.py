@@ -10,14 +10,11 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from autotrain.config.optimizers import BUNDLED_OPTIMIZERS, OPTIMIZER_ARGS, OptimizerName
-from autotrain.optimizers import (
-    BUNDLED,
-    CAME8BitFusedAdam,
-    hf_optim_name,
-    hf_optimizer_settings,
-    optimizer_cls_and_kwargs,
-)
+from autotrain.config.base import OptimizerName
+from autotrain.optimizers import BUNDLED, CAME8BitFusedAdam, hf_optimizer_settings, optimizer_cls_and_kwargs
+from autotrain.optimizers.table import OPTIMIZERS
+
+OPTIMIZER_ARGS = {name: spec.args for name, spec in OPTIMIZERS.items()}
 
 # Small enough that the tiny model's matrices take the 8-bit / CAME paths.
 TINY_ARGS = {
@@ -29,8 +26,8 @@ TINY_ARGS = {
 
 
 def test_every_name_has_a_schema():
-    assert set(OPTIMIZER_ARGS) == set(typing.get_args(OptimizerName))
-    assert tuple(BUNDLED) == BUNDLED_OPTIMIZERS
+    assert set(OPTIMIZERS) == set(typing.get_args(OptimizerName))  # the config's names are the table's
+    assert set(BUNDLED) == set(TINY_ARGS)
     for name, model in OPTIMIZER_ARGS.items():
         model()  # the defaults are valid
         assert all(f.description for f in model.model_fields.values()), name
@@ -64,8 +61,8 @@ def test_fused_adam_amsgrad_message():
 
 def test_light_imports():
     code = (
-        "import sys, autotrain.config.optimizers; assert 'torch' not in sys.modules; "
-        "import autotrain.optimizers; assert 'transformers' not in sys.modules"
+        "import sys, autotrain.optimizers.table, autotrain.config.load; assert 'torch' not in sys.modules; "
+        "import autotrain.optimizers.registry; assert 'transformers' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -82,7 +79,9 @@ def test_optimizer_cls_and_kwargs():
 def test_hf_optimizer_settings():
     from transformers import TrainingArguments
 
-    assert hf_optim_name("adamw_8bit") == "adamw_bnb_8bit" and hf_optim_name("came") is None
+    assert hf_optimizer_settings("adamw_8bit", {})["optim"] == "adamw_bnb_8bit"
+    with pytest.raises(ValueError, match="bundled"):
+        hf_optimizer_settings("came", {})
     settings = hf_optimizer_settings("adamw_torch_fused", {"betas": [0.8, 0.95], "eps": 1e-6})
     assert settings == dict(optim="adamw_torch_fused", adam_beta1=0.8, adam_beta2=0.95, adam_epsilon=1e-6)
     sgd = hf_optimizer_settings("sgd", {"momentum": 0.9, "nesterov": True})
@@ -112,7 +111,7 @@ def tiny_trainer_parts(tmp_path_factory):
     return LlamaForCausalLM, config, args
 
 
-@pytest.mark.parametrize("name", BUNDLED_OPTIMIZERS)
+@pytest.mark.parametrize("name", BUNDLED)
 def test_bundled_optimizer_through_the_trainer(name, tiny_trainer_parts):
     from transformers import Trainer
 

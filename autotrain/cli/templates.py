@@ -35,11 +35,9 @@ def schema_path(task: str) -> Path:
 
 def task_schema(task: str) -> dict:
     from autotrain.config.load import TASK_MODELS
+    from autotrain.config.schema import task_json_schema
 
-    schema = TASK_MODELS[task].model_json_schema()
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = f"autotrain {task} config"
-    return schema
+    return task_json_schema(TASK_MODELS[task], f"autotrain {task} config")
 
 
 def _check_task(task: str) -> None:

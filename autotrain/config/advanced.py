@@ -120,65 +120,76 @@ def is_advanced(data: dict) -> bool:
 
 def translate(data: dict) -> tuple[dict, dict[Path_, Path_], list[tuple[Path_, str]]]:
     """AutoTrain Advanced dict -> (native dict, native path -> original path, problems)."""
-    native: dict[str, Any] = {}
-    renamed: dict[Path_, Path_] = {}
-    problems: list[tuple[Path_, str]] = []
-
-    def put(path: tuple, value: Any, original: tuple) -> None:
-        node = native
-        for key in path[:-1]:
-            node = node.setdefault(key, {})
-        node[path[-1]] = value
-        renamed[path] = original
-
+    out = _Translation()
     for key in data:
         if key not in TOP_LEVEL:
-            problems.append(((key,), f"unknown AutoTrain Advanced key{did_you_mean(key, TOP_LEVEL)}"))
-
+            out.problems.append(((key,), f"unknown AutoTrain Advanced key{did_you_mean(key, TOP_LEVEL)}"))
     task_name = data.get("task")
     if not isinstance(task_name, str) or task_name not in ADVANCED_TASKS:
-        problems.append(
+        out.problems.append(
             (
                 ("task",),
                 f"unknown AutoTrain Advanced task `{task_name}`"
                 f"{did_you_mean(str(task_name), ADVANCED_TASKS)}; expected: {', '.join(ADVANCED_TASKS)}",
             )
         )
-        return native, renamed, problems
+        return out.native, out.renamed, out.problems
     task, trainer = ADVANCED_TASKS[task_name]
-    is_llm = task == "llm"
-    put(("task",), task, ("task",))
+    out.put(("task",), task, ("task",))
     if trainer:
-        put(("trainer",), trainer, ("task",))
+        out.put(("trainer",), trainer, ("task",))
     for key in ("base_model", "project_name"):
         if key in data:
-            put((key,), data[key], (key,))
+            out.put((key,), data[key], (key,))
     if data.get("log") not in (None, "none"):
-        put(("log",), data["log"], ("log",))
+        out.put(("log",), data["log"], ("log",))
+    peft_on = _params(data.get("params"), task_name, task == "llm", out)
+    if task == "llm" and "trainer" not in out.native:
+        out.put(("trainer",), "clm", ("task",))
+    _data(data.get("data"), task == "llm", out)
+    _hub(data, out)
+    if task == "llm" and not peft_on:
+        out.native.pop("peft", None)
+    return out.native, out.renamed, out.problems
 
-    params = data.get("params") or {}
+
+class _Translation:
+    """The native dict being built, where each value came from, and what could not be translated."""
+
+    def __init__(self):
+        self.native: dict[str, Any] = {}
+        self.renamed: dict[Path_, Path_] = {}
+        self.problems: list[tuple[Path_, str]] = []
+
+    def put(self, path: tuple, value: Any, original: tuple) -> None:
+        node = self.native
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = value
+        self.renamed[path] = original
+
+
+def _params(params: Any, task_name: str, is_llm: bool, out: _Translation) -> bool:
+    """`params:` -> training_args / peft / trainer; returns whether LoRA is on."""
+    params = params or {}
     if not isinstance(params, dict):
-        problems.append((("params",), "`params` must be a mapping"))
-        params = {}
+        out.problems.append((("params",), "`params` must be a mapping"))
+        return False
     peft_on = bool(params.get("peft", False))
     for key, value in params.items():
         if key not in PARAMS:
-            problems.append((("params", key), f"unknown AutoTrain Advanced parameter{did_you_mean(key, PARAMS)}"))
+            out.problems.append((("params", key), f"unknown AutoTrain Advanced parameter{did_you_mean(key, PARAMS)}"))
             continue
         target = PARAMS[key]
         if target is None:
             continue
         if not is_llm and key in LLM_ONLY:
-            problems.append((("params", key), f"`{key}` applies to LLM tasks only, not `task: {task_name}`"))
+            out.problems.append((("params", key), f"`{key}` applies to LLM tasks only, not `task: {task_name}`"))
             continue
         if key == "trainer":
             if value not in ADVANCED_TRAINERS:
-                problems.append(
-                    (
-                        ("params", key),
-                        f"unknown trainer `{value}`{did_you_mean(str(value), ADVANCED_TRAINERS)}",
-                    )
-                )
+                hint = did_you_mean(str(value), ADVANCED_TRAINERS)
+                out.problems.append((("params", key), f"unknown trainer `{value}`{hint}"))
                 continue
             value = ADVANCED_TRAINERS[value]
         elif key == "disable_gradient_checkpointing":
@@ -187,56 +198,44 @@ def translate(data: dict) -> tuple[dict, dict[Path_, Path_], list[tuple[Path_, s
             value = "no"
         elif target[0] == "peft" and key != "peft" and not peft_on:
             continue  # AutoTrain Advanced ignores LoRA settings when peft is off
-        put(target, value, ("params", key))
-    if is_llm and "trainer" not in native:
-        put(("trainer",), "clm", ("task",))
+        out.put(target, value, ("params", key))
+    return peft_on
 
-    source_data = data.get("data") or {}
-    if isinstance(source_data, dict):
-        for key, value in source_data.items():
-            if key in ("path", "train_split", "valid_split", "chat_template"):
-                if key == "chat_template" and not is_llm:
-                    continue
-                put(
-                    ("data", key),
-                    "none" if key == "chat_template" and value is None else value,
-                    ("data", key),
-                )
-            elif key == "column_mapping" and isinstance(value, dict):
-                names = LLM_COLUMNS if is_llm else CLASSIFICATION_COLUMNS
-                for column, dataset_column in value.items():
-                    if column not in names:
-                        problems.append(
-                            (
-                                ("data", "column_mapping", column),
-                                f"unknown AutoTrain Advanced column{did_you_mean(column, names)}",
-                            )
-                        )
-                        continue
-                    native_column = names[column]
-                    if is_llm and column == "text_column" and native.get("trainer") in ("orpo", "dpo", "reward"):
-                        native_column = "chosen"
-                    put(
-                        ("data", "column_mapping", native_column),
-                        dataset_column,
-                        ("data", "column_mapping", column),
-                    )
-            else:
-                problems.append(
-                    (
-                        ("data", key),
-                        f"unknown AutoTrain Advanced data key{did_you_mean(key, DATA_KEYS)}",
-                    )
-                )
 
+def _data(source: Any, is_llm: bool, out: _Translation) -> None:
+    if not isinstance(source, dict):
+        return
+    for key, value in source.items():
+        if key in ("path", "train_split", "valid_split", "chat_template"):
+            if key == "chat_template" and not is_llm:
+                continue
+            out.put(("data", key), "none" if key == "chat_template" and value is None else value, ("data", key))
+        elif key == "column_mapping" and isinstance(value, dict):
+            _columns(value, is_llm, out)
+        else:
+            out.problems.append((("data", key), f"unknown AutoTrain Advanced data key{did_you_mean(key, DATA_KEYS)}"))
+
+
+def _columns(mapping: dict, is_llm: bool, out: _Translation) -> None:
+    names = LLM_COLUMNS if is_llm else CLASSIFICATION_COLUMNS
+    for column, dataset_column in mapping.items():
+        if column not in names:
+            hint = did_you_mean(column, names)
+            out.problems.append((("data", "column_mapping", column), f"unknown AutoTrain Advanced column{hint}"))
+            continue
+        native_column = names[column]
+        if is_llm and column == "text_column" and out.native.get("trainer") in ("orpo", "dpo", "reward"):
+            native_column = "chosen"
+        out.put(("data", "column_mapping", native_column), dataset_column, ("data", "column_mapping", column))
+
+
+def _hub(data: dict, out: _Translation) -> None:
     hub = data.get("hub") or {}
-    if isinstance(hub, dict):
-        if hub.get("push_to_hub"):
-            put(("hub", "push_to_hub"), True, ("hub", "push_to_hub"))
-            if hub.get("username") and data.get("project_name"):
-                put(("hub", "repo_id"), f"{hub['username']}/{data['project_name']}", ("hub", "username"))
-        if hub.get("token"):
-            put(("hub", "token"), hub["token"], ("hub", "token"))
-    if is_llm and not peft_on:
-        native.pop("peft", None)
-    return native, renamed, problems
+    if not isinstance(hub, dict):
+        return
+    if hub.get("push_to_hub"):
+        out.put(("hub", "push_to_hub"), True, ("hub", "push_to_hub"))
+        if hub.get("username") and data.get("project_name"):
+            out.put(("hub", "repo_id"), f"{hub['username']}/{data['project_name']}", ("hub", "username"))
+    if hub.get("token"):
+        out.put(("hub", "token"), hub["token"], ("hub", "token"))

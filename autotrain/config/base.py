@@ -7,11 +7,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from autotrain.config.optimizers import OptimizerName
-from autotrain.config.types import Bool, Float, Int, NoWord
+from autotrain.fields import Bool, Float, Int, NoWord
+from autotrain.optimizers.table import DEFAULT as DEFAULT_OPTIMIZER
+from autotrain.optimizers.table import OPTIMIZERS
 
 TaskName = Literal["llm", "text-classification", "image-classification"]
 MixedPrecision = Annotated[Literal["auto", "no", "fp16", "bf16"], NoWord]
+OptimizerName = Literal[tuple(OPTIMIZERS)]  # every name in the optimizer table
 Scheduler = Literal[
     "linear",
     "cosine",
@@ -109,11 +111,13 @@ class TrainingArgs(StrictModel):
         "auto", description="auto: bf16 on GPUs that support it, else fp16 on CUDA, fp32 on CPU."
     )
     optimizer: OptimizerName = Field(
-        "adamw_torch",
+        DEFAULT_OPTIMIZER,
         description="Bundled (came, came_8bit, fused_adam, came_8bit+fused_adam) or transformers'.",
     )
     optimizer_args: dict[str, Any] = Field(
-        default_factory=dict, description="Extra constructor arguments for the optimizer, checked against it."
+        default_factory=dict,
+        description="Constructor arguments of the chosen optimizer (typed per optimizer; lr and weight_decay "
+        "come from training_args).",
     )
     scheduler: Scheduler = Field("linear", description="Learning-rate schedule after warmup.")
     gradient_checkpointing: Bool = Field(False, description="Recompute activations in backward to save memory.")

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from autotrain.config.base import DataConfig, EarlyStopping, TaskConfig, TrainingArgs
-from autotrain.config.types import Bool, Float
+from autotrain.fields import Bool, Float
 
 
 class ClassificationData(DataConfig):

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from autotrain.config.base import DataConfig, StrictModel, TaskConfig, TrainingArgs
-from autotrain.config.types import Bool, Float, Int
+from autotrain.fields import Bool, Float, Int
 
 LLMTrainer = Literal["sft", "orpo", "dpo", "reward", "clm"]
 

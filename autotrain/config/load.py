@@ -63,13 +63,13 @@ def load_data(
     expected_task: str | None = None,
     environ: dict[str, str] | None = None,
 ) -> LoadedConfig:
+    """Raw YAML data -> validated config: translate, override, interpolate, pick the task, validate."""
     issues: list[ConfigIssue] = list(locator.problems)
     notices: list[str] = []
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError([locator.issue((), "a config must be a YAML mapping of `key: value` lines")])
-
     if advanced.is_advanced(data):
         data, renamed, problems = advanced.translate(data)
         locator.renamed.update(renamed)
@@ -78,44 +78,50 @@ def load_data(
             f"{locator.source}: AutoTrain Advanced config translated to the native format "
             f"(see `autotrain migrate {locator.source}`)"
         )
-
     data, set_paths, override_issues = apply_overrides(data, list(overrides))
     issues += override_issues
     locator.overridden.update(set_paths)
-
     data, unset, secrets = interpolate(data, environ)
     issues += [locator.issue(p, m) for p, m in unset]
     secrets |= secret_values(data)
     issues += [locator.issue(p, m) for p, m in text_problems(data)]
 
-    task = data.get("task")
-    if task is not None and not isinstance(task, str):
-        issues.append(locator.issue(("task",), f"must be one word, one of: {', '.join(TASK_MODELS)}"))
+    task = _task(data, locator, issues, expected_task)
+    if task is None:
         raise ConfigError(_sorted(issues, secrets))
+    config = _validate(TASK_MODELS[task], data, task, locator, issues)
+    if issues:
+        raise ConfigError(_sorted(issues, secrets))
+    return LoadedConfig(config=config, source=locator.source, secrets=secrets, notices=notices, raw=data)
+
+
+def _task(data: dict, locator: Locator, issues: list[ConfigIssue], expected: str | None) -> str | None:
+    """The config's task, or None (with the issue added) when it is missing, malformed or unknown."""
+    task, choices = data.get("task"), ", ".join(TASK_MODELS)
     if task is None:
         if not any(issue.path == ("task",) for issue in issues):  # not already reported by the translation
-            choices = ", ".join(TASK_MODELS)
             issues.append(locator.issue(("task",), f"required field is missing; one of: {choices}"))
-        raise ConfigError(_sorted(issues, secrets))
+        return None
+    if not isinstance(task, str):
+        issues.append(locator.issue(("task",), f"must be one word, one of: {choices}"))
+        return None
     if task not in TASK_MODELS:
+        hint = did_you_mean(task, TASK_MODELS)
+        issues.append(locator.issue(("task",), f"unknown task `{task}`{hint}; expected one of: {choices}"))
+        return None
+    if expected is not None and task != expected:
         issues.append(
             locator.issue(
                 ("task",),
-                f"unknown task `{task}`{did_you_mean(str(task), TASK_MODELS)}; "
-                f"expected one of: {', '.join(TASK_MODELS)}",
+                f"this is a `{task}` config, not `{expected}`: run `autotrain {task} --config {locator.source}`",
             )
         )
-        raise ConfigError(_sorted(issues, secrets))
-    if expected_task is not None and task != expected_task:
-        issues.append(
-            locator.issue(
-                ("task",),
-                f"this is a `{task}` config, not `{expected_task}`: run `autotrain {task} --config {locator.source}`",
-            )
-        )
+    return task
 
-    model = TASK_MODELS[task]
-    rule_issues = [locator.issue(p, m) for p, m in check_rules(data, task)]
+
+def _validate(model: type[TaskConfig], data: dict, task: str, locator: Locator, issues: list[ConfigIssue]):
+    """Schema and cross-field rules in one pass; the config (None if the schema refused it)."""
+    rule_issues = [locator.issue(p, m) for p, m in check_rules(model, data, task)]
     covered = {issue.path for issue in rule_issues}
     config = None
     try:
@@ -135,9 +141,7 @@ def load_data(
     issues += rule_issues
     if config is not None:
         issues += [locator.issue(p, m) for p, m in check_paths(config, locator.source)]
-    if issues:
-        raise ConfigError(_sorted(issues, secrets))
-    return LoadedConfig(config=config, source=locator.source, secrets=secrets, notices=notices, raw=data)
+    return config
 
 
 def _sorted(issues: list[ConfigIssue], secrets: Collection[str] = ()) -> list[ConfigIssue]:

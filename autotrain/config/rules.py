@@ -1,222 +1,296 @@
-"""Cross-field rules, checked on the raw (interpolated) config so they are reported together with
-every schema error, not only after those are fixed. Each rule names both fields it relates."""
+"""Cross-field rules, on typed values. Each rule names both fields it relates.
+
+The rules read a typed view of the config: every value that passes the schema on its own, defaults filled
+in by the schema (never repeated here). A rule declares the fields it reads and runs unless one of them is
+itself invalid, so the rules are reported in the same pass as the schema's errors (every mistake at once)
+without guessing at values the schema refused.
+"""
 
 from __future__ import annotations
 
+import typing
 from collections import Counter
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Annotated, Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic.fields import FieldInfo
 
 from autotrain.config.llm import OPTIONAL_COLUMNS, TRAINER_COLUMNS
-from autotrain.config.optimizers import OPTIMIZER_ARGS
 from autotrain.config.suggest import did_you_mean
+from autotrain.optimizers.table import OPTIMIZERS
 
+Path = tuple[str, ...]
 Issue = tuple[tuple, str]
 CLASSIFICATION_COLUMNS = {
     "text-classification": ("text", "target"),
     "image-classification": ("image", "target"),
 }
+LLM_ONLY_KEYS = ("trainer", "peft", "attn_implementation")
 
 
-def _get(data: Any, *path: str, default: Any = None) -> Any:
-    for key in path:
-        if not isinstance(data, dict) or key not in data:
-            return default
-        data = data[key]
-    return data
+# --- the typed view ------------------------------------------------------------------------------------
 
 
-def _section(data: Any, *path: str) -> dict:
-    value = _get(data, *path)
-    return value if isinstance(value, dict) else {}
+_ADAPTERS: dict[int, TypeAdapter] = {}
 
 
-def check_rules(raw: dict, task: str) -> Iterator[Issue]:
-    yield from _training_rules(raw)
-    yield from _distributed_rules(raw)
-    if _get(raw, "hub", "push_to_hub") is True and not _get(raw, "hub", "repo_id"):
-        yield ("hub", "repo_id"), "`hub.push_to_hub: true` needs `hub.repo_id`"
-    if task == "llm":
-        yield from _llm_rules(raw)
-    else:
-        yield from _classification_rules(raw, task)
+def _adapter(field: FieldInfo) -> TypeAdapter:
+    """The field's type with its constraints (`ge`, `le`, ...), to validate one value on its own."""
+    if id(field) not in _ADAPTERS:
+        typed = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+        _ADAPTERS[id(field)] = TypeAdapter(typed)
+    return _ADAPTERS[id(field)]
 
 
-def _training_rules(raw: dict) -> Iterator[Issue]:
-    args = _section(raw, "training_args")
-    name = args.get("optimizer", "adamw_torch")
-    given = args.get("optimizer_args")
-    if isinstance(name, str) and name in OPTIMIZER_ARGS and isinstance(given, dict):
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next((m for m in map(_model_in, typing.get_args(annotation)) if m is not None), None)
+
+
+def typed_view(model: type[BaseModel], data: dict, prefix: Path = (), bad: set[Path] | None = None):
+    """`model` built from the values of `data` that validate (defaults for the rest), and the paths that don't."""
+    bad = set() if bad is None else bad
+    values = {}
+    for name, field in model.model_fields.items():
+        if name not in data:
+            if field.is_required():
+                bad.add(prefix + (name,))
+            continue
         try:
-            OPTIMIZER_ARGS[name].model_validate(given)
-        except ValidationError as exc:
-            errors = exc.errors()
-            # A tuple given too few values fails once per absent item: report it once, at the tuple.
-            absent = Counter(e["loc"][:-1] for e in errors if _absent_item(e))
-            for err in errors:
-                loc = ("training_args", "optimizer_args", *err["loc"])
-                if _absent_item(err):
-                    if err["loc"][:-1] in absent:
-                        got = len(err["input"]) if isinstance(err["input"], (list, tuple)) else 1
-                        expected = got + absent.pop(err["loc"][:-1])
-                        yield loc[:-1], f"expects {expected} values, got {got} (optimizer `{name}`)"
-                elif err["type"] == "extra_forbidden":
-                    known = OPTIMIZER_ARGS[name].model_fields
-                    hint = did_you_mean(str(err["loc"][-1]), known)
-                    if err["loc"][-1] in ("lr", "weight_decay"):
-                        hint = f" (set `training_args.{err['loc'][-1]}` instead)"
+            values[name] = _adapter(field).validate_python(data[name])
+        except ValidationError:
+            inner = _model_in(field.annotation)
+            if inner is not None and isinstance(data[name], dict):  # keep the section's valid fields
+                values[name] = typed_view(inner, data[name], prefix + (name,), bad)[0]
+            else:
+                bad.add(prefix + (name,))
+    return model.model_construct(**values), bad
+
+
+def _usable(path: Path, bad: set[Path]) -> bool:
+    """Neither the value at `path`, nor anything inside it, nor anything around it failed the schema."""
+    return not any(b[: len(path)] == path or path[: len(b)] == b for b in bad)
+
+
+# --- the rule table ------------------------------------------------------------------------------------
+
+Rule = Callable[[Any], Iterator[Issue]]
+RULES: list[tuple[tuple[Path, ...], str | None, Rule]] = []
+
+
+def rule(*fields: str, task: str | None = None) -> Callable[[Rule], Rule]:
+    """Register a rule that reads `fields` (dotted paths) of configs of `task` (None: every task)."""
+
+    def register(fn: Rule) -> Rule:
+        RULES.append((tuple(tuple(f.split(".")) for f in fields), task, fn))
+        return fn
+
+    return register
+
+
+def check_rules(model: type[BaseModel], raw: dict, task: str) -> Iterator[Issue]:
+    cfg, bad = typed_view(model, raw)
+    for fields, for_task, fn in RULES:
+        if for_task in (None, task if task == "llm" else "classification") and all(_usable(f, bad) for f in fields):
+            yield from fn(cfg)
+    if task != "llm":
+        yield from _llm_only_keys(raw, task)
+
+
+# --- every task ------------------------------------------------------------------------------------------
+
+
+@rule("hub")
+def _push_needs_repo(cfg) -> Iterator[Issue]:
+    if cfg.hub.push_to_hub and not cfg.hub.repo_id:
+        yield ("hub", "repo_id"), "`hub.push_to_hub: true` needs `hub.repo_id`"
+
+
+@rule("training_args.eval_strategy", "training_args.eval_steps")
+def _eval_steps(cfg) -> Iterator[Issue]:
+    args = cfg.training_args
+    if args.eval_strategy == "steps" and not args.eval_steps:
+        yield ("training_args", "eval_steps"), "`training_args.eval_strategy: steps` needs `training_args.eval_steps`"
+
+
+@rule("training_args.optimizer", "training_args.optimizer_args")
+def _optimizer_args(cfg) -> Iterator[Issue]:
+    """`optimizer_args` checked against the chosen optimizer's typed arguments (the optimizer table)."""
+    name = cfg.training_args.optimizer
+    spec = OPTIMIZERS[name]
+    try:
+        spec.args.model_validate(cfg.training_args.optimizer_args)
+    except ValidationError as exc:
+        errors = exc.errors()
+        # A tuple given too few values fails once per absent item: report it once, at the tuple.
+        absent = Counter(e["loc"][:-1] for e in errors if _absent_item(e))
+        for err in errors:
+            loc = ("training_args", "optimizer_args", *err["loc"])
+            if _absent_item(err):
+                if err["loc"][:-1] in absent:
+                    got = len(err["input"]) if isinstance(err["input"], (list, tuple)) else 1
                     yield (
-                        loc,
-                        f"`{name}` takes no argument `{err['loc'][-1]}`{hint}; it takes: {', '.join(known)}",
+                        loc[:-1],
+                        f"expects {got + absent.pop(err['loc'][:-1])} values, got {got} (optimizer `{name}`)",
                     )
-                else:
-                    yield loc, f"{err['msg']} (optimizer `{name}`)"
-    if args.get("eval_strategy") == "steps" and not args.get("eval_steps"):
-        yield (
-            ("training_args", "eval_steps"),
-            "`training_args.eval_strategy: steps` needs `training_args.eval_steps`",
-        )
+            elif err["type"] == "extra_forbidden":
+                key, known = str(err["loc"][-1]), spec.args.model_fields
+                hint = (
+                    f" (set `training_args.{key}` instead)"
+                    if key in ("lr", "weight_decay")
+                    else did_you_mean(key, known)
+                )
+                yield loc, f"`{name}` takes no argument `{key}`{hint}; it takes: {', '.join(known)}"
+            else:
+                yield loc, f"{err['msg'].removeprefix('Value error, ')} (optimizer `{name}`)"
 
 
 def _absent_item(err: dict) -> bool:
     return err["type"] == "missing" and isinstance(err["loc"][-1], int)
 
 
-def _distributed_rules(raw: dict) -> Iterator[Issue]:
-    dist = _section(raw, "distributed")
-    strategy = dist.get("strategy", "ddp")
+@rule("distributed")
+def _distributed(cfg) -> Iterator[Issue]:
+    dist = cfg.distributed
     for section in ("fsdp", "deepspeed"):
-        if dist.get(section) is not None and strategy != section:
+        if getattr(dist, section) is not None and dist.strategy != section:
             yield (
                 ("distributed", section),
-                (f"`distributed.{section}` options given but `distributed.strategy` is `{strategy}`"),
+                f"`distributed.{section}` options given but `distributed.strategy` is `{dist.strategy}`",
             )
-    machines, rank = dist.get("num_machines", 1), dist.get("machine_rank", 0)
-    if isinstance(machines, int) and isinstance(rank, int) and rank >= machines:
+    if dist.machine_rank >= dist.num_machines:
         yield (
             ("distributed", "machine_rank"),
-            (f"`distributed.machine_rank` ({rank}) must be below `distributed.num_machines` ({machines})"),
+            f"`distributed.machine_rank` ({dist.machine_rank}) must be below `distributed.num_machines` "
+            f"({dist.num_machines})",
         )
-    if isinstance(machines, int) and machines > 1 and not dist.get("main_process_ip"):
+    if dist.num_machines > 1 and not dist.main_process_ip:
+        yield ("distributed", "main_process_ip"), "`distributed.num_machines` > 1 needs `distributed.main_process_ip`"
+
+
+@rule("distributed", "training_args.gradient_checkpointing")
+def _two_recomputations(cfg) -> Iterator[Issue]:
+    fsdp = cfg.distributed.fsdp
+    if fsdp is not None and fsdp.activation_checkpointing and cfg.training_args.gradient_checkpointing:
         yield (
-            ("distributed", "main_process_ip"),
-            "`distributed.num_machines` > 1 needs `distributed.main_process_ip`",
+            ("distributed", "fsdp", "activation_checkpointing"),
+            "`distributed.fsdp.activation_checkpointing` and `training_args.gradient_checkpointing` both "
+            "recompute activations; enable one of them",
         )
-    if strategy in ("fsdp", "deepspeed") and _get(raw, "peft", "merge_adapter") is True:
+
+
+@rule("distributed.strategy", "training_args.optimizer")
+def _factored_optimizer_needs_whole_matrices(cfg) -> Iterator[Issue]:
+    strategy, optimizer = cfg.distributed.strategy, cfg.training_args.optimizer
+    if strategy in ("fsdp", "deepspeed") and OPTIMIZERS[optimizer].factored:
+        # Sharded/flattened parameters reach the optimizer as 1-D pieces: the factored statistics would
+        # silently turn off (and with them the memory saving), so the combination is refused.
+        yield (
+            ("training_args", "optimizer"),
+            f"`training_args.optimizer: {optimizer}` cannot run under `distributed.strategy: {strategy}`: "
+            "parameters arrive flattened/sharded, which turns CAME's factored statistics off. "
+            "Use `strategy: ddp`, or `optimizer: fused_adam` / `adamw_torch`",
+        )
+
+
+# --- llm -------------------------------------------------------------------------------------------------
+
+
+@rule("distributed.strategy", "peft", task="llm")
+def _merge_needs_whole_weights(cfg) -> Iterator[Issue]:
+    strategy = cfg.distributed.strategy
+    if strategy in ("fsdp", "deepspeed") and cfg.peft is not None and cfg.peft.merge_adapter:
         # Sharded weights: merging on one rank would merge a shard, not the model.
         yield (
             ("peft", "merge_adapter"),
-            (
-                f"`peft.merge_adapter` cannot run under `distributed.strategy: {strategy}` (the weights are "
-                "sharded); merge the saved adapter afterwards, or use `strategy: ddp`"
-            ),
-        )
-    if (
-        _get(dist, "fsdp", "activation_checkpointing") is True
-        and _get(raw, "training_args", "gradient_checkpointing") is True
-    ):
-        yield (
-            ("distributed", "fsdp", "activation_checkpointing"),
-            (
-                "`distributed.fsdp.activation_checkpointing` and `training_args.gradient_checkpointing` both "
-                "recompute activations; enable one of them"
-            ),
-        )
-    optimizer = _get(raw, "training_args", "optimizer")
-    # Only for known names: an unknown one is reported (with a suggestion) by the schema instead.
-    known = isinstance(optimizer, str) and optimizer in OPTIMIZER_ARGS
-    if strategy in ("fsdp", "deepspeed") and known and optimizer.startswith("came"):
-        # Sharded/flattened parameters reach the optimizer as 1-D pieces: CAME would silently stop
-        # factoring its statistics (and lose its memory saving), so the combination is refused.
-        yield (
-            ("training_args", "optimizer"),
-            (
-                f"`training_args.optimizer: {optimizer}` cannot run under `distributed.strategy: {strategy}`: "
-                "parameters arrive flattened/sharded, which turns CAME's factored statistics off. "
-                "Use `strategy: ddp`, or `optimizer: fused_adam` / `adamw_torch`"
-            ),
+            f"`peft.merge_adapter` cannot run under `distributed.strategy: {strategy}` (the weights are "
+            "sharded); merge the saved adapter afterwards, or use `strategy: ddp`",
         )
 
 
-def _mapping_rules(mapping: Any, allowed: tuple[str, ...], context: str) -> Iterator[Issue]:
-    if not isinstance(mapping, dict):
+@rule("trainer", "data.column_mapping", task="llm")
+def _llm_columns(cfg) -> Iterator[Issue]:
+    trainer, mapping = cfg.trainer, cfg.data.column_mapping
+    groups = TRAINER_COLUMNS[trainer]
+    allowed = tuple(dict.fromkeys(c for group in groups for c in group)) + OPTIONAL_COLUMNS.get(trainer, ())
+    yield from _mapping_rules(mapping, allowed, f"`trainer: {trainer}`")
+    if not mapping:
         return
+    present = [group for group in groups if any(c in mapping for c in group)]
+    if trainer == "sft" and len(present) > 1:
+        yield ("data", "column_mapping"), "`trainer: sft` takes `text` or `messages` in `data.column_mapping`, not both"
+    elif len(groups) == 1:
+        missing = [c for c in groups[0] if c not in mapping]
+        if missing:
+            yield (
+                ("data", "column_mapping"),
+                f"`trainer: {trainer}` needs `{'`, `'.join(missing)}` in `data.column_mapping`",
+            )
+
+
+@rule("peft", task="llm")
+def _peft_needs_lora(cfg) -> Iterator[Issue]:
+    peft = cfg.peft
+    if peft is None or peft.enabled:
+        return
+    if peft.quantization:
+        yield ("peft", "quantization"), "`peft.quantization` needs `peft.enabled: true` (QLoRA trains an adapter)"
+    if peft.merge_adapter:
+        yield ("peft", "merge_adapter"), "`peft.merge_adapter` needs `peft.enabled: true`"
+
+
+# Which LLM trainers use each trainer-specific field of training_args.
+TRAINER_FIELDS = {
+    "max_prompt_length": ("orpo", "dpo", "reward"),
+    "beta": ("orpo", "dpo", "reward"),
+    "max_completion_length": ("orpo", "dpo"),
+    "packing": ("sft",),
+    "completion_only_loss": ("sft",),
+}
+
+
+@rule("trainer", "training_args", task="llm")
+def _trainer_fields(cfg) -> Iterator[Issue]:
+    args, trainer = cfg.training_args, cfg.trainer
+    for key, trainers in TRAINER_FIELDS.items():
+        if trainer not in trainers and getattr(args, key):  # None / false: left at its default
+            yield (
+                ("training_args", key),
+                f"`training_args.{key}` applies to {'/'.join(trainers)}, not `trainer: {trainer}`",
+            )
+    if args.max_prompt_length is not None and args.max_prompt_length >= args.max_length:
+        yield (
+            ("training_args", "max_prompt_length"),
+            f"`training_args.max_prompt_length` ({args.max_prompt_length}) must be below "
+            f"`training_args.max_length` ({args.max_length})",
+        )
+
+
+# --- classification ------------------------------------------------------------------------------------
+
+
+@rule("task", "data.column_mapping", task="classification")
+def _classification_columns(cfg) -> Iterator[Issue]:
+    allowed = CLASSIFICATION_COLUMNS[cfg.task]
+    yield from _mapping_rules(cfg.data.column_mapping, allowed, f"`task: {cfg.task}`")
+
+
+def _llm_only_keys(raw: dict, task: str) -> Iterator[Issue]:
+    """Keys of the LLM config in a classifier's: say which task they belong to, not just "unknown key"."""
+    for key in LLM_ONLY_KEYS:
+        if key in raw:
+            yield (key,), f"`{key}` applies to `task: llm` only, not `task: {task}`"
+    data = raw.get("data")
+    if isinstance(data, dict) and "chat_template" in data:
+        yield ("data", "chat_template"), f"`data.chat_template` applies to `task: llm` only, not `task: {task}`"
+
+
+def _mapping_rules(mapping: dict, allowed: tuple[str, ...], context: str) -> Iterator[Issue]:
     for key in mapping:
         if key not in allowed:
             yield (
                 ("data", "column_mapping", key),
-                (f"`{key}` is not a column for {context}{did_you_mean(key, allowed)}; expected: {', '.join(allowed)}"),
+                f"`{key}` is not a column for {context}{did_you_mean(key, allowed)}; expected: {', '.join(allowed)}",
             )
-
-
-def _llm_rules(raw: dict) -> Iterator[Issue]:
-    trainer = raw.get("trainer", "sft")
-    if trainer not in TRAINER_COLUMNS:
-        return
-    mapping = _get(raw, "data", "column_mapping")
-    groups = TRAINER_COLUMNS[trainer]
-    allowed = tuple(dict.fromkeys(c for group in groups for c in group)) + OPTIONAL_COLUMNS.get(trainer, ())
-    yield from _mapping_rules(mapping, allowed, f"`trainer: {trainer}`")
-    if isinstance(mapping, dict) and mapping:
-        present = [group for group in groups if any(c in mapping for c in group)]
-        if trainer == "sft" and len(present) > 1:
-            yield (
-                ("data", "column_mapping"),
-                "`trainer: sft` takes `text` or `messages` in `data.column_mapping`, not both",
-            )
-        elif len(groups) == 1:
-            missing = [c for c in groups[0] if c not in mapping]
-            if missing:
-                yield (
-                    ("data", "column_mapping"),
-                    (f"`trainer: {trainer}` needs `{'`, `'.join(missing)}` in `data.column_mapping`"),
-                )
-    peft = _section(raw, "peft")
-    if peft.get("quantization") and peft.get("enabled", True) is False:
-        yield (
-            ("peft", "quantization"),
-            "`peft.quantization` needs `peft.enabled: true` (QLoRA trains an adapter)",
-        )
-    if peft.get("merge_adapter") and peft.get("enabled", True) is False:
-        yield ("peft", "merge_adapter"), "`peft.merge_adapter` needs `peft.enabled: true`"
-    args = _section(raw, "training_args")
-    if trainer not in ("orpo", "dpo", "reward"):
-        for key in ("max_prompt_length", "beta"):
-            if args.get(key) is not None:
-                yield (
-                    ("training_args", key),
-                    f"`training_args.{key}` applies to orpo/dpo/reward, not `trainer: {trainer}`",
-                )
-    if trainer not in ("orpo", "dpo") and args.get("max_completion_length") is not None:
-        yield (
-            ("training_args", "max_completion_length"),
-            (f"`training_args.max_completion_length` applies to orpo/dpo, not `trainer: {trainer}`"),
-        )
-    if trainer != "sft":
-        for key in ("packing", "completion_only_loss"):
-            if args.get(key):
-                yield (
-                    ("training_args", key),
-                    f"`training_args.{key}` applies to sft, not `trainer: {trainer}`",
-                )
-    prompt, length = args.get("max_prompt_length"), args.get("max_length", 1024)
-    if isinstance(prompt, int) and isinstance(length, int) and prompt >= length:
-        yield (
-            ("training_args", "max_prompt_length"),
-            (f"`training_args.max_prompt_length` ({prompt}) must be below `training_args.max_length` ({length})"),
-        )
-
-
-def _classification_rules(raw: dict, task: str) -> Iterator[Issue]:
-    for key in ("trainer", "peft"):
-        if key in raw:
-            yield (key,), f"`{key}` applies to `task: llm` only, not `task: {task}`"
-    allowed = CLASSIFICATION_COLUMNS[task]
-    yield from _mapping_rules(_get(raw, "data", "column_mapping"), allowed, f"`task: {task}`")
-    if _get(raw, "data", "chat_template") is not None:
-        yield (
-            ("data", "chat_template"),
-            f"`data.chat_template` applies to `task: llm` only, not `task: {task}`",
-        )

@@ -1,23 +1,28 @@
-"""Optimizers bundled with autotrain, and the name registry the trainers use."""
+"""Optimizers bundled with autotrain (CAME, CAME8Bit, FusedAdam, CAME8BitFusedAdam), the table that
+declares every optimizer name, and the registry that builds them.
 
-from autotrain.optimizers.came import CAME
-from autotrain.optimizers.came_8bit import CAME8Bit
-from autotrain.optimizers.combined import CAME8BitFusedAdam
-from autotrain.optimizers.fused_adam import FusedAdam
-from autotrain.optimizers.registry import (
-    BUNDLED,
-    hf_optim_name,
-    hf_optimizer_settings,
-    optimizer_cls_and_kwargs,
-)
+`autotrain.optimizers.table` imports no torch (the config layer reads it); the classes load on first use.
+"""
 
-__all__ = [
-    "BUNDLED",
-    "CAME",
-    "CAME8Bit",
-    "CAME8BitFusedAdam",
-    "FusedAdam",
-    "hf_optim_name",
-    "hf_optimizer_settings",
-    "optimizer_cls_and_kwargs",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "CAME": "autotrain.optimizers.came",
+    "CAME8Bit": "autotrain.optimizers.came_8bit",
+    "CAME8BitFusedAdam": "autotrain.optimizers.combined",
+    "FusedAdam": "autotrain.optimizers.fused_adam",
+    "hf_optimizer_settings": "autotrain.optimizers.registry",
+    "optimizer_cls_and_kwargs": "autotrain.optimizers.registry",
+    "BUNDLED": "autotrain.optimizers.table",
+    "OPTIMIZERS": "autotrain.optimizers.table",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'autotrain.optimizers' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -119,9 +119,10 @@ def resolve_plan(cfg: TaskConfig, device: str | None = None) -> RunPlan:
 
 
 def resolve_optimizer(name: str, optimizer_args: dict[str, Any], lr: float) -> OptimizerPlan:
-    from autotrain.optimizers.registry import BUNDLED, hf_optimizer_settings, optimizer_cls_and_kwargs
+    from autotrain.optimizers.registry import hf_optimizer_settings, optimizer_cls_and_kwargs
+    from autotrain.optimizers.table import OPTIMIZERS
 
-    if name in BUNDLED:
+    if OPTIMIZERS[name].bundled:
         cls, kwargs = optimizer_cls_and_kwargs(name, optimizer_args)
         # The Trainer passes param groups (with weight_decay) but not lr on this path.
         return OptimizerPlan(name, cls=cls, kwargs={**kwargs, "lr": lr})
@@ -208,15 +209,28 @@ def preflight(cfg: TaskConfig, plan: RunPlan) -> list[str]:
     problems = list(plan.problems)
     if cfg.log != "none" and importlib.util.find_spec(cfg.log) is None:
         problems.append(f"log: {cfg.log} needs the `{cfg.log}` package: pip install {cfg.log} (or set `log: none`)")
-    if cfg.training_args.optimizer == "adamw_8bit" and importlib.util.find_spec("bitsandbytes") is None:
-        problems.append(
-            "training_args.optimizer: adamw_8bit needs bitsandbytes: pip install bitsandbytes "
-            "(or use `came_8bit`, which needs nothing extra)"
-        )
+    problems += _optimizer_problems(cfg.training_args.optimizer, plan.precision.device)
     quantization = getattr(getattr(cfg, "peft", None), "quantization", None)
     if quantization and cfg.peft.enabled and plan.precision.device != "cuda":
         problems.append(
             f"peft.quantization: {quantization} loads through bitsandbytes and needs a CUDA GPU; none is "
             "visible. Remove `peft.quantization` to train on this machine"
         )
+    return problems
+
+
+def _optimizer_problems(name: str, device: str) -> list[str]:
+    """What the optimizer table says this optimizer needs, against what this machine has."""
+    import importlib.util
+
+    from autotrain.optimizers.table import OPTIMIZERS
+
+    spec, problems = OPTIMIZERS[name], []
+    instead = "or use `came_8bit`: it needs nothing extra and runs everywhere"
+    if spec.package and importlib.util.find_spec(spec.package) is None:
+        problems.append(
+            f"training_args.optimizer: {name} needs {spec.package}: pip install {spec.package} (or {instead})"
+        )
+    if spec.cuda_only and device != "cuda":
+        problems.append(f"training_args.optimizer: {name} needs a CUDA GPU and none is visible ({instead})")
     return problems

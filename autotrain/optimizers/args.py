@@ -1,4 +1,4 @@
-"""Schemas for `training_args.optimizer_args`, one per optimizer name (pydantic only, no torch).
+"""Typed constructor arguments of each optimizer (pydantic only, no torch); `table.py` pairs them with names.
 
 `lr` and `weight_decay` are not optimizer arguments: they come from `training_args`, so a key of
 that name here is rejected as unknown like any other.
@@ -6,24 +6,11 @@ that name here is rejected as unknown like any other.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from autotrain.config.types import Bool, Float, Int
-
-OptimizerName = Literal[
-    "adamw_torch",
-    "adamw_torch_fused",
-    "adamw_8bit",
-    "adafactor",
-    "sgd",
-    "came",
-    "came_8bit",
-    "fused_adam",
-    "came_8bit+fused_adam",
-]
-BUNDLED_OPTIMIZERS = ("came", "came_8bit", "fused_adam", "came_8bit+fused_adam")
+from autotrain.fields import Bool, Float, Int
 
 Beta = Annotated[Float, Field(ge=0.0, lt=1.0)]
 PositiveFloat = Annotated[Float, Field(gt=0.0, le=1.0)]
@@ -134,16 +121,3 @@ class SgdArgs(_Args):
         if self.nesterov and (self.momentum <= 0.0 or self.dampening != 0.0):
             raise ValueError("nesterov=true needs momentum > 0 and dampening = 0")
         return self
-
-
-OPTIMIZER_ARGS: dict[str, type[BaseModel]] = {
-    "adamw_torch": AdamWTorchArgs,
-    "adamw_torch_fused": AdamWTorchArgs,
-    "adamw_8bit": AdamW8BitArgs,
-    "adafactor": AdafactorArgs,
-    "sgd": SgdArgs,
-    "came": CameArgs,
-    "came_8bit": Came8BitArgs,
-    "fused_adam": FusedAdamArgs,
-    "came_8bit+fused_adam": Came8BitFusedAdamArgs,
-}
