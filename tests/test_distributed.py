@@ -15,12 +15,22 @@ import torch
 import yaml
 
 from autotrain.config.load import load_config
+from autotrain.run import launch
 from autotrain.run.distributed import DEEPSPEED_FILE, deepspeed_config, write_launch_files
-from autotrain.run.launch import display_command, launch_command, run_exit_code
+from autotrain.run.launch import run_exit_code
+from autotrain.training.plan import resolve_plan
 
 ASSETS = Path(__file__).parent / "assets"
 TINY = str(ASSETS / "tiny-llama")
 ROWS = 8  # 8 rows / (batch 2 x 2 processes) = 2 optimizer steps; one process would take 4
+
+
+def launch_command(loaded, sets, resume=None) -> list[str]:
+    return launch.launch_command(loaded, resolve_plan(loaded.config), sets, resume)
+
+
+def display_command(loaded, sets) -> str:
+    return launch.display_command(loaded, resolve_plan(loaded.config), sets)
 
 
 def write_data(path: Path) -> Path:
@@ -264,6 +274,7 @@ def test_run_exit_code(codes, first, expected):
 # --- real runs: two CPU processes ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ddp_two_processes_on_cpu(tmp_path):
     code, out, err = finish(start(write_config(tmp_path, {"num_processes": 2, "strategy": "ddp"})))
     assert code == 0, err
@@ -272,6 +283,7 @@ def test_ddp_two_processes_on_cpu(tmp_path):
     assert_trained_once(tmp_path / "run")
 
 
+@pytest.mark.slow
 def test_two_machines_on_loopback(tmp_path):
     port = free_port()
     dist = {"num_processes": 1, "num_machines": 2, "main_process_ip": "127.0.0.1", "main_process_port": port}
@@ -283,6 +295,7 @@ def test_two_machines_on_loopback(tmp_path):
     assert_trained_once(tmp_path / "run")
 
 
+@pytest.mark.slow
 def test_a_failing_rank_fails_the_run(tmp_path):
     # Only rank 1 (RANK comes from the launcher) reads a missing file: a bad input at training time that
     # the parent, which sees RANK unset, cannot catch. The other rank is stopped; the run keeps code 2.

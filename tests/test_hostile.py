@@ -517,6 +517,7 @@ def test_migrate_to_a_file_writes_the_variable_not_the_token(tmp_path: Path):
     assert files_containing(tmp_path, SECRET) == ["work/old.yml"]
 
 
+@pytest.mark.slow
 def test_secret_in_data_path_of_a_started_run(tmp_path: Path):
     """The run starts (tiny model, real command) and fails on the data path: the path, which holds the
     token, must not reach the terminal, run.json or any log."""
@@ -552,6 +553,7 @@ def test_data_path_root_is_refused_without_walking_the_file_system(tmp_path: Pat
     assert r.wall < WALL_LIMIT, f"took {r.wall:.1f} s"
 
 
+@pytest.mark.slow
 def test_data_path_system_file_is_refused_and_never_fingerprinted(tmp_path: Path):
     system = Path("/etc/passwd")
     digest = hashlib.sha256(system.read_bytes()).hexdigest()
@@ -645,6 +647,7 @@ def test_resume_of_a_finished_run_changes_nothing(finished_run):
     [{"path": "MISSING"}, {"column_mapping": {"text": "no_such_column"}}],
     ids=["missing-data-file", "missing-column"],
 )
+@pytest.mark.slow
 def test_a_refused_run_does_not_block_the_corrected_rerun(tmp_path: Path, broken: dict):
     work = tmp_path / "work"
     work.mkdir()

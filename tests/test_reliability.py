@@ -69,6 +69,7 @@ def final_params(run: Path) -> dict:
     return load_file(run / "model.safetensors")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("optimizer", ["came_8bit", "fused_adam"])
 def test_sigterm_then_resume_matches_uninterrupted(tmp_path, optimizer):
     settings = {
@@ -101,6 +102,7 @@ def test_sigterm_then_resume_matches_uninterrupted(tmp_path, optimizer):
     assert diff <= 1e-6, f"resumed run differs from the uninterrupted one by {diff}"
 
 
+@pytest.mark.slow
 def test_sigint_saves_and_exits_130(tmp_path):
     code, out = interrupt_after(spawn("llm", "--config", str(config(tmp_path, max_steps=30))), 3, signal.SIGINT)
     assert code == 130, out
@@ -202,6 +204,7 @@ def test_exception_mid_training_exits_1_with_traceback(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "failed"
 
 
+@pytest.mark.slow
 def test_token_never_written_or_printed(tmp_path):
     secret = "hf_TopSecretValue123"
     path = config(tmp_path, max_steps=2)
@@ -218,6 +221,7 @@ def test_token_never_written_or_printed(tmp_path):
     assert "***" in (tmp_path / "run" / "autotrain.yaml").read_text()
 
 
+@pytest.mark.slow
 def test_second_signal_exits_at_once_and_keeps_the_last_checkpoint(tmp_path):
     # Long steps, so the second signal lands while the first is still being honoured.
     path = config(tmp_path, max_steps=400, save_steps=2, batch_size=32, max_length=128, gradient_accumulation=8)

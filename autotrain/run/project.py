@@ -60,9 +60,11 @@ class ProjectFolder:
         reason = why_not_a_run_folder(str(folder))
         if reason is not None:  # checked with the config too; again here, right before anything is deleted
             raise UserInputError(f"project_name `{folder}` {reason}; refusing to use it")
-        if not folder.exists():
+        try:
             folder.mkdir(parents=True)
             self.created = True
+        except FileExistsError:  # there already, or made a moment ago by a run started at the same time
+            pass
         try:
             self._lock()
             self._check(resume, overwrite)
