@@ -21,7 +21,7 @@ EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_DIVERGED = 0, 1, 2, 3
 LAUNCHED_ENV = "AUTOTRAIN_LAUNCHED"
 
 
-def _quiet_libraries() -> None:
+def quiet_libraries() -> None:
     """Library chatter (warnings, tqdm bars) hides the progress display; AUTOTRAIN_DEBUG=1 keeps it."""
     from autotrain.cli.common import debug_enabled
 
@@ -99,7 +99,7 @@ def run(loaded: LoadedConfig, resume: str | None = None, overwrite: bool = False
 
             checkpoint = find_resume_checkpoint(folder, resume, warn=say)
             say(f"resuming from {checkpoint}")
-        _quiet_libraries()
+        quiet_libraries()
         from autotrain.runtime.manifest import RunManifest
 
         manifest = RunManifest(loaded, folder, [redact(a, loaded.secrets) for a in sys.argv]) if main_process else None
