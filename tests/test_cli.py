@@ -93,6 +93,9 @@ COMMANDS = [
     "schema",
     "migrate",
     "env",
+    "chat",
+    "predict",
+    "evaluate",
 ]
 
 

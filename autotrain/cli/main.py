@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from autotrain import __version__
-from autotrain.cli import env, migrate, templates, train, validate
+from autotrain.cli import env, inference, migrate, templates, train, validate
 from autotrain.cli.common import (
     EXIT_FAILURE,
     ConfigOption,
@@ -36,6 +36,9 @@ app.command("init")(templates.init)
 app.command("schema")(templates.schema)
 app.command("migrate")(migrate.migrate)
 app.command("env")(env.env)
+app.command("chat")(inference.chat)
+app.command("predict")(inference.predict)
+app.command("evaluate")(inference.evaluate)
 
 
 def _version(value: bool) -> None:
