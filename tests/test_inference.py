@@ -326,6 +326,9 @@ def test_missing_column_lists_the_present_ones(text_run, llm_run, tmp_path):
     no_labels = tmp_path / "texts.csv"
     no_labels.write_text("text\ngood film\n")
     assert_bad_input(autotrain("evaluate", text_run, "-i", no_labels), "`label`", "the data has columns: text")
+    prompts_only = tmp_path / "prompts.jsonl"
+    prompts_only.write_text(json.dumps({"prompt": "the sky is"}) + "\n")
+    assert_bad_input(autotrain("evaluate", llm_run, "-i", prompts_only), "`completion`")
     unknown = tmp_path / "unknown.csv"
     unknown.write_text("text,label\ngood film,neutral\n")
     assert_bad_input(autotrain("evaluate", text_run, "-i", unknown), "`neutral`", "negative, positive")

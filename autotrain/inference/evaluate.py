@@ -76,9 +76,7 @@ def _scored_text(tokenizer, row: dict, kind: str) -> tuple[str, list[tuple[int, 
         return text, [(0, len(text))], True
     if kind == "messages":
         return *_assistant_spans(tokenizer, row["messages"]), False
-    prompt, answer = row["prompt"], row.get("completion")
-    if answer is None:
-        raise UserInputError("evaluating prompts needs their answers: add a `completion` (or `chosen`) column")
+    prompt, answer = row["prompt"], row["completion"]
     if isinstance(prompt, str) and isinstance(answer, str):
         return prompt + answer + eos, [(len(prompt), len(prompt) + len(answer) + len(eos))], True
     asked = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
@@ -212,6 +210,11 @@ def run_evaluate(
 
     check_output(output, force)
     rows = read_rows(read_config(run_dir), input_path, labels=True)
+    if rows.kind == "prompt" and any(row.get("completion") is None for row in rows.values):
+        raise UserInputError(
+            f"{input_path}: evaluating prompts needs their answers: a `completion` (or `chosen`) column, "
+            "filled on every row"
+        )
     run = load_run(run_dir, device)
     results = evaluate_rows(run, rows, batch_size_of(run, batch_size))
     text = json.dumps(results, indent=2) + "\n"
