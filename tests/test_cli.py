@@ -110,6 +110,9 @@ COMMANDS = [
     "schema",
     "migrate",
     "env",
+    "chat",
+    "predict",
+    "evaluate",
 ]
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from autotrain import __version__
-from autotrain.cli import env, migrate, templates, train, validate
+from autotrain.cli import env, inference, migrate, templates, train, validate
 from autotrain.cli.common import ConfigOption, DryRunOption, OverwriteOption, ResumeOption, SetOption
 from autotrain.errors import EXIT_FAILURE, debug_enabled, eprint
 
@@ -28,6 +28,9 @@ app.command("init")(templates.init)
 app.command("schema")(templates.schema)
 app.command("migrate")(migrate.migrate)
 app.command("env")(env.env)
+app.command("chat")(inference.chat)
+app.command("predict")(inference.predict)
+app.command("evaluate")(inference.evaluate)
 
 
 def _version(value: bool) -> None:

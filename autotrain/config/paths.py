@@ -40,6 +40,8 @@ SYSTEM_FOLDERS = {
 }
 
 Issue = tuple[tuple, str]
+# The file autotrain writes into every folder it runs in; `--overwrite` empties only folders holding it.
+RUN_MARKER = ".autotrain-run"
 
 
 def text_problems(data: Any, path: tuple = ()) -> Iterator[Issue]:
@@ -57,6 +59,12 @@ def text_problems(data: Any, path: tuple = ()) -> Iterator[Issue]:
 
 def _resolve(path: str) -> Path:
     return Path(os.path.abspath(os.path.expanduser(path)))
+
+
+def _own_saved_config(folder: Path, config_source: str) -> bool:
+    """The `autotrain.yaml` a run saved in its own folder: resuming from it names that very folder."""
+    saved = _resolve(config_source)
+    return saved.name == "autotrain.yaml" and saved.parent == folder and (folder / RUN_MARKER).is_file()
 
 
 def why_not_a_run_folder(project: str, config_source: str | None = None) -> str | None:
@@ -80,7 +88,7 @@ def why_not_a_run_folder(project: str, config_source: str | None = None) -> str 
         return f"is the system folder `{folder_real}`"
     if cwd == folder_real or cwd.is_relative_to(folder_real):
         return "is the folder you run from" + ("" if cwd == folder_real else " or a parent of it")
-    if config_dir is not None:
+    if config_dir is not None and not _own_saved_config(folder_real, config_source):
         config_real = config_dir.resolve()
         if config_real == folder_real or config_real.is_relative_to(folder_real):
             return "is the folder holding the config" + ("" if config_real == folder_real else " or a parent of it")

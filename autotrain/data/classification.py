@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from autotrain.config.classification import ImageClassificationConfig, TextClassificationConfig
-from autotrain.data.loading import FORMATS, load_split, require_columns
+from autotrain.data.loading import FORMATS, MAPPING_HINT, load_split, require_columns
 from autotrain.errors import UserInputError
 
 IMAGE_EXTENSIONS = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
@@ -133,20 +133,25 @@ def _as_column(dataset, source: str, task_column: str):
 
 
 def _text_split(cfg: TextClassificationConfig, split: str, token: str | None):
-    from datasets import Value
-
     name = f"{cfg.data.path} [{split}]"
     dataset = load_split(cfg.data.path, split, token=token)
     mapping = column_mapping(cfg, dataset, "text")
     require_columns(dataset, mapping, name)
     keys, declared = label_keys(dataset, mapping["target"], name)
-    texts = _as_column(dataset, mapping["text"], "text")
+    return _texts(dataset, mapping["text"], name), keys, declared, name
+
+
+def _texts(dataset, source: str, name: str):
+    """The `source` column as a `text` column of strings; a row without text is an error."""
+    from datasets import Value
+
+    texts = _as_column(dataset, source, "text")
     empty = [i for i, t in enumerate(texts["text"]) if t is None]
     if empty:
-        raise UserInputError(f"{name}: {len(empty)} row(s) have no text in `{mapping['text']}` (first: row {empty[0]})")
+        raise UserInputError(f"{name}: {len(empty)} row(s) have no text in `{source}` (first: row {empty[0]})")
     if texts.features["text"] != Value("string"):
         texts = texts.cast_column("text", Value("string"))
-    return texts, keys, declared, name
+    return texts
 
 
 def _load_splits(cfg, load_one, token: str | None) -> ClassificationSplits:
@@ -225,16 +230,24 @@ def _table_dir(path: str, split: str) -> Path | None:
     return local if local.is_dir() else None
 
 
-def _image_table(cfg: ImageClassificationConfig, split: str, name: str, token: str | None):
+def _image_table(
+    cfg: ImageClassificationConfig,
+    path: str,
+    split: str,
+    name: str,
+    token: str | None,
+    labels: bool = True,
+    hint: str = MAPPING_HINT,
+):
     from datasets import Dataset, Image
 
-    dataset = load_split(cfg.data.path, split, token=token)
+    dataset = load_split(path, split, token=token)
     mapping = column_mapping(cfg, dataset, "image")
-    require_columns(dataset, mapping, name)
-    keys, declared = label_keys(dataset, mapping["target"], name)
+    require_columns(dataset, mapping if labels else {"image": mapping["image"]}, name, hint)
+    keys, declared = label_keys(dataset, mapping["target"], name) if labels else (None, None)
     if isinstance(dataset.features[mapping["image"]], Image):  # hub datasets: images stored in the data
         return _as_column(dataset, mapping["image"], "image"), keys, declared
-    base = _table_dir(cfg.data.path, split)
+    base = _table_dir(path, split)
     paths = []
     for row, value in enumerate(dataset[mapping["image"]]):
         if not isinstance(value, str) or not value:
@@ -277,7 +290,7 @@ def _image_split(cfg: ImageClassificationConfig, split: str, token: str | None):
         images, keys = _scan_image_folder(Path(cfg.data.path).expanduser(), split, cfg.data.train_split, name)
         declared = None
     else:
-        images, keys, declared = _image_table(cfg, split, name, token)
+        images, keys, declared = _image_table(cfg, cfg.data.path, split, name, token)
     if isinstance(images.features["image"], Value):  # file paths; hub images are checked as they decode
         check_images(images["image"], name)
     return images, keys, declared, name
@@ -285,3 +298,43 @@ def _image_split(cfg: ImageClassificationConfig, split: str, token: str | None):
 
 def load_image_splits(cfg: ImageClassificationConfig, token: str | None = None) -> ClassificationSplits:
     return _load_splits(cfg, _image_split, token)
+
+
+# Rows of a finished run's inputs (predict, evaluate) ---------------------------------------------------
+
+INPUT_HINT = "the run reads the columns it was trained on, through its `data.column_mapping`"
+
+
+def load_text_rows(cfg: TextClassificationConfig, path: str, labels: bool):
+    """A file's texts, read through the run's column mapping, and with `labels` the raw label of each row
+    (else None). Rows keep their order."""
+    dataset = load_split(path, "train")
+    mapping = column_mapping(cfg, dataset, "text")
+    require_columns(dataset, mapping if labels else {"text": mapping["text"]}, path, INPUT_HINT)
+    keys = label_keys(dataset, mapping["target"], path)[0] if labels else None
+    return _texts(dataset, mapping["text"], path), keys
+
+
+def load_image_rows(cfg: ImageClassificationConfig, path: str, labels: bool):
+    """Images from a folder with one sub-folder per class, a table with an image-path column, or (without
+    `labels`) a plain folder of images; with `labels` also the raw label of each image (else None)."""
+    from datasets import Dataset, Value
+
+    root = Path(path).expanduser()
+    if root.is_dir() and is_image_folder(path, "train"):
+        images, keys = _scan_image_folder(root, "train", "train", path)
+    elif root.is_dir():
+        if labels:
+            raise UserInputError(
+                f"{path}: evaluating needs each image's true label: a folder with one sub-folder per class, "
+                "or a table with an image-path and a label column"
+            )
+        files = sorted(p for p in root.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file())
+        if not files:
+            raise UserInputError(f"{path}: no image files ({', '.join(sorted(IMAGE_EXTENSIONS))}) in this folder")
+        images, keys = Dataset.from_dict({"image": [str(p) for p in files]}), None
+    else:
+        images, keys, _ = _image_table(cfg, path, "train", path, None, labels, INPUT_HINT)
+    if isinstance(images.features["image"], Value):
+        check_images(images["image"], path)
+    return images, (keys if labels else None)

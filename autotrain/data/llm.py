@@ -83,3 +83,41 @@ def _preference_format(dataset, cfg: LLMConfig, name: str):
         return out
 
     return dataset.map(convert)
+
+
+# Rows of a finished run's inputs (predict, evaluate) ---------------------------------------------------
+
+INPUT_KINDS = ("messages", "prompt", "text")  # in the order they are looked for
+ANSWER_COLUMNS = ("completion", "chosen")  # the answer that follows a `prompt`
+
+
+def load_prompt_rows(cfg: LLMConfig, path: str) -> tuple[str, str, list[dict]]:
+    """A file's rows for a finished LLM run, read through its column mapping: `(kind, column, rows)`.
+
+    `kind` is the first of `messages` (lists of {role, content}), `prompt` (a string or a message list,
+    with its answer in `completion` / `chosen` when the file has one) and `text` that the file holds;
+    each row is `{kind: value}`, plus `completion` for prompts with an answer. Rows keep their order.
+    """
+    dataset = load_split(path, "train")
+    mapping = cfg.data.column_mapping
+    found = [(kind, mapping.get(kind, kind)) for kind in INPUT_KINDS]
+    present = [(kind, column) for kind, column in found if column in dataset.column_names]
+    if not present:
+        wanted = ", ".join(f"`{column}` ({kind})" for kind, column in found)
+        raise UserInputError(
+            f"{path}: none of the columns {wanted} found; the data has columns: {', '.join(dataset.column_names)}"
+        )
+    kind, column = present[0]
+    if kind == "messages":
+        _check_messages(dataset, column, path)
+    answer = next((mapping.get(a, a) for a in ANSWER_COLUMNS if mapping.get(a, a) in dataset.column_names), None)
+    values = dataset[column]
+    answers = dataset[answer] if kind == "prompt" and answer else None
+    rows = [{kind: value} for value in values]
+    if answers is not None:
+        for row, value in zip(rows, answers, strict=True):
+            row["completion"] = value
+    empty = [i for i, value in enumerate(values) if not value]
+    if empty:
+        raise UserInputError(f"{path}: {len(empty)} row(s) have no `{column}` (first: row {empty[0]})")
+    return kind, column, rows

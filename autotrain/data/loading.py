@@ -7,6 +7,7 @@ from pathlib import Path
 from autotrain.errors import UserInputError
 
 FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+MAPPING_HINT = "fix `data.column_mapping`"
 
 
 def _split_file(folder: Path, split: str) -> Path | None:
@@ -106,11 +107,11 @@ def _check_rows(dataset, name: str):
     return dataset
 
 
-def require_columns(dataset, wanted: dict[str, str], name: str) -> None:
+def require_columns(dataset, wanted: dict[str, str], name: str, hint: str = MAPPING_HINT) -> None:
     """`wanted` maps task columns to dataset columns; name every missing one and list what is there."""
     missing = [f"`{src}` (for {task})" for task, src in wanted.items() if src not in dataset.column_names]
     if missing:
         raise UserInputError(
             f"{name}: column {', '.join(missing)} not found; the data has columns: "
-            f"{', '.join(dataset.column_names)} (fix `data.column_mapping`)"
+            f"{', '.join(dataset.column_names)} ({hint})"
         )

@@ -11,34 +11,18 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 from pathlib import Path
 
-from autotrain.config.paths import why_not_a_run_folder
+from autotrain.config.paths import RUN_MARKER, why_not_a_run_folder
 from autotrain.errors import UserInputError
+from autotrain.training.folder import holds_run
 
-MARKER = ".autotrain-run"
+MARKER = RUN_MARKER
 LOCK = ".autotrain.lock"
-# What a finished or interrupted run leaves; a folder holding any of them is not silently reused.
-RUN_FILES = ("autotrain.yaml", "run.json", "trainer_state.json")
 # What autotrain writes before training starts; it does not make a folder a run.
 OWN_FILES = {MARKER, LOCK, "logs"}
-
-
-def holds_run(folder: Path) -> bool:
-    if not folder.is_dir():
-        return False
-    return any((folder / name).exists() for name in RUN_FILES) or any(folder.glob("checkpoint-*"))
-
-
-def run_status(folder: Path) -> str | None:
-    """`status` from the folder's run.json (completed, interrupted, failed, ...), if it has one."""
-    try:
-        return json.loads((folder / "run.json").read_text(encoding="utf-8")).get("status")
-    except (OSError, ValueError, AttributeError):
-        return None
 
 
 class ProjectFolder:

@@ -17,24 +17,7 @@ from pathlib import Path
 from autotrain.config.load import LoadedConfig
 from autotrain.errors import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILURE, EXIT_OK, UserInputError, debug_enabled, eprint
 from autotrain.run.launch import LAUNCHED_ENV
-
-
-def _quiet_libraries() -> None:
-    """Library chatter (warnings, tqdm bars) hides the progress display; AUTOTRAIN_DEBUG=1 keeps it."""
-    if debug_enabled():
-        return
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    import warnings
-
-    import datasets
-    import transformers
-
-    transformers.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    datasets.disable_progress_bars()
-    datasets.logging.set_verbosity_error()
-    warnings.filterwarnings("ignore", category=UserWarning)
-    warnings.filterwarnings("ignore", category=FutureWarning)
+from autotrain.training.quiet import quiet_libraries
 
 
 def _write_traceback(folder: Path, secrets: set[str]) -> Path | None:
@@ -128,7 +111,7 @@ def _finished(this: _Run) -> bool:
     """`--resume` on a completed run: True (say so, touch nothing) unless max_steps / epochs grew."""
     import json
 
-    from autotrain.run.project import run_status
+    from autotrain.training.folder import run_status
 
     if run_status(this.folder) != "completed":
         return False
@@ -172,7 +155,7 @@ def _train(this: _Run, resume: str | None, stop) -> int:
     checkpoint = find_resume_checkpoint(folder, resume, warn=this.say) if resume else None
     if checkpoint:
         this.say(f"resuming from {checkpoint}")
-    _quiet_libraries()
+    quiet_libraries()
     progress = ProgressCallback()
     trainer = build_trainer(cfg, this.plan, [progress, stop], token=cfg.hub.token)
     trainer.remove_callback(PrinterCallback)  # our progress display replaces its raw dict lines

@@ -1,0 +1,116 @@
+"""`autotrain chat | predict | evaluate RUN_DIR`: try what you trained. The work is in autotrain.inference,
+imported inside each command so `autotrain --help` stays light."""
+
+from __future__ import annotations
+
+import contextlib
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+
+import typer
+
+from autotrain.cli.common import fail
+from autotrain.errors import debug_enabled
+
+RunDirArgument = typer.Argument(
+    ..., help="Project folder of a finished run (its project_name).", show_default=False, metavar="RUN_DIR"
+)
+InputOption = typer.Option(
+    ...,
+    "--input",
+    "-i",
+    help="A .jsonl, .csv, .json or .parquet file with the columns the run was trained on (image runs: also a "
+    "folder of images, or one sub-folder per class).",
+    show_default=False,
+    metavar="FILE",
+)
+ForceOption = typer.Option(False, "--force", help="Replace an existing --output file.")
+BatchSizeOption = typer.Option(
+    None, "--batch-size", help="Rows per forward pass (default: the run's eval_batch_size or batch_size).", min=1
+)
+DeviceOption = typer.Option("auto", "--device", help="auto, cpu, cuda or mps.")
+MaxNewTokensOption = typer.Option(256, "--max-new-tokens", help="LLMs: most tokens generated per answer.", min=1)
+TemperatureOption = typer.Option(0.0, "--temperature", help="LLMs: 0 = greedy (reproducible); above 0 samples.")
+TopPOption = typer.Option(1.0, "--top-p", help="LLMs, when sampling: nucleus sampling threshold.")
+
+
+@contextlib.contextmanager
+def reported() -> Iterator[None]:
+    """Bad input (no finished run, a missing column, ...) as one `error:` line and exit code 2."""
+    from autotrain.errors import UserInputError
+
+    try:
+        from autotrain.training.quiet import quiet_libraries
+
+        quiet_libraries()
+        yield
+    except UserInputError as exc:
+        if debug_enabled():
+            traceback.print_exc()
+        raise fail(str(exc)) from None
+
+
+def _settings(max_new_tokens: int, temperature: float, top_p: float):
+    from autotrain.inference.generate import GenerationSettings
+
+    return GenerationSettings(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
+
+
+def chat(
+    run_dir: Path = RunDirArgument,
+    message: list[str] = typer.Option(
+        None, "--message", "-m", help="Send this message, print the reply and exit (repeatable: one turn each)."
+    ),
+    system: str = typer.Option(None, "--system", help="A system message that opens the conversation."),
+    max_new_tokens: int = MaxNewTokensOption,
+    temperature: float = TemperatureOption,
+    top_p: float = TopPOption,
+    device: str = DeviceOption,
+) -> None:
+    """Chat with a fine-tuned LLM (/reset starts over, /exit ends); reads piped stdin too."""
+    with reported():
+        from autotrain.inference.chat import run_chat
+
+        run_chat(run_dir, _settings(max_new_tokens, temperature, top_p), message, system, device)
+
+
+def predict(
+    run_dir: Path = RunDirArgument,
+    input_path: Path = InputOption,
+    output: Path = typer.Option(
+        None, "--output", "-o", help="Write the JSON lines here (default: stdout).", show_default=False
+    ),
+    force: bool = ForceOption,
+    batch_size: int = BatchSizeOption,
+    max_new_tokens: int = MaxNewTokensOption,
+    temperature: float = TemperatureOption,
+    top_p: float = TopPOption,
+    device: str = DeviceOption,
+) -> None:
+    """Predict every row of a file: one JSON line per row, in input order (classifiers: label and score;
+    LLMs: the completion)."""
+    with reported():
+        from autotrain.inference.predict import run_predict
+
+        settings = _settings(max_new_tokens, temperature, top_p)
+        run_predict(run_dir, input_path, output, force, batch_size, settings, device)
+
+
+def evaluate(
+    run_dir: Path = RunDirArgument,
+    input_path: Path = InputOption,
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON instead of a table."),
+    output: Path = typer.Option(
+        None, "--output", "-o", help="Also write the results as JSON here.", show_default=False
+    ),
+    force: bool = ForceOption,
+    batch_size: int = BatchSizeOption,
+    device: str = DeviceOption,
+) -> None:
+    """Metrics of a finished run on a labelled file (classifiers: loss, accuracy, macro F1 / precision /
+    recall, confusion matrix; LLMs: token loss and perplexity)."""
+    with reported():
+        from autotrain.inference.evaluate import run_evaluate
+
+        run_evaluate(run_dir, input_path, output, force, as_json, batch_size, device)

@@ -1,0 +1,122 @@
+"""`autotrain chat`: talk to a fine-tuned LLM through its chat template, the reply streamed as it is made.
+
+Messages come from `--message` (each one a turn, then exit), from a terminal (a prompt; `/reset` starts
+over, `/exit` or Ctrl-D ends) or from piped stdin (one message per line).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Iterator
+from typing import TextIO
+
+from autotrain.errors import UserInputError
+from autotrain.inference.generate import GenerationSettings
+
+EXIT_COMMANDS = ("/exit", "/quit")
+RESET_COMMAND = "/reset"
+
+
+def typed_lines(stdin: TextIO) -> Iterator[str]:
+    """Lines from a terminal (with a prompt and line editing) or from a pipe, until EOF."""
+    interactive = stdin.isatty()
+    while True:
+        try:
+            line = input("> ") if interactive else stdin.readline()
+        except (EOFError, KeyboardInterrupt):
+            print(file=sys.stderr)
+            return
+        if not interactive and line == "":
+            return
+        yield line.rstrip("\r\n")
+
+
+class Conversation:
+    """The messages so far, and the prompt ids that fit in the run's `max_length`: the oldest exchanges are
+    left out when the conversation outgrows it (the system message stays)."""
+
+    def __init__(self, tokenizer, budget: int, system: str | None = None):
+        self.tokenizer = tokenizer
+        self.budget = budget
+        self.start = [{"role": "system", "content": system}] if system else []
+        self.messages = list(self.start)
+        self.warned = False
+
+    def reset(self) -> None:
+        self.messages = list(self.start)
+
+    def prompt_ids(self) -> list[int]:
+        from autotrain.inference.generate import prompt_ids
+
+        turns = self.messages[len(self.start) :]
+        while True:
+            ids = prompt_ids(self.tokenizer, self.start + turns, budget=None)
+            if len(ids) <= self.budget or len(turns) <= 1:
+                break
+            turns = turns[2:]  # the oldest user message and the reply to it
+            if not self.warned:
+                note = f"note: the conversation outgrew max_length ({self.budget} tokens); older turns are left out"
+                print(note, file=sys.stderr)
+                self.warned = True
+        return ids[-self.budget :]
+
+
+def reply(run, conversation: Conversation, config) -> str:
+    """Generate the assistant's answer, printing it token by token, and add it to the conversation."""
+    from transformers import TextStreamer
+
+    from autotrain.inference.generate import generate
+
+    streamer = TextStreamer(run.processor, skip_prompt=True, skip_special_tokens=True)
+    text = generate(run, [conversation.prompt_ids()], config, streamer=streamer)[0]
+    conversation.messages.append({"role": "assistant", "content": text})
+    return text
+
+
+def chat(run, settings: GenerationSettings, messages: Iterable[str], system: str | None = None) -> int:
+    """Answer each message in turn; returns the number of replies."""
+    from autotrain.inference.generate import generation_config
+
+    if not run.processor.chat_template:
+        raise UserInputError(
+            f"the run in `{run.folder}` has no chat template (`data.chat_template: none`); "
+            "use `autotrain predict` with plain-text prompts"
+        )
+    config = generation_config(settings, run.processor, run.model)
+    conversation = Conversation(run.processor, run.max_tokens, system)
+    replies = 0
+    for message in messages:
+        command = message.strip()
+        if command in EXIT_COMMANDS:
+            break
+        if command == RESET_COMMAND:
+            conversation.reset()
+            print("(conversation cleared)", file=sys.stderr)
+            continue
+        if not command:
+            continue
+        conversation.messages.append({"role": "user", "content": message})
+        reply(run, conversation, config)
+        replies += 1
+    return replies
+
+
+def run_chat(
+    run_dir,
+    settings: GenerationSettings,
+    messages: list[str] | None = None,
+    system: str | None = None,
+    device: str = "auto",
+    stdin: TextIO | None = None,
+) -> int:
+    """The command: load the run, then chat with `messages`, or with what stdin brings."""
+    from autotrain.inference.load import load_run, read_config
+
+    task = read_config(run_dir).task
+    if task != "llm":
+        raise UserInputError(f"`{run_dir}` holds a {task} run; chat needs a run that generates text (task: llm)")
+    run = load_run(run_dir, device)
+    stdin = stdin or sys.stdin
+    if not messages and stdin.isatty():
+        print(f"chatting with {run_dir} on {run.device}; /reset starts over, /exit (or Ctrl-D) ends", file=sys.stderr)
+    return chat(run, settings, messages or typed_lines(stdin), system)

@@ -1,0 +1,191 @@
+"""Load a finished run from its project folder: the resolved config it saved (`autotrain.yaml`), the model
+(the LoRA adapter on its base model, the merged model in `merged/`, or the full model) and the tokenizer or
+image processor saved with it. Cheap checks first: a folder without a finished run fails before any import
+of torch."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autotrain.config.base import TaskConfig
+from autotrain.errors import ConfigError, UserInputError
+
+DEVICES = ("auto", "cpu", "cuda", "mps")
+
+
+@dataclass
+class FinishedRun:
+    folder: Path
+    config: TaskConfig
+    model: Any  # eval mode, on `device`
+    processor: Any  # the tokenizer (text, llm) or the image processor (images)
+    device: str
+    max_tokens: int  # tokens per input: text classifiers truncate to it, LLM prompts keep their last ones
+
+    @property
+    def task(self) -> str:
+        return self.config.task
+
+    @property
+    def labels(self) -> list[str]:
+        """Classifiers: label names in id order, as training saved them in the model config."""
+        id2label = self.model.config.id2label
+        return [str(id2label[i]) for i in range(len(id2label))]
+
+
+def read_config(folder: Path) -> TaskConfig:
+    """The validated config of the finished run in `folder`; a folder without one is bad input."""
+    if not folder.exists():
+        raise UserInputError(f"`{folder}` does not exist; give the project folder of a finished run")
+    if not folder.is_dir():
+        raise UserInputError(f"`{folder}` is a file; give the project folder of a finished run")
+    saved = folder / "autotrain.yaml"
+    if not saved.is_file() or not _has_model(folder):
+        raise UserInputError(_not_finished(folder))
+    from autotrain.config.load import load_config
+
+    try:
+        return load_config(saved).config
+    except ConfigError as exc:
+        raise UserInputError(f"{saved}: not a valid autotrain config: {exc.issues[0].format()}") from None
+
+
+def _has_model(folder: Path) -> bool:
+    return any((folder / name).is_file() for name in ("config.json", "adapter_config.json"))
+
+
+def _not_finished(folder: Path) -> str:
+    from autotrain.training.folder import holds_run
+
+    if not holds_run(folder):
+        return f"`{folder}` holds no autotrain run; give the project folder (`project_name`) of a finished run"
+    status = "did not finish"
+    manifest = folder / "run.json"
+    if manifest.is_file():
+        with contextlib.suppress(ValueError, KeyError):
+            status = f"did not finish (status: {json.loads(manifest.read_text(encoding='utf-8'))['status']})"
+    return (
+        f"the run in `{folder}` {status}: it has no final model; continue it with `--resume` "
+        "(or give the folder of a finished run)"
+    )
+
+
+def pick_device(requested: str = "auto") -> str:
+    from autotrain.training.precision import detect_device
+
+    available = detect_device()
+    if requested == "auto":
+        return available
+    if requested not in DEVICES:
+        raise UserInputError(f"--device: `{requested}` is not one of: {', '.join(DEVICES)}")
+    if requested != "cpu" and requested != available:
+        raise UserInputError(f"--device {requested}: no {requested} device is visible (this machine has: {available})")
+    return requested
+
+
+def load_run(folder: Path, device: str = "auto") -> FinishedRun:
+    """Config, model and processor of the finished run in `folder`, ready for inference on `device`."""
+    cfg = read_config(folder)
+    device = pick_device(device)
+    if cfg.task == "llm":
+        model, processor = _load_llm(folder, cfg, device)
+    else:
+        model, processor = _load_classifier(folder, cfg)
+    if not getattr(model, "is_loaded_in_4bit", False) and not getattr(model, "is_loaded_in_8bit", False):
+        model.to(device)
+    model.eval()
+    return FinishedRun(folder, cfg, model, processor, device, _max_tokens(cfg, model, processor))
+
+
+def _max_tokens(cfg, model, processor) -> int:
+    """`training_args.max_length`; for text classifiers capped as training capped it."""
+    if cfg.task == "text-classification":
+        from autotrain.trainers.text_classification import max_tokens
+
+        return max_tokens(cfg, processor, model.config)
+    return cfg.training_args.max_length
+
+
+def _from_run(loader, folder: Path, what: str, **kwargs):
+    try:
+        return loader.from_pretrained(str(folder), **kwargs)
+    except (OSError, ValueError) as exc:
+        raise UserInputError(f"cannot load the {what} saved in `{folder}`: {_first_line(exc)}") from None
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _load_classifier(folder: Path, cfg):
+    import torch
+    import transformers
+
+    # Only the classes this task needs: importing the image-processing stack costs seconds.
+    if cfg.task == "text-classification":
+        model_cls, processor_cls = transformers.AutoModelForSequenceClassification, transformers.AutoTokenizer
+    else:
+        model_cls, processor_cls = transformers.AutoModelForImageClassification, transformers.AutoImageProcessor
+    what = "tokenizer" if cfg.task == "text-classification" else "image processor"
+    processor = _from_run(processor_cls, folder, what, trust_remote_code=cfg.trust_remote_code)
+    # fp32, as training evaluated it: small models, and results that match `eval_results.json`.
+    model = _from_run(model_cls, folder, "model", dtype=torch.float32, trust_remote_code=cfg.trust_remote_code)
+    return model, processor
+
+
+def _llm_dtype(device: str):
+    import torch
+
+    if device == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float32
+
+
+def _load_llm(folder: Path, cfg, device: str):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if cfg.trainer == "reward":
+        raise UserInputError(
+            f"`{folder}` holds a reward model: it scores texts and does not generate; "
+            "chat, predict and evaluate take sft, orpo, dpo and clm runs"
+        )
+    quantization = cfg.peft.quantization if cfg.uses_peft else None
+    if quantization and device != "cuda":
+        raise UserInputError(
+            f"the run in `{folder}` loads its base model in {quantization} (peft.quantization), which needs a "
+            f"CUDA GPU; this machine has none ({device})"
+        )
+    merged = folder / "merged"
+    source = merged if (merged / "config.json").is_file() else folder
+    tokenizer = _from_run(AutoTokenizer, source, "tokenizer", trust_remote_code=cfg.trust_remote_code)
+    kwargs = {"dtype": _llm_dtype(device), "trust_remote_code": cfg.trust_remote_code}
+    if (source / "config.json").is_file():
+        return _from_run(AutoModelForCausalLM, source, "model", **kwargs), tokenizer
+    return _adapter_on_base(folder, cfg, device, kwargs), tokenizer
+
+
+def _adapter_on_base(folder: Path, cfg, device: str, kwargs: dict):
+    """The LoRA adapter on the base model it was trained on, merged in unless the base is quantized."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from autotrain.trainers.common import load_pretrained
+
+    if cfg.peft.quantization:
+        from autotrain.trainers.llm.model import quantization_config
+        from autotrain.training.precision import resolve_precision
+
+        kwargs["quantization_config"] = quantization_config(
+            cfg, resolve_precision(cfg.training_args.mixed_precision, device)
+        )
+    kwargs = {k: v for k, v in kwargs.items() if k != "trust_remote_code"}  # load_pretrained takes it from cfg
+    base = load_pretrained(AutoModelForCausalLM, cfg, "weights", None, **kwargs)
+    try:
+        model = PeftModel.from_pretrained(base, str(folder))
+    except (OSError, ValueError) as exc:
+        raise UserInputError(f"cannot load the LoRA adapter saved in `{folder}`: {_first_line(exc)}") from None
+    return model if cfg.peft.quantization else model.merge_and_unload()

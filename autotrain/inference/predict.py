@@ -1,0 +1,148 @@
+"""`autotrain predict`: batch inference with a finished run, one JSON line per input row, in input order.
+
+Classifiers give the label and its probability; LLMs the generated completion. Rows are processed in
+chunks: inside a chunk they are sorted by length so each batch pads little, and written back in order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from autotrain.errors import UserInputError
+from autotrain.inference.generate import GenerationSettings
+from autotrain.inference.inputs import Rows, prompt_of
+
+CHUNK = 2048  # rows sorted by length together; results are written after each chunk
+
+
+def check_output(output: Path | None, force: bool) -> None:
+    """Refuse to replace a file unless asked (before anything is loaded)."""
+    if output is None:
+        return
+    if output.is_dir():
+        raise UserInputError(f"--output `{output}` is a folder; give a file name")
+    if output.exists() and not force:
+        raise UserInputError(f"--output `{output}` already exists; add --force to replace it")
+    if not output.parent.is_dir():
+        raise UserInputError(f"--output `{output}`: the folder `{output.parent}` does not exist")
+
+
+@contextlib.contextmanager
+def jsonl_writer(output: Path | None) -> Iterator[Callable[[dict], None]]:
+    """Write to stdout, or to `output` through a `.partial` file renamed when every row is written."""
+    if output is None:
+        yield lambda row: sys.stdout.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+        sys.stdout.flush()
+        return
+    partial = output.with_name(output.name + ".partial")
+    try:
+        with open(partial, "w", encoding="utf-8") as handle:
+            yield lambda row: handle.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+        partial.replace(output)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def progress_bar(total: int, description: str) -> Iterator[Callable[[int], None]]:
+    """A rich progress bar on stderr (shown on a terminal, gone when done); yields `advance(rows)`."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    console = Console(stderr=True)
+    with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as progress:
+        task = progress.add_task(description, total=total)
+        yield lambda rows: progress.advance(task, rows)
+
+
+def chunks(total: int, size: int = CHUNK) -> Iterator[range]:
+    for start in range(0, total, size):
+        yield range(start, min(start + size, total))
+
+
+def batch_size_of(run, requested: int | None) -> int:
+    if requested is not None:
+        if requested < 1:
+            raise UserInputError(f"--batch-size must be at least 1 (got {requested})")
+        return requested
+    args = run.config.training_args
+    return args.eval_batch_size or args.batch_size
+
+
+def predict_rows(
+    run, rows: Rows, write: Callable[[dict], None], batch_size: int, settings: GenerationSettings | None = None
+) -> None:
+    """Predict every row and `write` one dict per row, in input order."""
+    with progress_bar(len(rows), "predicting") as advance:
+        for part in chunks(len(rows)):
+            values = [rows.values[i] for i in part]
+            if run.task == "llm":
+                outputs = _completions(run, values, rows.kind, batch_size, settings or GenerationSettings(), advance)
+            else:
+                outputs = _labels(run, values, batch_size, advance)
+            for i, value, output in zip(part, values, outputs, strict=True):
+                write({"row": i, **_echo(rows.kind, value), **output})
+
+
+def _echo(kind: str, value) -> dict:
+    """The input beside its prediction: the text, the image path, or the LLM row as read."""
+    if isinstance(value, dict):
+        return {key: v for key, v in value.items() if key != "completion"}
+    return {kind: value} if isinstance(value, str) else {}
+
+
+def _labels(run, values: list, batch_size: int, advance: Callable[[int], None]) -> list[dict]:
+    from autotrain.inference.classify import classifier_logits, softmax
+
+    probabilities = softmax(classifier_logits(run, values, batch_size, advance))
+    names = run.labels
+    best = probabilities.argmax(axis=1)
+    return [{"label": names[k], "score": float(p[k])} for k, p in zip(best, probabilities, strict=True)]
+
+
+def _completions(run, values: list[dict], kind: str, batch_size: int, settings, advance) -> list[dict]:
+    from autotrain.inference.generate import generate, generation_config, prompt_ids
+
+    tokenizer = run.processor
+    config = generation_config(settings, tokenizer, run.model)
+    prompts = [prompt_ids(tokenizer, prompt_of(value, kind), run.max_tokens) for value in values]
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    completions: list[str] = [""] * len(prompts)
+    for start in range(0, len(order), batch_size):
+        batch = order[start : start + batch_size]
+        for i, text in zip(batch, generate(run, [prompts[i] for i in batch], config), strict=True):
+            completions[i] = text
+        advance(len(batch))
+    return [{"completion": text} for text in completions]
+
+
+def run_predict(
+    run_dir: Path,
+    input_path: Path,
+    output: Path | None = None,
+    force: bool = False,
+    batch_size: int | None = None,
+    settings: GenerationSettings | None = None,
+    device: str = "auto",
+) -> int:
+    """The command: check, read the rows, load the run, predict, report; returns the number of rows."""
+    from autotrain.inference.inputs import read_rows
+    from autotrain.inference.load import load_run, read_config
+
+    check_output(output, force)
+    rows = read_rows(read_config(run_dir), input_path)
+    run = load_run(run_dir, device)
+    size = batch_size_of(run, batch_size)
+    start = time.perf_counter()
+    with jsonl_writer(output) as write:
+        predict_rows(run, rows, write, size, settings)
+    elapsed = time.perf_counter() - start
+    where = f" to {output}" if output else ""
+    print(f"predicted {len(rows)} rows{where} in {elapsed:.1f} s ({len(rows) / elapsed:.1f} rows/s)", file=sys.stderr)
+    return len(rows)

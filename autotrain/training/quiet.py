@@ -1,0 +1,25 @@
+"""Library chatter (warnings, tqdm bars, retry logs) hides autotrain's own output; AUTOTRAIN_DEBUG=1 keeps it."""
+
+from __future__ import annotations
+
+import os
+
+from autotrain.errors import debug_enabled
+
+
+def quiet_libraries() -> None:
+    """Library chatter (warnings, tqdm bars) hides the progress display; AUTOTRAIN_DEBUG=1 keeps it."""
+    if debug_enabled():
+        return
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    import warnings
+
+    import datasets
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
+    warnings.filterwarnings("ignore", category=UserWarning)
+    warnings.filterwarnings("ignore", category=FutureWarning)

