@@ -110,6 +110,7 @@ def run(loaded: LoadedConfig, resume: str | None = None, overwrite: bool = False
 
         from autotrain.runtime.checkpoints import install_atomic_checkpoints
         from autotrain.runtime.guards import install_loss_hooks
+        from autotrain.runtime.metrics_log import MetricsLog
         from autotrain.runtime.progress import ProgressCallback
         from autotrain.trainers import build_trainer
         from autotrain.trainers.common import check_logger, check_optimizer
@@ -122,6 +123,7 @@ def run(loaded: LoadedConfig, resume: str | None = None, overwrite: bool = False
         install_loss_hooks(trainer, cfg.training_args.nan_policy)
         install_atomic_checkpoints(trainer, folder, protected=[checkpoint] if checkpoint else [])
         progress.trainer = trainer
+        trainer.add_callback(MetricsLog(folder, trainer))  # logs/metrics.jsonl: live charts in `autotrain app`
         if trainer.args.world_size > 1:
             say(f"processes: {trainer.args.world_size} (world size)")
         try:
