@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from autotrain import __version__
+from autotrain.cli import app as webapp
 from autotrain.cli import env, migrate, templates, train, validate
 from autotrain.cli.common import (
     EXIT_FAILURE,
@@ -36,6 +37,7 @@ app.command("init")(templates.init)
 app.command("schema")(templates.schema)
 app.command("migrate")(migrate.migrate)
 app.command("env")(env.env)
+app.command("app")(webapp.app)
 
 
 def _version(value: bool) -> None:
