@@ -23,7 +23,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = REPO_ROOT / "configs"
 SFT = CONFIGS / "llm" / "sft.yml"  # batch_size 4 x gradient_accumulation 4
 CLM = CONFIGS / "llm" / "clm.yml"  # no `peft:` section
-HEAVY = ("torch", "transformers", "trl", "peft", "datasets", "accelerate")
+HEAVY = ("torch", "transformers", "trl", "peft", "datasets", "accelerate", "fastapi", "uvicorn", "matplotlib")
 SECRET = "hf_secret123"
 
 # An AutoTrain Advanced config, shaped like its `llm-orpo` example.
@@ -93,6 +93,7 @@ COMMANDS = [
     "schema",
     "migrate",
     "env",
+    "app",
 ]
 
 

@@ -6,12 +6,11 @@ import json
 import re
 from pathlib import Path
 
-from autotrain.runtime.metrics_log import METRICS_FILE
-
+# Written by autotrain.runtime.metrics_log (not imported here: it pulls in transformers).
+METRICS_FILE = Path("logs") / "metrics.jsonl"
 APP_LOG = Path("logs") / "app.log"
 APP_STATE = Path("logs") / "app.json"
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
-# Where the app looks for a run's files; anything else in the folder is not listed.
 MAX_FILES = 500
 
 
