@@ -78,7 +78,8 @@ def test_validate_reports_yaml_syntax_errors_with_their_line(client):
 
 def test_templates_and_schema(client):
     names = {t["name"]: t for t in client.get("/api/templates").json()}
-    assert "llm/quickstart.yml" in names and names["llm/sft.yml"]["default"] and names["llm/dpo.yml"]["trainer"] == "dpo"
+    assert "llm/quickstart.yml" in names and names["llm/sft.yml"]["default"]
+    assert names["llm/dpo.yml"]["trainer"] == "dpo"
     schemas = client.get("/api/schema/llm").json()
     lr = schemas["schema"]["$defs"]["LLMTrainingArgs"]["properties"]["lr"]
     assert lr["exclusiveMinimum"] == 0 and lr["description"]
