@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
 import time
@@ -251,45 +249,14 @@ def test_the_command_explains_how_to_install_the_extra(cli, monkeypatch):
     assert result.exit_code == 2 and 'pip install -e ".[app]"' in result.output
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_app(runs: Path, port: int) -> tuple[subprocess.Popen, float]:
-    """`autotrain app` in a subprocess; returns it and the seconds from start to its first HTTP 200."""
+def test_the_app_serves_the_page_from_the_package(runs, app_server):
     import urllib.request
 
-    began = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "autotrain.cli.main", "app", "--port", str(port), "--runs-dir", str(runs)],
-        cwd=REPO_ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-    )
-    while time.perf_counter() - began < 60 and proc.poll() is None:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as response:
-                if response.status == 200:
-                    return proc, time.perf_counter() - began
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise AssertionError(f"the app did not answer: {proc.communicate()[0]}")
-
-
-def test_the_app_serves_the_page_from_the_package(runs):
-    proc, seconds = start_app(runs, free_port())
-    try:
-        print(f"\napp start-up to first HTTP 200: {seconds:.2f} s")
-        assert seconds < 30
-    finally:
-        proc.terminate()
-        out, _ = proc.communicate(timeout=30)
-    assert "autotrain app: http://127.0.0.1:" in out
+    url, seconds = app_server(runs)
+    print(f"\napp start-up to first HTTP 200: {seconds:.2f} s")
+    assert seconds < 30
+    with urllib.request.urlopen(url + "static/js/main.js") as response:
+        assert response.status == 200 and b"initEditor" in response.read()
 
 
 def test_the_app_does_not_load_the_training_stack():

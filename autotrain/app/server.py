@@ -64,6 +64,7 @@ def create_app(runs_dir: str | Path, workdir: str | Path | None = None, token: s
         return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
 
     _config_routes(app, runs)
+    _saved_config_routes(app, runs)
     _run_routes(app, runs)
     return app
 
@@ -105,6 +106,11 @@ def _config_routes(app: FastAPI, runs: Runs) -> None:
         if task not in TASKS:
             return error(404, f"unknown task `{task}`; one of: {', '.join(TASKS)}")
         return configs.task_schemas(task)
+
+
+def _saved_config_routes(app: FastAPI, runs: Runs) -> None:
+    """Config files kept in the runs dir: list, open, save."""
+    error = app.state.error
 
     @app.get("/api/configs")
     def list_configs() -> list:

@@ -112,6 +112,8 @@ async function pollDetail() {
   $("run-detail").hidden = false;
   $("run-name").textContent = run.name;
   drawProgress(run);
+  const row = document.querySelector(`#runs-table tbody tr[data-name="${CSS.escape(run.name)}"]`);
+  if (row) fillRow(row, run); // the list polls less often: keep the selected run's row current
   drawCharts();
   drawFiles(run);
   const log = $("run-log");
@@ -130,6 +132,14 @@ export function select(name) {
   pollDetail();
 }
 
+function fillRow(tr, r) {
+  tr.cells[0].textContent = r.name;
+  tr.cells[1].firstChild.textContent = r.status;
+  tr.cells[1].firstChild.className = "badge " + r.status.replace(/\s+/g, "-");
+  tr.cells[2].textContent = `${r.progress.step}${r.progress.max_steps ? "/" + r.progress.max_steps : ""}`;
+  tr.cells[3].textContent = fmt(r.progress.loss);
+}
+
 async function pollList() {
   try {
     const runs = await api.get("/api/runs");
@@ -140,11 +150,7 @@ async function pollList() {
         tr.dataset.name = r.name;
         tr.classList.toggle("selected", r.name === selected);
         tr.innerHTML = "<td></td><td><span class='badge'></span></td><td></td><td></td>";
-        tr.cells[0].textContent = r.name;
-        tr.cells[1].firstChild.textContent = r.status;
-        tr.cells[1].firstChild.className = "badge " + r.status.replace(/\s+/g, "-");
-        tr.cells[2].textContent = `${r.progress.step}${r.progress.max_steps ? "/" + r.progress.max_steps : ""}`;
-        tr.cells[3].textContent = fmt(r.progress.loss);
+        fillRow(tr, r);
         tr.addEventListener("click", () => select(r.name));
         return tr;
       }),
