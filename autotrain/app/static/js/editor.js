@@ -96,8 +96,8 @@ async function refreshSaved() {
 }
 
 async function start() {
+  // Saved as RUNS/<run name>.yml: one config per run, so Resume always finds the one the run started from.
   const body = { yaml: $("yaml").value };
-  if ($("save-as").value.trim()) body.save_as = $("save-as").value.trim();
   try {
     const run = await api.post("/api/runs", body);
     notice(`started ${run.name} (config saved as ${run.config})`);
