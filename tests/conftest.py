@@ -27,3 +27,51 @@ def cli():
         return result
 
     return invoke
+
+
+# --- the web app (test_app.py, test_app_browser.py) -----------------------------------------------------
+
+
+@pytest.fixture
+def app_server():
+    """Start `autotrain app` in a subprocess on a free loopback port: `url, seconds = app_server(runs_dir)`.
+
+    `seconds` is the time from the process start to its first HTTP 200. The app is stopped afterwards.
+    """
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    started = []
+
+    def start(runs_dir: Path) -> tuple[str, float]:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        url = f"http://127.0.0.1:{port}/"
+        command = [sys.executable, "-m", "autotrain.cli.main", "app", "--port", str(port), "--runs-dir", str(runs_dir)]
+        began = time.perf_counter()
+        env = {**os.environ, "PYTHONPATH": str(root)}
+        proc = subprocess.Popen(command, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        started.append(proc)
+        while time.perf_counter() - began < 60 and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status == 200:
+                        return url, time.perf_counter() - began
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError("the app did not answer within 60 s")
+
+    yield start
+    for proc in started:
+        proc.terminate()
+        try:
+            proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()

@@ -17,6 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "autotrain"
 # Packages sharing a layer do not import each other.
 LAYERS: list[set[str]] = [
     {"cli"},
+    {"app"},
     {"run", "inference"},
     {"trainers"},
     {"data", "training"},

@@ -17,13 +17,13 @@ import pytest
 import yaml
 
 from autotrain.cli import main as cli_main
-from autotrain.cli.templates import TEMPLATES
+from autotrain.config.templates import TEMPLATES
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = REPO_ROOT / "configs"
 SFT = CONFIGS / "llm" / "sft.yml"  # batch_size 4 x gradient_accumulation 4
 CLM = CONFIGS / "llm" / "clm.yml"  # no `peft:` section
-HEAVY = ("torch", "transformers", "trl", "peft", "datasets", "accelerate")
+HEAVY = ("torch", "transformers", "trl", "peft", "datasets", "accelerate", "fastapi", "uvicorn", "matplotlib")
 SECRET = "hf_secret123"
 
 # An AutoTrain Advanced config, shaped like its `llm-orpo` example.
@@ -113,6 +113,7 @@ COMMANDS = [
     "chat",
     "predict",
     "evaluate",
+    "app",
 ]
 
 

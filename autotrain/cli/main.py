@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from autotrain import __version__
+from autotrain.cli import app as webapp
 from autotrain.cli import env, inference, migrate, templates, train, validate
 from autotrain.cli.common import ConfigOption, DryRunOption, OverwriteOption, ResumeOption, SetOption
 from autotrain.errors import EXIT_FAILURE, debug_enabled, eprint
@@ -31,6 +32,7 @@ app.command("env")(env.env)
 app.command("chat")(inference.chat)
 app.command("predict")(inference.predict)
 app.command("evaluate")(inference.evaluate)
+app.command("app")(webapp.app)
 
 
 def _version(value: bool) -> None:

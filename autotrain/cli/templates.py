@@ -9,35 +9,10 @@ from pathlib import Path
 import typer
 
 from autotrain.cli.common import fail
+from autotrain.config.templates import TASKS, TEMPLATES, schema_path, task_schema, templates_dir
 from autotrain.errors import EXIT_BAD_INPUT
 
-TASKS = ("llm", "text-classification", "image-classification")
-TEMPLATES = {
-    ("llm", "sft"): "llm/sft.yml",
-    ("llm", "orpo"): "llm/llama3-orpo.yml",
-    ("llm", "dpo"): "llm/dpo.yml",
-    ("llm", "reward"): "llm/reward.yml",
-    ("llm", "clm"): "llm/clm.yml",
-    ("text-classification", None): "text-classification/imdb.yml",
-    ("image-classification", None): "image-classification/beans.yml",
-}
 _SCHEMA_COMMENT = re.compile(r"^# yaml-language-server: \$schema=(\S+)", re.MULTILINE)
-
-
-def templates_dir() -> Path:
-    """`configs/` of the repository (shipped inside the package as `autotrain/templates`)."""
-    return Path(__file__).resolve().parent.parent / "templates"
-
-
-def schema_path(task: str) -> Path:
-    return templates_dir() / "schemas" / f"{task}.schema.json"
-
-
-def task_schema(task: str) -> dict:
-    from autotrain.config.load import TASK_MODELS
-    from autotrain.config.schema import task_json_schema
-
-    return task_json_schema(TASK_MODELS[task], f"autotrain {task} config")
 
 
 def _check_task(task: str) -> None:

@@ -24,7 +24,7 @@ def save_config(loaded: LoadedConfig, folder: Path, plan: RunPlan | None = None)
     (folder / "autotrain.yaml").write_text(text, encoding="utf-8")
 
 
-def write_model_card(loaded: LoadedConfig, folder: Path, metrics: dict) -> None:
+def write_model_card(loaded: LoadedConfig, folder: Path, metrics: dict, plots: list[Path] = ()) -> None:
     cfg = loaded.config
     what = f"{cfg.task}" + (f" ({cfg.trainer})" if cfg.task == "llm" else "")
     lines = [
@@ -46,6 +46,9 @@ def write_model_card(loaded: LoadedConfig, folder: Path, metrics: dict) -> None:
     if shown:
         lines += ["", "## Results", "", "| metric | value |", "|---|---|"]
         lines += [f"| {k} | {v:.4g} |" for k, v in shown.items()]
+    if plots:
+        lines += ["", "## Training curves", ""]
+        lines += [f"![{p.stem}]({p.relative_to(folder).as_posix()})" for p in plots]
     lines += ["", "The full resolved config is in `autotrain.yaml`.", ""]
     (folder / "README.md").write_text("\n".join(lines), encoding="utf-8")
 
@@ -72,7 +75,10 @@ def save_final(trainer, loaded: LoadedConfig, plan: RunPlan, metrics: dict) -> N
         card_metrics.update(evaluate_and_report(trainer))  # eval_results.json and a table of the metrics
     if trainer.is_world_process_zero():
         save_config(loaded, folder, plan)
-        write_model_card(loaded, folder, card_metrics)
+        from autotrain.training.plots import write_plots
+
+        plots = write_plots(folder, trainer.state.log_history, cfg.task)  # plots/loss.png (+ metrics.png)
+        write_model_card(loaded, folder, card_metrics, plots)
 
 
 def write_json(path: Path, data: dict) -> None:

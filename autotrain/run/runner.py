@@ -149,6 +149,7 @@ def _train(this: _Run, resume: str | None, stop) -> int:
     from autotrain.trainers import build_trainer
     from autotrain.training.checkpoints import AtomicCheckpoints, find_resume_checkpoint
     from autotrain.training.guards import install_loss_hooks
+    from autotrain.training.metrics_log import MetricsLog
     from autotrain.training.progress import ProgressCallback
 
     cfg, folder = this.cfg, this.folder
@@ -162,6 +163,7 @@ def _train(this: _Run, resume: str | None, stop) -> int:
     install_loss_hooks(trainer, cfg.training_args.nan_policy)
     AtomicCheckpoints(folder, cfg.training_args.save_total_limit, [checkpoint] if checkpoint else []).attach(trainer)
     progress.trainer = trainer
+    trainer.add_callback(MetricsLog(folder, trainer))  # logs/metrics.jsonl: live charts in `autotrain app`
     if trainer.args.world_size > 1:
         this.say(f"processes: {trainer.args.world_size} (world size)")
     _start_manifest(this)

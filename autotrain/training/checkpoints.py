@@ -10,26 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 from pathlib import Path
 
 from transformers import TrainerCallback
 
 from autotrain.errors import UserInputError
-
-COMPLETE_MARKER = ".autotrain-complete"
-_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
-
-
-def is_complete(folder: Path) -> bool:
-    return (folder / COMPLETE_MARKER).is_file() and (folder / "trainer_state.json").is_file()
-
-
-def list_checkpoints(project: Path) -> list[Path]:
-    """Checkpoint folders (complete or not), oldest first."""
-    found = [p for p in project.glob("checkpoint-*") if p.is_dir() and _CHECKPOINT.match(p.name)]
-    return sorted(found, key=lambda p: int(_CHECKPOINT.match(p.name).group(1)))
+from autotrain.training.folder import COMPLETE_MARKER, is_complete, list_checkpoints
 
 
 def _fsync_file(path: Path) -> None:

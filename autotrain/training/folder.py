@@ -1,8 +1,9 @@
-"""What a project folder holds: whether it is a run, and how that run ended (no torch)."""
+"""What a project folder holds: whether it is a run, how that run ended, its checkpoints (no torch)."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 # What a finished or interrupted run leaves; a folder holding any of them is not silently reused.
@@ -21,3 +22,17 @@ def run_status(folder: Path) -> str | None:
         return json.loads((folder / "run.json").read_text(encoding="utf-8")).get("status")
     except (OSError, ValueError, AttributeError):
         return None
+
+
+COMPLETE_MARKER = ".autotrain-complete"
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+
+
+def is_complete(folder: Path) -> bool:
+    return (folder / COMPLETE_MARKER).is_file() and (folder / "trainer_state.json").is_file()
+
+
+def list_checkpoints(project: Path) -> list[Path]:
+    """Checkpoint folders (complete or not), oldest first."""
+    found = [p for p in project.glob("checkpoint-*") if p.is_dir() and _CHECKPOINT.match(p.name)]
+    return sorted(found, key=lambda p: int(_CHECKPOINT.match(p.name).group(1)))

@@ -1,0 +1,62 @@
+"""Configs for the page: live validation with the CLI's own checks, templates, schemas, YAML edits."""
+
+from __future__ import annotations
+
+import yaml
+
+from autotrain.config.load import LoadedConfig, load_data
+from autotrain.config.yaml_source import parse_yaml
+from autotrain.errors import ConfigError, ConfigIssue
+
+
+def problem(issue: ConfigIssue) -> dict:
+    return {"line": issue.line, "column": issue.col, "path": issue.dotted, "message": issue.message}
+
+
+def check(text: str, source: str = "config.yml") -> tuple[dict, LoadedConfig | None]:
+    """{"ok", "problems", "data"} for YAML text, and the loaded config when it is valid.
+
+    `data` is the parsed YAML before `${VAR}` interpolation, so no environment value leaves the server.
+    """
+    try:
+        data, locator = parse_yaml(text, source)
+    except ConfigError as exc:
+        return {"ok": False, "problems": [problem(i) for i in exc.issues], "data": None}, None
+    try:
+        loaded = load_data(data, locator)
+    except ConfigError as exc:
+        return {"ok": False, "problems": [problem(i) for i in exc.issues], "data": data}, None
+    return {"ok": True, "problems": [], "data": data}, loaded
+
+
+def secrets_of(loaded: LoadedConfig | None) -> set[str]:
+    """Values that must never leave the server: `${SECRET}` values and hub.token."""
+    if loaded is None:
+        return set()
+    token = loaded.config.hub.token
+    return set(loaded.secrets) | ({token} if token else set())
+
+
+def list_templates() -> list[dict]:
+    """Every shipped config (`autotrain init`'s templates and the quick starts), with its text."""
+    from autotrain.config.templates import TASKS, TEMPLATES, templates_dir
+
+    defaults = {name: key for key, name in TEMPLATES.items()}
+    found = []
+    for task in TASKS:
+        for path in sorted((templates_dir() / task).glob("*.yml")):
+            name = f"{task}/{path.name}"
+            text = path.read_text(encoding="utf-8")
+            data = yaml.safe_load(text) or {}
+            trainer = data.get("trainer") if task == "llm" else None
+            found.append({"name": name, "task": task, "trainer": trainer, "default": name in defaults, "text": text})
+    return found
+
+
+def task_schemas(task: str) -> dict:
+    """The task's JSON Schema and, per optimizer, the schema of its `optimizer_args`."""
+    from autotrain.config.templates import task_schema
+    from autotrain.optimizers.table import OPTIMIZERS
+
+    optimizers = {name: spec.args.model_json_schema() for name, spec in OPTIMIZERS.items()}
+    return {"schema": task_schema(task), "optimizers": optimizers}

@@ -1,0 +1,135 @@
+"""Runs under the runs dir, and the training processes the app starts, stops and resumes.
+
+A run is started exactly as `autotrain --config FILE` starts it: a child `python -m autotrain.cli.main
+--config FILE [--resume]`, in its own process group (so Ctrl-C on the app does not reach it), its output in
+`<project>/logs/app.log`. Stopping sends it SIGTERM: the CLI saves a checkpoint and exits 143.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autotrain.app import runinfo
+from autotrain.app.paths import PathRejected, config_file, run_folder
+
+
+class RunConflict(Exception):
+    """The run is not in a state for what was asked (running already, nothing to resume, ...)."""
+
+
+@dataclass
+class Runs:
+    root: Path  # --runs-dir
+    workdir: Path  # the child's working directory: relative paths in configs are read from here
+    children: dict[str, subprocess.Popen] = field(default_factory=dict)
+    secrets: set[str] = field(default_factory=set)  # of the configs started here: redacted from responses
+
+    def names(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        found = []
+        for path in sorted(self.root.iterdir()):
+            try:
+                folder = run_folder(self.root, path.name)
+            except PathRejected:
+                continue  # hidden, oddly named, or a link out
+            if folder.is_dir() and (path.name in self.children or runinfo.is_run(folder)):
+                found.append(path.name)
+        return found
+
+    def alive(self, name: str) -> bool:
+        child = self.children.get(name)
+        return child is not None and child.poll() is None
+
+    def status(self, name: str) -> dict:
+        child = self.children.get(name)
+        code = None if child is None else child.poll()
+        if child is not None and code is None:
+            return {"status": "running", "exit_code": None, "pid": child.pid}
+        manifest = runinfo.manifest_status(run_folder(self.root, name))
+        if child is not None and (manifest in (None, "running")):
+            return {"status": "exited", "exit_code": code, "pid": None}  # stopped before or without run.json
+        return {"status": manifest or "new", "exit_code": code, "pid": None}
+
+    def summary(self, name: str) -> dict:
+        folder = run_folder(self.root, name)
+        return {"name": name, **self.status(name), "progress": runinfo.progress(runinfo.records(folder))}
+
+    def detail(self, name: str, since: int = 0) -> dict:
+        folder = run_folder(self.root, name)
+        if not folder.is_dir():
+            raise FileNotFoundError(name)
+        history = runinfo.records(folder)
+        return {
+            "name": name,
+            **self.status(name),
+            "progress": runinfo.progress(history),
+            "count": len(history),
+            "records": history[since:],
+            "log": runinfo.log_tail(folder),
+            "files": runinfo.files(folder),
+            "config": self.config_of(name),
+        }
+
+    def config_of(self, name: str) -> str | None:
+        """The config file the app started this run from (relative to the runs dir), if known."""
+        saved = runinfo.read_json(run_folder(self.root, name) / runinfo.APP_STATE).get("config")
+        if not isinstance(saved, str):
+            return None
+        try:
+            return saved if config_file(self.root, saved).is_file() else None
+        except PathRejected:
+            return None
+
+    def start(self, name: str, config: Path, resume: bool = False) -> dict:
+        """Start training run `name` from `config` (a file inside the runs dir)."""
+        if self.alive(name):
+            raise RunConflict(f"run `{name}` is already running")
+        folder = run_folder(self.root, name)
+        command = [sys.executable, "-m", "autotrain.cli.main", "--config", str(config)]
+        command += ["--resume"] if resume else []
+        (folder / "logs").mkdir(parents=True, exist_ok=True)
+        rel = config.relative_to(self.root.resolve()).as_posix()
+        state = {"config": rel, "command": command[1:], "started": time.time()}
+        (folder / runinfo.APP_STATE).write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        with open(folder / runinfo.APP_LOG, "a", encoding="utf-8") as log:
+            log.write(f"==> {time.strftime('%Y-%m-%d %H:%M:%S')} autotrain {' '.join(command[3:])}\n")
+            log.flush()
+            child = subprocess.Popen(
+                command,
+                cwd=self.workdir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.children[name] = child
+        return {"name": name, "pid": child.pid, "config": rel, "resume": resume}
+
+    def stop(self, name: str) -> dict:
+        """SIGTERM to the run's process: it saves a checkpoint and exits 143."""
+        if not self.alive(name):
+            raise RunConflict(f"run `{name}` is not running (or was not started by this app)")
+        child = self.children[name]
+        os.kill(child.pid, signal.SIGTERM)
+        return {"name": name, "pid": child.pid, "signal": "SIGTERM"}
+
+    def resume(self, name: str) -> dict:
+        from autotrain.training.folder import is_complete, list_checkpoints
+
+        folder = run_folder(self.root, name)
+        if not any(is_complete(p) for p in list_checkpoints(folder)):
+            raise RunConflict(f"run `{name}` has no complete checkpoint to resume from")
+        config = self.config_of(name)
+        if config is None:
+            raise RunConflict(f"the config of run `{name}` is not known to the app; start it from its YAML")
+        return self.start(name, config_file(self.root, config), resume=True)

@@ -1,0 +1,228 @@
+"""The app's HTTP side: the page, its static assets and the JSON API it uses.
+
+Every path in a request is confined to the runs dir (or to the package's static folder), every JSON
+response is passed through the config redaction (secret values and `token`-like keys become `***`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
+from fastapi.staticfiles import StaticFiles
+
+from autotrain.app import configs, security
+from autotrain.app.paths import PathRejected, config_file, confine, project_folder, run_folder
+from autotrain.app.runs import RunConflict, Runs
+from autotrain.config.interpolate import redact
+
+STATIC = Path(__file__).resolve().parent / "static"
+TEXT_SUFFIXES = {".json", ".jsonl", ".yaml", ".yml", ".md", ".log", ".txt", ".jinja"}
+IMAGE_SUFFIXES = {".png": "image/png", ".svg": "image/svg+xml"}
+MAX_TEXT = 2 * 1024 * 1024
+
+
+def create_app(runs_dir: str | Path, workdir: str | Path | None = None, token: str | None = None) -> FastAPI:
+    """The app for `runs_dir`; training children run in `workdir` (default: the current directory).
+
+    With `token`, every request but the static assets must carry it (the app is reachable from elsewhere);
+    without, only loopback Host names are answered.
+    """
+    runs = Runs(Path(runs_dir), Path(workdir or Path.cwd()).resolve())
+    runs.root.mkdir(parents=True, exist_ok=True)
+
+    def secrets() -> set[str]:
+        return security.environment_secrets() | runs.secrets
+
+    class Redacted(JSONResponse):
+        def render(self, content: Any) -> bytes:
+            return super().render(redact(content, secrets()))
+
+    app = FastAPI(title="autotrain", docs_url=None, redoc_url=None, openapi_url=None, default_response_class=Redacted)
+    app.state.runs = runs
+    app.state.token = token
+    app.state.error = lambda status, message, **more: Redacted({"error": message, **more}, status_code=status)
+    app.state.text = lambda text: PlainTextResponse(redact(text, secrets()))
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next):
+        refused = security.refusal(request.method, request.url.path, request.headers, request.query_params, token)
+        if refused is not None:
+            return JSONResponse({"error": refused[1]}, status_code=refused[0])
+        return await call_next(request)
+
+    @app.exception_handler(PathRejected)
+    async def rejected(request: Request, exc: PathRejected) -> JSONResponse:
+        return app.state.error(400, str(exc))
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    @app.get("/", include_in_schema=False)
+    def index() -> FileResponse:
+        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
+
+    _config_routes(app, runs)
+    _saved_config_routes(app, runs)
+    _run_routes(app, runs)
+    return app
+
+
+def _config_routes(app: FastAPI, runs: Runs) -> None:
+    error = app.state.error
+
+    @app.post("/api/validate")
+    async def validate(request: Request) -> dict:
+        text = (await request.body()).decode("utf-8", errors="replace")
+        result, _ = configs.check(text)
+        return result
+
+    @app.post("/api/yaml/set")
+    def yaml_set(body: dict):
+        """Set one field in YAML text (the form's edits), keeping the rest; returns the text, validated."""
+        import yaml
+
+        from autotrain.app.yaml_edit import set_value
+
+        path = body.get("path")
+        if not isinstance(path, list) or not all(isinstance(p, str) for p in path) or not path:
+            return error(400, "path must be a list of keys")
+        try:
+            text = set_value(str(body.get("text") or ""), path, body.get("value"), bool(body.get("unset")))
+        except yaml.YAMLError as exc:
+            return error(400, f"cannot edit this YAML: {exc}")
+        result, _ = configs.check(text)
+        return {"text": text, **result}
+
+    @app.get("/api/templates")
+    def templates() -> list:
+        return configs.list_templates()
+
+    @app.get("/api/schema/{task}")
+    def schema(task: str):
+        from autotrain.config.templates import TASKS
+
+        if task not in TASKS:
+            return error(404, f"unknown task `{task}`; one of: {', '.join(TASKS)}")
+        return configs.task_schemas(task)
+
+
+def _saved_config_routes(app: FastAPI, runs: Runs) -> None:
+    """Config files kept in the runs dir: list, open, save."""
+    error = app.state.error
+
+    @app.get("/api/configs")
+    def list_configs() -> list:
+        root = runs.root.resolve()
+        found = [p for pattern in ("*.y*ml", "*/*.y*ml") for p in root.glob(pattern)]
+        return sorted(p.relative_to(root).as_posix() for p in found if p.suffix in (".yml", ".yaml"))[:500]
+
+    @app.get("/api/configs/{path:path}")
+    def read_config(path: str):
+        file = config_file(runs.root, path)
+        if not file.is_file():
+            return error(404, f"no config `{path}` in the runs dir")
+        return {"path": path, "text": file.read_text(encoding="utf-8", errors="replace")}
+
+    @app.put("/api/configs/{path:path}")
+    async def save_config(path: str, request: Request):
+        file = config_file(runs.root, path)
+        body = await request.body()
+        if len(body) > MAX_TEXT:
+            return error(413, "config too large")
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_bytes(body)
+        return {"path": file.relative_to(runs.root.resolve()).as_posix(), "saved": True}
+
+
+def _run_routes(app: FastAPI, runs: Runs) -> None:
+    error = app.state.error
+
+    @app.get("/api/runs")
+    def list_runs() -> list:
+        return [runs.summary(name) for name in runs.names()]
+
+    @app.get("/api/runs/{name}")
+    def run_detail(name: str, since: int = 0):
+        try:
+            return runs.detail(name, max(since, 0))
+        except FileNotFoundError:
+            return error(404, f"no run `{name}` in the runs dir")
+
+    @app.post("/api/runs")
+    def start(body: dict):
+        return _start(app, runs, body)
+
+    @app.post("/api/runs/{name}/stop")
+    def stop(name: str):
+        try:
+            return runs.stop(name)
+        except RunConflict as exc:
+            return error(409, str(exc))
+
+    @app.post("/api/runs/{name}/resume")
+    def resume(name: str):
+        if not run_folder(runs.root, name).is_dir():
+            return error(404, f"no run `{name}` in the runs dir")
+        try:
+            return runs.resume(name)
+        except RunConflict as exc:
+            return error(409, str(exc))
+
+    @app.get("/api/runs/{name}/files/{path:path}")
+    def run_file(name: str, path: str) -> Response:
+        file = confine(run_folder(runs.root, name), path)
+        if not file.is_file():
+            return error(404, f"no file `{path}` in run `{name}`")
+        if file.suffix in IMAGE_SUFFIXES:
+            return FileResponse(file, media_type=IMAGE_SUFFIXES[file.suffix], headers={"Cache-Control": "no-store"})
+        if file.suffix not in TEXT_SUFFIXES or file.stat().st_size > MAX_TEXT:
+            return error(415, "only text files (up to 2 MB) and images are shown")
+        return app.state.text(file.read_text(encoding="utf-8", errors="replace"))
+
+
+def _start(app: FastAPI, runs: Runs, body: dict):
+    """Validate the config, check where it trains, save it in the runs dir, start the child."""
+    from autotrain.training.folder import holds_run
+
+    error = app.state.error
+    if isinstance(body.get("path"), str):
+        file = config_file(runs.root, body["path"])
+        if not file.is_file():
+            return error(404, f"no config `{body['path']}` in the runs dir")
+        text = file.read_text(encoding="utf-8", errors="replace")
+    elif isinstance(body.get("yaml"), str):
+        file, text = None, body["yaml"]
+    else:
+        return error(400, 'give {"yaml": TEXT} or {"path": "FILE.yml"} (a file inside the runs dir)')
+    result, loaded = configs.check(text, (file.name if file else body.get("save_as")) or "config.yml")
+    if loaded is None:
+        return error(400, "the config has problems; nothing was run", **result)
+    folder = project_folder(runs.root, runs.workdir, loaded.config.project_name)
+    if runs.alive(folder.name):
+        return error(409, f"run `{folder.name}` is already running")
+    if holds_run(folder):
+        return error(409, f"`{folder.name}` already holds a run: resume it, or change project_name")
+    if file is None:
+        file = config_file(runs.root, body.get("save_as") or f"{folder.name}.yml")
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_text(text, encoding="utf-8")
+    runs.secrets |= configs.secrets_of(loaded)
+    return runs.start(folder.name, file)
+
+
+def serve(host: str, port: int, runs_dir: Path) -> None:
+    """Run the app until Ctrl-C; training runs it started keep going."""
+    import secrets as random
+
+    import uvicorn
+
+    token = None if security.is_loopback(host) else random.token_urlsafe(24)
+    app = create_app(runs_dir, Path.cwd(), token=token)
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
+    print(f"autotrain app: {url}  (runs dir: {runs_dir})", flush=True)
+    if token:
+        print(f"token: {token}  (needed by every request: Authorization: Bearer TOKEN or ?token=)", flush=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -1,0 +1,106 @@
+"""Set one value in YAML text and keep everything else (comments, order, layout) as it was.
+
+The page's form changes one field at a time; rewriting the whole file from data would drop the
+templates' comments. The value's node is found with PyYAML's composer and only its characters are
+replaced; a key that is not there yet is added as a block under the nearest mapping that is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+Path_ = list[str]
+
+
+def _flow(value: Any) -> str:
+    """`value` as one line of YAML (flow style)."""
+    text = yaml.safe_dump(value, default_flow_style=True, width=10**9, sort_keys=False).strip()
+    return text[: -len("...")].strip() if text.endswith("...") else text
+
+
+def _child(node: yaml.Node, key: str) -> tuple[yaml.Node, yaml.Node] | None:
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            if key_node.value == key:
+                return key_node, value_node
+    return None
+
+
+def _walk(root: yaml.Node | None, path: Path_) -> tuple[yaml.Node | None, int, tuple | None]:
+    """(deepest node reached, how many keys of path it covers, its (key, value) pair when found)."""
+    node, depth, pair = root, 0, None
+    for key in path:
+        found = _child(node, key) if node is not None else None
+        if found is None:
+            break
+        pair, node, depth = found, found[1], depth + 1
+    return node, depth, pair
+
+
+def set_value(text: str, path: Path_, value: Any = None, unset: bool = False) -> str:
+    """`text` with `path` set to `value` (or removed with `unset`); raises yaml.YAMLError on bad YAML."""
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    if root is not None and not isinstance(root, yaml.MappingNode):
+        raise yaml.YAMLError("a config must be a YAML mapping")
+    node, depth, pair = _walk(root, path)
+    if depth == len(path) and pair is not None:
+        return _remove(text, pair) if unset else _replace(text, node, value)
+    if unset:
+        return text  # nothing to remove
+    nested: Any = value
+    for key in reversed(path[depth + 1 :]):
+        nested = {key: nested}
+    parent = node if depth else root
+    if isinstance(parent, yaml.MappingNode) and not parent.flow_style and parent.value:
+        return _insert(text, parent, {path[depth]: nested})
+    if parent is None or depth == 0:
+        return _append(text, {path[depth]: nested})
+    # `key:` with no value, a scalar or a flow mapping: write the merged mapping in its place, on one line
+    current = yaml.safe_load(text)
+    for key in path[:depth]:
+        current = current[key]
+    merged = dict(current) if isinstance(current, dict) else {}
+    merged[path[depth]] = nested
+    return _replace(text, parent, merged)
+
+
+def _replace(text: str, node: yaml.Node, value: Any) -> str:
+    start, end = node.start_mark.index, node.end_mark.index
+    if isinstance(node, yaml.ScalarNode) and node.value == "" and not node.style and start == end:
+        # `key:` with nothing after it: the value goes after the colon
+        return text[:start] + " " + _flow(value) + text[end:]
+    tail = "\n" if end > start and text[end - 1] == "\n" else ""
+    return text[:start] + _flow(value) + tail + text[end:]
+
+
+def _remove(text: str, pair: tuple[yaml.Node, yaml.Node]) -> str:
+    key_node, value_node = pair
+    start = text.rfind("\n", 0, key_node.start_mark.index) + 1
+    end = value_node.end_mark.index
+    if end == 0 or text[end - 1] != "\n":
+        newline = text.find("\n", end)
+        end = len(text) if newline < 0 else newline + 1
+    return text[:start] + text[end:]
+
+
+def _block(block: dict, indent: int) -> str:
+    lines = yaml.safe_dump(block, sort_keys=False, default_flow_style=False).splitlines()
+    return "".join(" " * indent + line + "\n" for line in lines)
+
+
+def _append(text: str, block: dict) -> str:
+    """Add a top-level key at the end of the document."""
+    prefix = text if not text or text.endswith("\n") else text + "\n"
+    return prefix + _block(block, 0)
+
+
+def _insert(text: str, parent: yaml.MappingNode, block: dict) -> str:
+    """Add `block` (one key) after the last entry of the block mapping `parent`, at its indentation."""
+    indent = parent.value[0][0].start_mark.column
+    last = parent.value[-1][1].end_mark
+    newline = text.find("\n", last.index - 1 if last.column == 0 else last.index)
+    at = len(text) if newline < 0 else newline + 1
+    prefix = text[:at] if not at or text[at - 1] == "\n" else text[:at] + "\n"
+    return prefix + _block(block, indent) + text[at:]

@@ -1,0 +1,25 @@
+"""`autotrain app`: the local web page (edit configs, start / stop / resume runs, live charts)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from autotrain.cli.common import EXIT_BAD_INPUT, fail
+
+
+def app(
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on; any non-loopback one needs a token."),
+    port: int = typer.Option(7860, "--port", help="Port to listen on."),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Folder of the runs to list, start and watch."),
+) -> None:
+    """Open a local web app: edit a config in a form, start, stop and resume runs, watch live charts."""
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        raise fail('the app needs its optional dependencies: pip install -e ".[app]"', EXIT_BAD_INPUT) from None
+    from autotrain.app.server import serve
+
+    serve(host, port, runs_dir)

@@ -1,0 +1,33 @@
+"""The shipped template configs (`configs/`, inside the package as `autotrain/templates`) and each task's
+JSON Schema: read by `autotrain init` / `autotrain schema` and by the app."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+TASKS = ("llm", "text-classification", "image-classification")
+TEMPLATES = {
+    ("llm", "sft"): "llm/sft.yml",
+    ("llm", "orpo"): "llm/llama3-orpo.yml",
+    ("llm", "dpo"): "llm/dpo.yml",
+    ("llm", "reward"): "llm/reward.yml",
+    ("llm", "clm"): "llm/clm.yml",
+    ("text-classification", None): "text-classification/imdb.yml",
+    ("image-classification", None): "image-classification/beans.yml",
+}
+
+
+def templates_dir() -> Path:
+    """`configs/` of the repository (shipped inside the package as `autotrain/templates`)."""
+    return Path(__file__).resolve().parent.parent / "templates"
+
+
+def schema_path(task: str) -> Path:
+    return templates_dir() / "schemas" / f"{task}.schema.json"
+
+
+def task_schema(task: str) -> dict:
+    from autotrain.config.load import TASK_MODELS
+    from autotrain.config.schema import task_json_schema
+
+    return task_json_schema(TASK_MODELS[task], f"autotrain {task} config")

@@ -1,0 +1,272 @@
+"""`autotrain app`: the JSON API (validation, runs, start / stop / resume), path confinement, the token."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi", reason='the app needs its extra: pip install -e ".[app]"')
+
+from fastapi.testclient import TestClient  # noqa: E402
+
+from autotrain.app.server import create_app  # noqa: E402
+from autotrain.app.yaml_edit import set_value  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+QUICKSTART = REPO_ROOT / "configs" / "llm" / "quickstart.yml"
+BAD = "task: llm\nbase_model: m\nproject_name: p\ndata: {path: d.jsonl}\ntraining_args:\n  lr: -1\n  batch_sise: 4\n"
+
+
+def quickstart(runs: Path, name: str, **training) -> str:
+    """The quick start config, training into `runs/name`, with `training_args` changed as given."""
+    text = set_value(QUICKSTART.read_text(), ["project_name"], str(runs / name))
+    for key, value in training.items():
+        text = set_value(text, ["training_args", key], value)
+    return text
+
+
+@pytest.fixture
+def runs(tmp_path) -> Path:
+    return tmp_path / "runs"
+
+
+@pytest.fixture
+def client(runs) -> TestClient:
+    return TestClient(create_app(runs, REPO_ROOT), base_url="http://127.0.0.1")
+
+
+def wait_for(client: TestClient, name: str, done, timeout: float = 240) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = client.get(f"/api/runs/{name}").json()
+        if done(run):
+            return run
+        time.sleep(0.3)
+    raise AssertionError(f"timed out; last state: {json.dumps(run)[:2000]}")
+
+
+# --- validation, templates, schema, YAML edits ----------------------------------------------------------
+
+
+def test_validate_ok(client):
+    result = client.post("/api/validate", content=QUICKSTART.read_text()).json()
+    assert result["ok"] is True and result["problems"] == []
+    assert result["data"]["training_args"]["batch_size"] == 8
+
+
+def test_validate_reports_line_column_path_and_the_cli_message(client):
+    result = client.post("/api/validate", content=BAD).json()
+    assert result["ok"] is False
+    lr, typo = result["problems"]
+    assert (lr["line"], lr["column"], lr["path"]) == (6, 3, "training_args.lr")
+    assert "greater than 0" in lr["message"]
+    assert typo["path"] == "training_args.batch_sise" and "did you mean `batch_size`?" in typo["message"]
+
+
+def test_validate_reports_yaml_syntax_errors_with_their_line(client):
+    result = client.post("/api/validate", content="task: llm\ndata: [unclosed\n").json()
+    assert result["ok"] is False and result["problems"][0]["line"] == 3
+    assert "invalid YAML" in result["problems"][0]["message"]
+
+
+def test_templates_and_schema(client):
+    names = {t["name"]: t for t in client.get("/api/templates").json()}
+    assert "llm/quickstart.yml" in names and names["llm/sft.yml"]["default"]
+    assert names["llm/dpo.yml"]["trainer"] == "dpo"
+    schemas = client.get("/api/schema/llm").json()
+    lr = schemas["schema"]["$defs"]["LLMTrainingArgs"]["properties"]["lr"]
+    assert lr["exclusiveMinimum"] == 0 and lr["description"]
+    assert "block_size" in schemas["optimizers"]["came_8bit"]["properties"]
+    assert client.get("/api/schema/nope").status_code == 404
+
+
+def test_a_form_edit_keeps_the_rest_of_the_yaml(client):
+    text = QUICKSTART.read_text()
+    result = client.post("/api/yaml/set", json={"text": text, "path": ["training_args", "lr"], "value": -1}).json()
+    assert result["text"].count("#") == text.count("#") and "  lr: -1\n" in result["text"]
+    assert result["ok"] is False and result["problems"][0]["path"] == "training_args.lr"
+    added = client.post("/api/yaml/set", json={"text": text, "path": ["peft", "r"], "value": 8}).json()
+    assert added["text"].endswith("peft:\n  r: 8\n") and added["data"]["peft"] == {"r": 8}
+    removed = client.post("/api/yaml/set", json={"text": text, "path": ["training_args", "lr"], "unset": True})
+    assert "lr:" not in removed.json()["text"]
+
+
+def test_configs_are_saved_and_opened_inside_the_runs_dir(client, runs):
+    assert client.put("/api/configs/mine.yml", content="task: llm\n").json()["saved"] is True
+    assert (runs / "mine.yml").read_text() == "task: llm\n"
+    assert client.get("/api/configs").json() == ["mine.yml"]
+    assert client.get("/api/configs/mine.yml").json()["text"] == "task: llm\n"
+    assert client.put("/api/configs/notes.txt", content="x").status_code == 400
+
+
+# --- runs -----------------------------------------------------------------------------------------------
+
+
+def test_start_stop_resume_the_quick_start(client, runs):
+    text = quickstart(runs, "qs", max_steps=40, logging_steps=1)
+    started = client.post("/api/runs", json={"yaml": text})
+    assert started.status_code == 200, started.text
+    assert started.json()["config"] == "qs.yml" and (runs / "qs.yml").read_text() == text
+    running = wait_for(client, "qs", lambda r: r["progress"]["step"] >= 3 or r["status"] != "running")
+    assert running["status"] == "running", running["log"]
+    assert client.get("/api/runs").json()[0]["status"] == "running"
+    assert client.post("/api/runs/qs/resume").status_code == 409  # already running
+    assert client.post("/api/runs/qs/stop").json()["signal"] == "SIGTERM"
+
+    stopped = wait_for(client, "qs", lambda r: r["status"] != "running")
+    assert (stopped["status"], stopped["exit_code"]) == ("interrupted", 143), stopped["log"]
+    checkpoints = sorted(runs.glob("qs/checkpoint-*"))
+    assert len(checkpoints) == 1 and (checkpoints[0] / ".autotrain-complete").is_file()
+    assert 3 <= int(checkpoints[0].name.split("-")[1]) < 40
+    assert "saving a checkpoint" in stopped["log"]
+    assert any(f["path"] == checkpoints[0].name for f in stopped["files"])
+
+    assert client.post("/api/runs/qs/resume").json()["resume"] is True
+    done = wait_for(client, "qs", lambda r: r["status"] != "running")
+    assert (done["status"], done["exit_code"]) == ("completed", 0), done["log"]
+    assert done["progress"]["step"] == 40 and done["progress"]["loss"] < 5.8
+    steps = [r["step"] for r in done["records"] if "loss" in r]
+    assert steps[0] == 1 and steps[-1] == 40  # the live log holds both halves of the run
+    files = {f["path"] for f in done["files"]}
+    assert {"plots/loss.png", "logs/metrics.jsonl", "logs/app.log", "model.safetensors", "README.md"} <= files
+    png = client.get("/api/runs/qs/files/plots/loss.png")
+    assert png.headers["content-type"] == "image/png" and png.content[:4] == b"\x89PNG"
+    assert "![loss](plots/loss.png)" in client.get("/api/runs/qs/files/README.md").text
+    assert client.get("/api/runs/qs?since=1000").json()["records"] == []
+
+
+def test_start_is_refused_with_the_reason(client, runs):
+    bad = client.post("/api/runs", json={"yaml": BAD})
+    assert bad.status_code == 400 and bad.json()["problems"][0]["path"] == "training_args.lr"
+    elsewhere = client.post("/api/runs", json={"yaml": quickstart(runs.parent, "outside")})
+    assert elsewhere.status_code == 400 and "directly inside the runs dir" in elsewhere.json()["error"]
+    (runs / "done").mkdir(parents=True)
+    (runs / "done" / "run.json").write_text('{"status": "completed"}')
+    taken = client.post("/api/runs", json={"yaml": quickstart(runs, "done")})
+    assert taken.status_code == 409 and "already holds a run" in taken.json()["error"]
+    assert client.post("/api/runs/done/stop").status_code == 409
+    assert client.post("/api/runs/done/resume").status_code == 409  # no checkpoint
+    assert client.get("/api/runs").json()[0]["status"] == "completed"
+    assert client.get("/api/runs/missing").status_code == 404
+
+
+# --- safety ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def outside(tmp_path, runs) -> Path:
+    """A secret file next to the runs dir, and links to it from inside."""
+    secret = tmp_path / "secret.yml"
+    secret.write_text("password: hunter2\n")
+    runs.mkdir(parents=True, exist_ok=True)
+    (runs / "link.yml").symlink_to(secret)
+    (runs / "linked-run").symlink_to(tmp_path)
+    (runs / "real").mkdir()
+    (runs / "real" / "run.json").write_text("{}")
+    (runs / "real" / "out.json").symlink_to(secret)
+    return secret
+
+
+@pytest.mark.parametrize(
+    "method, url, body",
+    [
+        ("GET", "/api/configs/%2E%2E/secret.yml", None),
+        ("GET", "/api/configs/..%2Fsecret.yml", None),
+        ("GET", "/api/configs/%2Fetc%2Fpasswd.yml", None),
+        ("GET", "/api/configs/link.yml", None),
+        ("PUT", "/api/configs/%2E%2E/evil.yml", "task: llm"),
+        ("GET", "/api/runs/linked-run", None),
+        ("GET", "/api/runs/%2E%2E", None),
+        ("GET", "/api/runs/real/files/..%2F..%2Fsecret.yml", None),
+        ("GET", "/api/runs/real/files/%2Fetc%2Fpasswd", None),
+        ("GET", "/api/runs/real/files/out.json", None),
+        ("POST", "/api/runs", {"path": "../secret.yml"}),
+        ("POST", "/api/runs", {"path": "/etc/passwd.yml"}),
+        ("POST", "/api/runs", {"path": "link.yml"}),
+    ],
+)
+def test_paths_are_confined_to_the_runs_dir(client, outside, method, url, body):
+    kwargs = {"json": body} if isinstance(body, dict) else {"content": body}
+    response = client.request(method, url, **kwargs)
+    assert response.status_code == 400, response.text
+    assert "hunter2" not in response.text
+    assert not (outside.parent / "evil.yml").exists()
+
+
+def test_links_out_of_the_runs_dir_are_not_listed(client, outside):
+    assert [r["name"] for r in client.get("/api/runs").json()] == ["real"]
+    assert "link.yml" in client.get("/api/configs").json()  # listed by name, refused when opened
+
+
+def test_a_token_is_required_when_the_app_is_reachable_from_elsewhere(runs):
+    client = TestClient(create_app(runs, REPO_ROOT, token="s3cret-token"), base_url="http://192.0.2.1")
+    assert client.get("/api/runs").status_code == 401
+    assert client.get("/").status_code == 401
+    assert client.get("/api/runs", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert client.get("/api/runs", headers={"Authorization": "Bearer s3cret-token"}).status_code == 200
+    assert client.get("/api/runs?token=s3cret-token").status_code == 200
+    assert client.get("/static/app.css").status_code == 200  # the page's own code is no secret
+
+
+def test_serve_asks_for_a_token_off_loopback_only():
+    from autotrain.app.security import is_loopback
+
+    assert all(is_loopback(h) for h in ("127.0.0.1", "localhost", "::1", "127.0.0.2"))
+    assert not any(is_loopback(h) for h in ("0.0.0.0", "192.168.1.4", "::", "example.com"))
+
+
+def test_other_sites_are_refused(client):
+    assert client.get("/api/runs", headers={"Host": "evil.example:7860"}).status_code == 403  # DNS rebinding
+    cross = client.post("/api/runs", json={"path": "x.yml"}, headers={"Origin": "http://evil.example"})
+    assert cross.status_code == 403
+    assert client.get("/api/runs", headers={"Sec-Fetch-Site": "cross-site"}).status_code == 403
+    assert client.get("/api/runs", headers={"Origin": "http://127.0.0.1"}).status_code == 200
+
+
+def test_secrets_never_leave_the_app(client, runs, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_env_secret_value")
+    literal = BAD.replace("training_args:", "hub: {token: hf_literal_token}\ntraining_args:")
+    result = client.post("/api/validate", content=literal)
+    assert "hf_literal_token" not in result.text and result.json()["data"]["hub"]["token"] == "***"
+    (runs / "r" / "logs").mkdir(parents=True)
+    (runs / "r" / "logs" / "app.log").write_text("using hf_env_secret_value\n")
+    (runs / "r" / "notes.json").write_text('{"k": "hf_env_secret_value"}')
+    assert "hf_env_secret_value" not in client.get("/api/runs/r").text
+    assert client.get("/api/runs/r/files/notes.json").text == '{"k": "***"}'
+
+
+# --- the command ----------------------------------------------------------------------------------------
+
+
+def test_the_command_explains_how_to_install_the_extra(cli, monkeypatch):
+    monkeypatch.setitem(sys.modules, "fastapi", None)
+    result = cli("app")
+    assert result.exit_code == 2 and 'pip install -e ".[app]"' in result.output
+
+
+def test_the_app_serves_the_page_from_the_package(runs, app_server):
+    import urllib.request
+
+    url, seconds = app_server(runs)
+    print(f"\napp start-up to first HTTP 200: {seconds:.2f} s")
+    assert seconds < 30
+    with urllib.request.urlopen(url + "static/js/main.js") as response:
+        assert response.status == 200 and b"initEditor" in response.read()
+
+
+def test_the_app_does_not_load_the_training_stack():
+    code = "import sys, autotrain.app.server; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "[]", done.stderr
+
+
+def test_the_app_reads_the_metrics_file_the_runs_write():
+    from autotrain.app.runinfo import METRICS_FILE
+    from autotrain.training import metrics_log
+
+    assert METRICS_FILE == metrics_log.METRICS_FILE
