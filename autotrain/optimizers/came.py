@@ -19,25 +19,32 @@ _STATISTICS = ("exp_avg_sq_row", "exp_avg_sq_col", "exp_avg_res_row", "exp_avg_r
 
 
 def _ema_factored_(
-    row: Tensor, col: Tensor, sq: Tensor, beta: float, eps: float, shards: Shards, *extra: Tensor
+    row: Tensor, col: Tensor, sq: Tensor, beta: float, eps: float, shards: Shards, *extra: Tensor, weigh: bool = False
 ) -> tuple[Tensor, Tensor, list[Tensor]]:
     """EMA of the row and column means of ``sq`` (plus ``eps``) into ``row`` and ``col``.
 
-    Returns the row and column factors whose outer product is rsqrt of the factored moment
-    (``row / mean(row)`` times ``col``), and ``extra`` summed over the shards. Means divide by the
-    global counts; when dim 0 of a 2-D tensor is sharded, the column sums and the mean of ``row``
-    span every rank, so they share the one all-reduce with ``extra``.
+    Returns the factors r and c whose outer product is rsqrt of the factored moment (``row / mean(row)``
+    times ``col``), and ``extra`` summed over the shards; ``weigh`` puts sum(sq * r^2 c^2) first in
+    it. Means divide by global counts. What spans the shards goes into one all-reduce: when dim 0 of
+    a 2-D tensor is sharded, the column sums, the sum of ``row`` and (``weigh``) the column sums of
+    ``sq / row``, since sum(sq r^2 c^2) = mean(row) * sum_j (sum_i sq_ij / row_i) / col_j; else,
+    factoring within each dim-0 slice, only the scalars.
     """
     rows, cols = shards.shape[-2], shards.shape[-1]
     row.mul_(beta).add_(sq.sum(dim=-1).div_(cols).add_(eps), alpha=1.0 - beta)
-    col_sum, row_sum = sq.sum(dim=-2), row.sum(dim=-1, keepdim=True)
+    sums = [sq.sum(dim=-2), row.sum(dim=-1, keepdim=True)]
+    if weigh:
+        sums.append((row.reciprocal().unsqueeze(-2) @ sq).squeeze(-2))
     if shards.splits_columns:
-        col_sum, row_sum, *extra = shards.all_sum(col_sum, row_sum, *extra)
-    else:
+        reduced = shards.all_sum(*sums, *extra)
+        sums, extra = reduced[: len(sums)], reduced[len(sums) :]
+    col.mul_(beta).add_(sums[0].div_(rows).add_(eps), alpha=1.0 - beta)
+    row_mean = sums[1].div_(rows)
+    if weigh:
+        extra = [(row_mean * sums[2].div_(col).sum(dim=-1, keepdim=True)).sum(), *extra]
+    if not shards.splits_columns:
         extra = shards.all_sum(*extra)
-    col.mul_(beta).add_(col_sum.div_(rows).add_(eps), alpha=1.0 - beta)
-    row_factor = row.div(row_sum.div_(rows)).rsqrt_().unsqueeze(-1)
-    return row_factor, col.rsqrt().unsqueeze(-2), extra
+    return row.div(row_mean).rsqrt_().unsqueeze(-1), col.rsqrt().unsqueeze(-2), list(extra)
 
 
 def _sum_sq(tensor: Tensor) -> Tensor:
@@ -83,10 +90,11 @@ def came_update_(
         # One full-size buffer serves in turn as G^2, the update, the instability and the step.
         grad_sq = torch.mul(grad, grad, out=out)
         row, col = stats["exp_avg_sq_row"], stats["exp_avg_sq_col"]
-        row_factor, col_factor, (param_sq,) = _ema_factored_(row, col, grad_sq, beta2, eps1, shards, param_sq)
-        # RMS(u) of u = G * r * c without materialising u: mean(r^2 * (G^2 @ c^2)). It only sets
-        # the clipping scale, so TF32 matmul precision on GPUs is harmless here.
-        (update_sq,) = shards.all_sum((grad_sq @ col_factor.square().mT).mul_(row_factor.square()).sum())
+        # RMS(u) of u = G * r * c comes without materialising u. It only sets the clipping scale,
+        # so TF32 matmul precision on GPUs is harmless there.
+        row_factor, col_factor, (update_sq, param_sq) = _ema_factored_(
+            row, col, grad_sq, beta2, eps1, shards, param_sq, weigh=True
+        )
         row_factor.div_((update_sq.div_(numel).sqrt_() / clip_threshold).clamp_(min=1.0))
         update = torch.mul(grad, row_factor, out=grad_sq).mul_(col_factor)
     else:
