@@ -57,7 +57,7 @@ class Shards:
 
     @property
     def padded_local_numel(self) -> int:
-        """Elements of the largest shard (dim 0 split as ``torch.chunk`` does); 0 for an empty tensor."""
+        """Elements of the largest shard (dim 0 split as ``torch.chunk`` does); 1 for a 0-d tensor."""
         if not self.shape:
             return 1
         rows = -(-self.shape[0] // self.world)
@@ -68,7 +68,10 @@ class Shards:
         if self.group is None or not tensors:
             return list(tensors)
         flat = torch.cat([t.reshape(-1).float() for t in tensors])
-        dist.all_reduce(flat, group=self.group)
+        # Under FSDP2's CPU offload the shards live on the CPU, while the group (NCCL) needs the mesh's device.
+        reduced = flat.to(_device_of(self.mesh)) if flat.device.type != self.mesh.device_type else flat
+        dist.all_reduce(reduced, group=self.group)
+        flat = reduced.to(flat.device)
         sizes = [t.numel() for t in tensors]
         return [part.view(t.shape) for part, t in zip(flat.split(sizes), tensors, strict=True)]
 
@@ -83,6 +86,11 @@ class Shards:
         placements = [p if sharded else Replicate() for p in self.placements]
         stride = torch.empty(shape, device="meta").stride()
         return DTensor.from_local(local_tensor, self.mesh, placements, shape=torch.Size(shape), stride=stride)
+
+
+def _device_of(mesh: Any) -> torch.device:
+    kind = mesh.device_type
+    return torch.device(kind, getattr(torch, kind).current_device()) if kind != "cpu" else torch.device("cpu")
 
 
 def shards_of(p: Tensor) -> Shards:
