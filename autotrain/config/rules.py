@@ -127,17 +127,29 @@ def _distributed_rules(raw: dict) -> Iterator[Issue]:
     optimizer = _get(raw, "training_args", "optimizer")
     # Only for known names: an unknown one is reported (with a suggestion) by the schema instead.
     known = isinstance(optimizer, str) and optimizer in OPTIMIZER_ARGS
-    if strategy in ("fsdp", "deepspeed") and known and optimizer.startswith("came"):
-        # Sharded/flattened parameters reach the optimizer as 1-D pieces: CAME would silently stop
-        # factoring its statistics (and lose its memory saving), so the combination is refused.
+    flattened = _flattening(dist, strategy)
+    if flattened and known and optimizer.startswith("came"):
         yield (
             ("training_args", "optimizer"),
             (
-                f"`training_args.optimizer: {optimizer}` cannot run under `distributed.strategy: {strategy}`: "
-                "parameters arrive flattened/sharded, which turns CAME's factored statistics off. "
-                "Use `strategy: ddp`, or `optimizer: fused_adam` / `adamw_torch`"
+                f"`training_args.optimizer: {optimizer}` cannot run under {flattened}, which would turn "
+                "CAME's factored statistics off. Use FSDP2 (`strategy: fsdp`, `fsdp.version: 2`) or `ddp`, "
+                "or `optimizer: fused_adam` / `adamw_torch`"
             ),
         )
+
+
+def _flattening(dist: dict, strategy: Any) -> str | None:
+    """The setting that hands parameters to the optimizer as flattened 1-D buffers, if any.
+
+    CAME would silently stop factoring its statistics on them (and lose its memory saving). FSDP2
+    keeps each param's shape (dim-0 shards), which the CAME optimizers handle exactly.
+    """
+    if strategy == "deepspeed":
+        return "`distributed.strategy: deepspeed` (ZeRO flattens the parameters)"
+    if strategy == "fsdp" and _get(dist, "fsdp", "version") == 1:
+        return "`distributed.strategy: fsdp` with `distributed.fsdp.version: 1` (FSDP1 flattens the parameters)"
+    return None
 
 
 def _mapping_rules(mapping: Any, allowed: tuple[str, ...], context: str) -> Iterator[Issue]:
