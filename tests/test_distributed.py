@@ -275,6 +275,9 @@ def test_sharding_without_gpus_is_refused_before_launch(tmp_path, cli, strategy)
         ({0: -9}, 0, 1),  # killed (e.g. out of memory)
         ({0: -2}, 0, 130),
         ({1: 143}, 1, 143),
+        ({1: 1, 0: -15}, 1, 1),  # rank 1 failed; rank 0, stopped by the agent, must not turn it into 143
+        ({1: 1, 0: 143}, 1, 1),
+        ({0: -15, 1: 1}, 0, 143),  # the signal came first (sent to a rank): the others broke on it
     ],
 )
 def test_run_exit_code(codes, first, expected):
