@@ -129,13 +129,14 @@ def run(loaded: LoadedConfig, resume: str | None = None, overwrite: bool = False
         finally:
             progress.close()
         last = _last_checkpoint(folder)
-        if stop.received is not None:
-            code = Interrupted(stop.received).exit_code
+        if stop.agreed is not None:  # the same on every rank: all save and stop, or none
+            code = Interrupted(stop.agreed).exit_code
             say(
                 f"interrupted: checkpoint saved to {last} (step {trainer.state.global_step}); "
                 f"resume with:\n  {resume_command(loaded, list(argv_sets))}"
             )
             _finish(manifest, "interrupted", code, last)
+            stop.wait_for_other_ranks()
             return code
         metrics = dict(result.metrics)
         if getattr(trainer, "skipped_batches", 0):
