@@ -107,6 +107,7 @@ def test_configs_are_saved_and_opened_inside_the_runs_dir(client, runs):
 # --- runs -----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_start_stop_resume_the_quick_start(client, runs):
     text = quickstart(runs, "qs", max_steps=40, logging_steps=1)
     started = client.post("/api/runs", json={"yaml": text})

@@ -1,5 +1,6 @@
-"""More than one process: the launch command per strategy, the CAME-under-sharding rule, and real runs of
-two CPU processes (gloo) through the CLI: one machine, two machines on loopback, and a failing rank."""
+"""More than one process: the launch command per strategy, the rule against CAME on flattened parameters,
+and real runs of two CPU processes (gloo) through the CLI: one machine, two machines on loopback, and a
+failing rank."""
 
 from __future__ import annotations
 
@@ -230,20 +231,39 @@ def test_dry_run_prints_the_launch_command_and_writes_nothing(tmp_path, cli):
 # --- refusals -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("strategy", ["fsdp", "deepspeed"])
+@pytest.mark.parametrize(
+    "distributed, named",
+    [
+        ({"strategy": "deepspeed"}, "distributed.strategy: deepspeed"),
+        ({"strategy": "fsdp", "fsdp": {"version": 1}}, "distributed.fsdp.version: 1"),
+    ],
+    ids=["deepspeed", "fsdp1"],
+)
 @pytest.mark.parametrize("optimizer", ["came", "came_8bit", "came_8bit+fused_adam"])
-def test_came_is_refused_under_sharding(tmp_path, cli, strategy, optimizer):
-    config = write_config(tmp_path, {"num_processes": 2, "strategy": strategy}, optimizer=optimizer)
+def test_came_is_refused_where_parameters_are_flattened(tmp_path, cli, distributed, named, optimizer):
+    # ZeRO and FSDP1 hand the optimizer 1-D buffers: CAME's factored statistics would silently turn off.
+    config = write_config(tmp_path, {"num_processes": 2, **distributed}, optimizer=optimizer)
     result = cli("llm", "--config", config)
     assert result.exit_code == 2
-    assert "training_args.optimizer" in result.stderr and f"distributed.strategy: {strategy}" in result.stderr
+    assert "training_args.optimizer" in result.stderr and named in result.stderr
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("optimizer", ["came_8bit", "fused_adam"])
-def test_bundled_optimizers_are_accepted_under_ddp(tmp_path, cli, optimizer):
-    config = write_config(tmp_path, {"num_processes": 2, "strategy": "ddp"}, optimizer=optimizer)
-    assert cli("validate", config).exit_code == 0
+@pytest.mark.parametrize(
+    "strategy, optimizer",
+    [
+        ("ddp", "came_8bit"),
+        ("ddp", "fused_adam"),
+        # FSDP2 keeps each param's shape (dim-0 shards), which the CAME optimizers handle exactly.
+        ("fsdp", "came"),
+        ("fsdp", "came_8bit"),
+        ("fsdp", "came_8bit+fused_adam"),
+    ],
+)
+def test_bundled_optimizers_are_accepted(tmp_path, cli, strategy, optimizer):
+    config = write_config(tmp_path, {"num_processes": 2, "strategy": strategy}, optimizer=optimizer)
+    result = cli("validate", config)
+    assert result.exit_code == 0, result.output
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without GPUs")
@@ -265,6 +285,9 @@ def test_sharding_without_gpus_is_refused_before_launch(tmp_path, cli, strategy)
         ({0: -9}, 0, 1),  # killed (e.g. out of memory)
         ({0: -2}, 0, 130),
         ({1: 143}, 1, 143),
+        ({1: 1, 0: -15}, 1, 1),  # rank 1 failed; rank 0, stopped by the agent, must not turn it into 143
+        ({1: 1, 0: 143}, 1, 1),
+        ({0: -15, 1: 1}, 0, 143),  # the signal came first (sent to a rank): the others broke on it
     ],
 )
 def test_run_exit_code(codes, first, expected):

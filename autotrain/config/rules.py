@@ -181,18 +181,30 @@ def _two_recomputations(cfg) -> Iterator[Issue]:
         )
 
 
-@rule("distributed.strategy", "training_args.optimizer")
+@rule("distributed", "training_args.optimizer")
 def _factored_optimizer_needs_whole_matrices(cfg) -> Iterator[Issue]:
-    strategy, optimizer = cfg.distributed.strategy, cfg.training_args.optimizer
-    if strategy in ("fsdp", "deepspeed") and OPTIMIZERS[optimizer].factored:
-        # Sharded/flattened parameters reach the optimizer as 1-D pieces: the factored statistics would
-        # silently turn off (and with them the memory saving), so the combination is refused.
+    optimizer = cfg.training_args.optimizer
+    flattened = _flattening(cfg.distributed)
+    if flattened and OPTIMIZERS[optimizer].factored:
         yield (
             ("training_args", "optimizer"),
-            f"`training_args.optimizer: {optimizer}` cannot run under `distributed.strategy: {strategy}`: "
-            "parameters arrive flattened/sharded, which turns CAME's factored statistics off. "
-            "Use `strategy: ddp`, or `optimizer: fused_adam` / `adamw_torch`",
+            f"`training_args.optimizer: {optimizer}` cannot run under {flattened}, which would turn CAME's "
+            "factored statistics off. Use FSDP2 (`strategy: fsdp`, `fsdp.version: 2`) or `ddp`, or "
+            "`optimizer: fused_adam` / `adamw_torch`",
         )
+
+
+def _flattening(dist) -> str | None:
+    """The setting that hands parameters to the optimizer as flattened 1-D buffers, if any.
+
+    CAME would silently stop factoring its statistics on them (and lose its memory saving). FSDP2 keeps
+    each parameter's shape (dim-0 shards), which the CAME optimizers handle exactly.
+    """
+    if dist.strategy == "deepspeed":
+        return "`distributed.strategy: deepspeed` (ZeRO flattens the parameters)"
+    if dist.strategy == "fsdp" and dist.fsdp is not None and dist.fsdp.version == 1:
+        return "`distributed.strategy: fsdp` with `distributed.fsdp.version: 1` (FSDP1 flattens the parameters)"
+    return None
 
 
 # --- llm -------------------------------------------------------------------------------------------------

@@ -4,86 +4,125 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from itertools import chain
+from math import prod
 from typing import Any
 
 import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
+from autotrain.optimizers.sharding import Shards, local, shards_of
+
 _HALF_DTYPES = (torch.float16, torch.bfloat16)
+# Second-moment and instability statistics, as came_update_ reads them from the state.
+_STATISTICS = ("exp_avg_sq_row", "exp_avg_sq_col", "exp_avg_res_row", "exp_avg_res_col", "exp_avg_sq")
 
 
-def _rms(tensor: Tensor) -> Tensor:
-    return torch.linalg.vector_norm(tensor) / (tensor.numel() ** 0.5)
+def _ema_factored_(
+    row: Tensor, col: Tensor, sq: Tensor, beta: float, eps: float, shards: Shards, *extra: Tensor, weigh: bool = False
+) -> tuple[Tensor, Tensor, list[Tensor]]:
+    """EMA of the row and column means of ``sq`` (plus ``eps``) into ``row`` and ``col``.
+
+    Returns the factors r and c whose outer product is rsqrt of the factored moment (``row / mean(row)``
+    times ``col``), and ``extra`` summed over the shards; ``weigh`` puts sum(sq * r^2 c^2) first in
+    it. Means divide by global counts. What spans the shards goes into one all-reduce: when dim 0 of
+    a 2-D tensor is sharded, the column sums, the sum of ``row`` and (``weigh``) the column sums of
+    ``sq / row``, since sum(sq r^2 c^2) = mean(row) * sum_j (sum_i sq_ij / row_i) / col_j; else,
+    factoring within each dim-0 slice, only the scalars.
+    """
+    rows, cols = shards.shape[-2], shards.shape[-1]
+    row.mul_(beta).add_(sq.sum(dim=-1).div_(cols).add_(eps), alpha=1.0 - beta)
+    sums = [sq.sum(dim=-2), row.sum(dim=-1, keepdim=True)]
+    if weigh:
+        sums.append((row.reciprocal().unsqueeze(-2) @ sq).squeeze(-2))
+    if shards.splits_columns:
+        reduced = shards.all_sum(*sums, *extra)
+        sums, extra = reduced[: len(sums)], reduced[len(sums) :]
+    col.mul_(beta).add_(sums[0].div_(rows).add_(eps), alpha=1.0 - beta)
+    row_mean = sums[1].div_(rows)
+    if weigh:
+        extra = [(row_mean * sums[2].div_(col).sum(dim=-1, keepdim=True)).sum(), *extra]
+    if not shards.splits_columns:
+        extra = shards.all_sum(*extra)
+    return row.div(row_mean).rsqrt_().unsqueeze(-1), col.rsqrt().unsqueeze(-2), list(extra)
 
 
-def _factored_rsqrt(row: Tensor, col: Tensor) -> tuple[Tensor, Tensor]:
-    """Row and column factors whose outer product is rsqrt of the factored second moment."""
-    row_factor = (row / row.mean(dim=-1, keepdim=True)).rsqrt_().unsqueeze(-1)
-    return row_factor, col.rsqrt().unsqueeze(-2)
+def _sum_sq(tensor: Tensor) -> Tensor:
+    # A norm, not tensor.square().sum(): no full-size temporary.
+    return torch.linalg.vector_norm(tensor).square()
 
 
 def came_update_(
     param: Tensor,
     grad: Tensor,
     exp_avg: Tensor,
-    state: dict[str, Any],
+    stats: dict[str, Tensor],
     *,
     lr: float,
     betas: tuple[float, float, float],
     eps: tuple[float, float],
     clip_threshold: float,
     weight_decay: float,
+    shards: Shards | None = None,
     out: Tensor | None = None,
-) -> None:
-    """One CAME step for one parameter; updates ``param``, ``exp_avg`` and ``state`` in place.
+) -> Tensor:
+    """One CAME step for one parameter; updates ``param``, ``exp_avg`` and ``stats`` in place.
 
-    ``grad`` and ``exp_avg`` are fp32 (``exp_avg`` may be a dequantized copy owned by the caller).
-    ``out``, an fp32 buffer shaped like ``grad``, holds a factored param's update instead of a
-    fresh allocation; its content afterwards is undefined.
+    Returns the RMS of the weights before the step. ``grad`` and ``exp_avg`` are fp32 (``exp_avg``
+    may be a dequantized copy owned by the caller); ``stats`` holds the fp32 second-moment and
+    instability statistics. When ``shards`` says ``param`` is one dim-0 shard of a larger tensor,
+    every tensor here is this rank's shard, and the reductions over the whole tensor are summed over
+    the shards (the factored-or-not choice follows the global shape). ``out``, an fp32 buffer
+    shaped like ``grad``, holds a factored param's update instead of a fresh allocation; its
+    content afterwards is undefined.
     """
     beta1, beta2, beta3 = betas
     eps1, eps2 = eps
-
-    # Clipping divides by a 0-d tensor (no host synchronisation).
-    if grad.ndim >= 2:
-        # One full-size buffer serves in turn as G^2, the update, the instability and the step.
-        grad_sq = torch.mul(grad, grad, out=out)
-        row, col = state["exp_avg_sq_row"], state["exp_avg_sq_col"]
-        row.mul_(beta2).add_(grad_sq.mean(dim=-1).add_(eps1), alpha=1.0 - beta2)
-        col.mul_(beta2).add_(grad_sq.mean(dim=-2).add_(eps1), alpha=1.0 - beta2)
-        row_factor, col_factor = _factored_rsqrt(row, col)
-        # RMS(u) of u = G * r * c without materialising u: mean(r^2 * (G^2 @ c^2)). It only sets
-        # the clipping scale, so TF32 matmul precision on GPUs is harmless here.
-        mean_sq = (grad_sq @ col_factor.square().mT).mul_(row_factor.square()).sum() / grad.numel()
-        row_factor.div_((mean_sq.sqrt() / clip_threshold).clamp_(min=1.0))
-        update = torch.mul(grad, row_factor, out=grad_sq).mul_(col_factor)
-    else:
-        exp_avg_sq = state["exp_avg_sq"]
-        exp_avg_sq.mul_(beta2).add_(grad.square().add_(eps1), alpha=1.0 - beta2)
-        update = exp_avg_sq.rsqrt().mul_(grad)
-        update.div_((_rms(update) / clip_threshold).clamp_(min=1.0))
-
-    exp_avg.lerp_(update, 1.0 - beta1)
-
+    shards = shards or Shards(param.shape)
+    numel = prod(shards.shape)
+    factored = len(shards.shape) >= 2
     # Half-precision params are updated through an fp32 copy and rounded once.
     target = param.float() if param.dtype in _HALF_DTYPES else param
-    state["RMS"] = _rms(target)
+    param_sq = _sum_sq(target)
+
+    # Clipping divides by a 0-d tensor (no host synchronisation).
+    if factored:
+        # One full-size buffer serves in turn as G^2, the update, the instability and the step.
+        grad_sq = torch.mul(grad, grad, out=out)
+        row, col = stats["exp_avg_sq_row"], stats["exp_avg_sq_col"]
+        # RMS(u) of u = G * r * c comes without materialising u. It only sets the clipping scale,
+        # so TF32 matmul precision on GPUs is harmless there.
+        row_factor, col_factor, (update_sq, param_sq) = _ema_factored_(
+            row, col, grad_sq, beta2, eps1, shards, param_sq, weigh=True
+        )
+        row_factor.div_((update_sq.div_(numel).sqrt_() / clip_threshold).clamp_(min=1.0))
+        update = torch.mul(grad, row_factor, out=grad_sq).mul_(col_factor)
+    else:
+        exp_avg_sq = stats["exp_avg_sq"]
+        exp_avg_sq.mul_(beta2).add_(grad.square().add_(eps1), alpha=1.0 - beta2)
+        update = exp_avg_sq.rsqrt().mul_(grad)
+        update_sq, param_sq = shards.all_sum(_sum_sq(update), param_sq)
+        update.div_((update_sq.div_(numel).sqrt_() / clip_threshold).clamp_(min=1.0))
+
+    exp_avg.lerp_(update, 1.0 - beta1)
     if weight_decay != 0:
         target.add_(target, alpha=-weight_decay * lr)
 
-    if grad.ndim >= 2:
+    if factored:
         residual = update.sub_(exp_avg).square_()
-        res_row, res_col = state["exp_avg_res_row"], state["exp_avg_res_col"]
-        res_row.mul_(beta3).add_(residual.mean(dim=-1).add_(eps2), alpha=1.0 - beta3)
-        res_col.mul_(beta3).add_(residual.mean(dim=-2).add_(eps2), alpha=1.0 - beta3)
-        row_factor, col_factor = _factored_rsqrt(res_row, res_col)
+        res_row, res_col = stats["exp_avg_res_row"], stats["exp_avg_res_col"]
+        row_factor, col_factor, _ = _ema_factored_(res_row, res_col, residual, beta3, eps2, shards)
         # p -= lr * (m * r * c), the column factor applied on the fly.
         target.addcmul_(torch.mul(exp_avg, row_factor, out=residual), col_factor, value=-lr)
     else:
         target.add_(exp_avg, alpha=-lr)
     if target is not param:
         param.copy_(target)
+    return param_sq.div_(numel).sqrt_()
+
+
+def _zeros(shape: torch.Size, like: Tensor) -> Tensor:
+    return torch.zeros(shape, dtype=torch.float32, device=like.device)
 
 
 def load_state_dict_keeping_dtypes(optimizer: Optimizer, state_dict: dict[str, Any]) -> None:
@@ -121,6 +160,15 @@ class CAME(Optimizer):
     about 10x ``lr`` in size, so use a learning-rate warmup. ``state["RMS"]`` holds the RMS of
     the weights before the step, for monitoring. Statistics are fp32 for any param dtype;
     fp16/bf16 params are updated through an fp32 copy.
+
+    Under FSDP2 (``fully_shard``) params are DTensors split on dim 0, and each rank steps its own
+    shard with the same result as one process stepping the whole tensor: whether a param is
+    factored follows its global shape, means divide by global counts, and what spans the shards
+    (a matrix's column statistics, the mean of its row statistics, the update RMS, the weight RMS)
+    is summed in one all-reduce of a few scalars and at most one row of column sums per reduction
+    point, over the param's mesh group. No rank ever holds a whole param. The state is laid out
+    like the param (DTensors, split on dim 0; a matrix's column statistics, small, on every rank),
+    so ``torch.distributed.checkpoint`` and ``get/set_optimizer_state_dict`` save and load it.
 
     Args:
         params: parameters or param groups.
@@ -160,24 +208,27 @@ class CAME(Optimizer):
         super().__init__(params, defaults)
 
     def _init_state(self, p: Tensor, group: dict[str, Any], state: dict[str, Any]) -> None:
-        shape = p.shape
-        fp32 = dict(dtype=torch.float32, device=p.device)
+        # p.shape is global for a DTensor: every rank factors the same params, and the statistics
+        # are shards of global-shaped state (see Shards.state), like the param itself.
+        shards, shape, local_shape = shards_of(p), p.shape, local(p).shape
         state["step"] = 0
-        state["RMS"] = torch.zeros((), **fp32)
+        state["RMS"] = torch.zeros((), dtype=torch.float32, device=p.device)  # global: same on every rank
         if p.ndim >= 2:
-            state["exp_avg_sq_row"] = torch.zeros(shape[:-1], **fp32)
-            state["exp_avg_sq_col"] = torch.zeros(shape[:-2] + shape[-1:], **fp32)
-            state["exp_avg_res_row"] = torch.zeros(shape[:-1], **fp32)
-            state["exp_avg_res_col"] = torch.zeros(shape[:-2] + shape[-1:], **fp32)
+            for name in ("exp_avg_sq", "exp_avg_res"):
+                state[f"{name}_row"] = shards.state(_zeros(local_shape[:-1], p), shape[:-1])
+                # A sharded matrix's columns run through every shard, so each rank keeps all of their
+                # (small) statistics; a 3-D+ param is factored within each dim-0 slice.
+                col, local_col = shape[:-2] + shape[-1:], local_shape[:-2] + local_shape[-1:]
+                state[f"{name}_col"] = shards.state(_zeros(local_col, p), col, sharded=p.ndim > 2)
         else:
-            state["exp_avg_sq"] = torch.zeros(shape, **fp32)
+            state["exp_avg_sq"] = shards.state(_zeros(local_shape, p), shape)
         self._init_exp_avg(p, group, state)
 
     def _init_exp_avg(self, p: Tensor, group: dict[str, Any], state: dict[str, Any]) -> None:
-        state["exp_avg"] = torch.zeros(p.shape, dtype=torch.float32, device=p.device)
+        state["exp_avg"] = shards_of(p).state(_zeros(local(p).shape, p), p.shape)
 
     def _init_group(self, group: dict[str, Any]) -> list[tuple[Tensor, Tensor, dict[str, Any]]]:
-        """(param, fp32 grad, state) for each param of ``group`` that has a gradient."""
+        """(param, fp32 local grad, state) for each param of ``group`` that has a gradient."""
         work = []
         for p in group["params"]:
             if p.grad is None:
@@ -187,21 +238,30 @@ class CAME(Optimizer):
             state = self.state[p]
             if len(state) == 0:
                 self._init_state(p, group, state)
-            work.append((p, p.grad.float(), state))
+            work.append((p, local(p.grad).float(), state))
         return work
 
-    def _step_param(self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
-        came_update_(
-            p,
+    def _update(
+        self, p: Tensor, grad: Tensor, exp_avg: Tensor, state: dict[str, Any], group: dict[str, Any], **kw: Any
+    ) -> None:
+        """came_update_ on this rank's shards of ``p`` and its state; ``kw`` goes to came_update_."""
+        stats = {k: local(state[k]) for k in _STATISTICS if k in state}
+        state["RMS"] = came_update_(
+            local(p),
             grad,
-            state["exp_avg"],
-            state,
+            exp_avg,
+            stats,
             lr=group["lr"],
             betas=group["betas"],
             eps=group["eps"],
             clip_threshold=group["clip_threshold"],
             weight_decay=group["weight_decay"],
+            shards=shards_of(p),
+            **kw,
         )
+
+    def _step_param(self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+        self._update(p, grad, local(state["exp_avg"]), state, group)
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:

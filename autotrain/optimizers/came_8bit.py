@@ -8,7 +8,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from autotrain.optimizers.came import CAME, came_update_
+from autotrain.optimizers.came import CAME
+from autotrain.optimizers.sharding import local, shards_of
 
 _LEVELS = 127  # signed codes -127..127; -128 is never produced, so the map is symmetric
 _MIN_ABSMAX = 1e-30  # keeps 1/absmax * 127**2 finite; blocks below it are numerically zero anyway
@@ -76,6 +77,11 @@ class CAME8Bit(CAME):
     ``load_state_dict`` (also for bf16 params).
     With ``min_8bit_size`` larger than every param this is exactly :class:`CAME`.
 
+    Under FSDP2 the blocks tile each rank's shard (counted as the largest shard, so every rank has
+    the same number of blocks), the choice to quantize follows the param's global size, and each
+    rank stores about ``1/world`` of the state; the codes and scales are evenly dim-0 sharded
+    DTensors. Their blocks depend on the shard sizes, so resume with the same number of processes.
+
     Args:
         params, lr, eps, clip_threshold, betas, weight_decay: as :class:`CAME`.
         block_size: elements per quantization block (one fp32 scale each).
@@ -106,32 +112,26 @@ class CAME8Bit(CAME):
         return {**super().__getstate__(), "block_size": self.block_size, "min_8bit_size": self.min_8bit_size}
 
     def _init_exp_avg(self, p: Tensor, group: dict[str, Any], state: dict[str, Any]) -> None:
+        # Global shape and size (p is a DTensor under FSDP2): every rank quantizes the same params.
         if p.ndim < 2 or p.numel() < self.min_8bit_size:
             super()._init_exp_avg(p, group, state)
             return
-        n_blocks = -(-p.numel() // self.block_size)
-        state["exp_avg_codes"] = torch.zeros((n_blocks, self.block_size), dtype=torch.int8, device=p.device)
-        state["exp_avg_absmax"] = torch.full((n_blocks,), _MIN_ABSMAX, dtype=torch.float32, device=p.device)
+        # Blocks tile this rank's shard, counted as the largest shard so that every rank holds as
+        # many blocks and the codes form one evenly dim-0 sharded (world * n_blocks, block_size) tensor.
+        shards = shards_of(p)
+        n_blocks = -(-shards.padded_local_numel // self.block_size)
+        codes = torch.zeros((n_blocks, self.block_size), dtype=torch.int8, device=p.device)
+        absmax = torch.full((n_blocks,), _MIN_ABSMAX, dtype=torch.float32, device=p.device)
+        state["exp_avg_codes"] = shards.state(codes, (shards.world * n_blocks, self.block_size))
+        state["exp_avg_absmax"] = shards.state(absmax, (shards.world * n_blocks,))
 
     def _step_param(self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
-        codes = state.get("exp_avg_codes")
-        if codes is None:
+        if "exp_avg_codes" not in state:
             super()._step_param(p, grad, state, group)
             return
-        absmax = state["exp_avg_absmax"]
+        codes, absmax, shape = local(state["exp_avg_codes"]), local(state["exp_avg_absmax"]), local(p).shape
         scratch = torch.empty(codes.shape, dtype=torch.float32, device=codes.device)
         blocks = dequantize_blockwise(codes, absmax, scratch=scratch)
-        came_update_(
-            p,
-            grad,
-            _unpadded(blocks, p.shape),
-            state,
-            lr=group["lr"],
-            betas=group["betas"],
-            eps=group["eps"],
-            clip_threshold=group["clip_threshold"],
-            weight_decay=group["weight_decay"],
-            out=_unpadded(scratch, p.shape),
-        )
+        self._update(p, grad, _unpadded(blocks, shape), state, group, out=_unpadded(scratch, shape))
         # The padded tail of the last block decodes to 0 and is never updated, so it stays 0.
         quantize_blockwise_(blocks, codes, absmax, scratch)

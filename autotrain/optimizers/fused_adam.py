@@ -11,6 +11,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from autotrain.optimizers.came import load_state_dict_keeping_dtypes
+from autotrain.optimizers.sharding import local
 
 _HALF_DTYPES = (torch.float16, torch.bfloat16)
 # beta**step underflows to exactly 0 for any beta < 1, so the kernel's bias corrections
@@ -153,15 +154,17 @@ class FusedAdam(Optimizer):
                 buffer_like = state.get("master_param", p)
                 state["exp_avg"] = torch.zeros_like(buffer_like, memory_format=torch.preserve_format)
                 state["exp_avg_sq"] = torch.zeros_like(buffer_like, memory_format=torch.preserve_format)
-            target = state["master_param"] if use_master else p
+            # Adam is element-wise: an FSDP2 (DTensor) param steps on this rank's shards alone, while its
+            # state, built by zeros_like, stays a DTensor laid out like the param for checkpoints.
+            target = local(state["master_param"] if use_master else p)
             bucket = buckets[(p.device, target.dtype)]
             bucket.params.append(target)
-            bucket.grads.append(p.grad.to(target.dtype))
-            bucket.exp_avgs.append(state["exp_avg"])
-            bucket.exp_avg_sqs.append(state["exp_avg_sq"])
+            bucket.grads.append(local(p.grad).to(target.dtype))
+            bucket.exp_avgs.append(local(state["exp_avg"]))
+            bucket.exp_avg_sqs.append(local(state["exp_avg_sq"]))
             bucket.steps.append(state["step"])
             if use_master:
-                bucket.model_params.append(p)
+                bucket.model_params.append(local(p))
         return buckets
 
     def _no_bias_step(self, device: torch.device) -> Tensor:

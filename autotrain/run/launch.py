@@ -106,16 +106,17 @@ def rank_exit_code(code: int) -> int:
 def run_exit_code(codes: dict[int, int], first: int | None = None) -> int:
     """The run's exit code from the failed ranks' codes.
 
-    A rank that stopped on bad input or divergence says why the run failed (the agent then stops the
-    others, which show up as signalled); the first rank to fail wins a tie.
+    A rank that stopped on bad input or divergence says why the run failed; otherwise the first rank to
+    fail does. The agent stops the others once one has failed, so they show up as signalled: that a
+    signal ends them must not hide the failure that caused it.
     """
     mapped = {rank: rank_exit_code(code) for rank, code in codes.items()}
     ordered = ([mapped[first]] if first in mapped else []) + list(mapped.values())
-    for wanted in ((EXIT_BAD_INPUT, EXIT_DIVERGED), (EXIT_SIGINT, EXIT_SIGTERM)):
-        found = [code for code in ordered if code in wanted]
-        if found:
-            return found[0]
-    return EXIT_FAILURE if any(ordered) or not mapped else EXIT_OK
+    found = [code for code in ordered if code in (EXIT_BAD_INPUT, EXIT_DIVERGED)]
+    if found:
+        return found[0]
+    failed = [code for code in ordered if code != EXIT_OK]
+    return failed[0] if failed else (EXIT_OK if mapped else EXIT_FAILURE)
 
 
 def _quiet_agent() -> None:
@@ -149,10 +150,13 @@ def _run_launcher(args: list[str], world: int) -> int:
         codes = {rank: failure.exitcode for rank, failure in exc.failures.items()}
         first, failure = exc.get_first_failure()
         code = run_exit_code(codes, first)
-        eprint(
-            f"error: rank {first} of {world} exited with code {failure.exitcode}; the run was stopped "
-            f"(exit code {code})"
-        )
+        if code in (EXIT_SIGINT, EXIT_SIGTERM):  # a signal sent to a rank rather than to this process
+            eprint(f"interrupted: rank {first} of {world} stopped on a signal (exit code {code})")
+        else:
+            eprint(
+                f"error: rank {first} of {world} exited with code {failure.exitcode}; the run was stopped "
+                f"(exit code {code})"
+            )
         return code
     except ConnectionError as exc:  # accelerate: the port on machine 0 is taken
         raise UserInputError(f"{exc} (distributed.main_process_port)") from None

@@ -172,8 +172,10 @@ def _train(this: _Run, resume: str | None, stop) -> int:
         result = trainer.train(resume_from_checkpoint=checkpoint)
     finally:
         progress.close()
-    if stop.received is not None:
-        return _interrupted(this, trainer, stop.received)
+    if stop.agreed is not None:  # the same on every rank: all save and stop, or none
+        code = _interrupted(this, trainer, stop.agreed)
+        stop.wait_for_other_ranks()  # none exits while another still writes the checkpoint
+        return code
     return _completed(this, trainer, dict(result.metrics))
 
 

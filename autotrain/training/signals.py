@@ -2,6 +2,10 @@
 
 A second signal exits at once; the checkpoint being written then never gets its completion marker and the
 last complete checkpoint is untouched (see checkpoints.py).
+
+With several processes the ranks agree at every step end on whether any of them got a signal, so all of
+them stop after the same step and write one checkpoint together, even when the signal reaches the ranks
+in different steps, or only some of them (a signal sent to one process, not to the launcher).
 """
 
 from __future__ import annotations
@@ -25,12 +29,18 @@ class Interrupted(Exception):
 
 
 class GracefulStop(TrainerCallback):
-    """Installs the handlers; once training runs, a signal turns into save-and-stop at the step's end."""
+    """Installs the handlers; once training runs, a signal turns into save-and-stop at the step's end.
+
+    ``received`` is the signal this process got; ``agreed`` the one every rank acts on (any rank's,
+    SIGTERM over SIGINT), settled at each step end and at the end of training.
+    """
 
     def __init__(self):
         self.received: int | None = None
+        self.agreed: int | None = None
         self.training = False
         self._previous = {}
+        self._group = None
 
     def install(self) -> None:
         for signum in EXIT_CODES:
@@ -42,6 +52,10 @@ class GracefulStop(TrainerCallback):
         self._previous.clear()
 
     def _handle(self, signum, frame) -> None:
+        if self.agreed is not None and not self.training:
+            # This rank has saved and is on its way out; the launcher stops the ranks still running
+            # once one has exited, and all of them finished writing before any exited.
+            os._exit(EXIT_CODES[self.agreed])
         if self.received is not None:
             print(
                 f"\n{signal.Signals(signum).name} again: exiting now without saving",
@@ -59,13 +73,50 @@ class GracefulStop(TrainerCallback):
             flush=True,
         )
 
+    def _agree(self) -> None:
+        self.agreed = signal_on_any_rank(self.received, self._group)
+
     def on_train_begin(self, args, state, control, **kwargs):
         self.training = True
+        self._group = stop_flag_group()
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.received is not None:
+        self._agree()
+        if self.agreed is not None:
             control.should_save = True
             control.should_training_stop = True
 
     def on_train_end(self, args, state, control, **kwargs):
+        self._agree()  # a signal after the last step: every rank skips the final save, or none does
         self.training = False
+
+    def wait_for_other_ranks(self) -> None:
+        """Return once every rank is here: after an agreed stop, none exits while another still writes."""
+        if self._group is not None:
+            import torch.distributed as dist
+
+            dist.barrier(group=self._group)
+
+
+def stop_flag_group():
+    """A gloo group of all ranks for the stop flag, or None for one process.
+
+    On the CPU whatever the training backend, so agreeing each step costs no device synchronisation.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return None
+    return dist.new_group(backend="gloo")
+
+
+def signal_on_any_rank(received: int | None, group) -> int | None:
+    """The largest signal number any rank of ``group`` received (SIGTERM 15 over SIGINT 2), or None."""
+    if group is None:
+        return received
+    import torch
+    import torch.distributed as dist
+
+    flag = torch.tensor([received or 0])
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
+    return int(flag.item()) or None
