@@ -35,7 +35,7 @@ def cases(folder: Path) -> dict[str, Path]:
     valid = QUICKSTART.read_text(encoding="utf-8")
     padded = folder / "padded-1mib.yml"
     filler = "# " + "x" * 98 + "\n"
-    padded.write_text(valid + filler * ((1 << 20) - len(valid) - 200) // len(filler), encoding="utf-8")
+    padded.write_text(valid + filler * (((1 << 20) - len(valid) - 200) // len(filler)), encoding="utf-8")
     wide = folder / "many-keys.yml"
     rows = "".join(f"  k{i}: v{i}\n" for i in range(60_000))
     wide.write_text(valid + "extra:\n" + rows[: (1 << 20) - len(valid) - 100].rsplit("\n", 1)[0] + "\n")
