@@ -35,7 +35,7 @@ if os.environ.get("RANK") == "1" and os.environ.get("AUTOTRAIN_LAUNCHED") == "1"
 """
 
 
-def start(tmp_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+def start(tmp_path: Path, env: dict[str, str] | None = None, max_steps: int = 60, *extra: str) -> subprocess.Popen:
     config = {
         "task": "llm",
         "trainer": "sft",
@@ -43,7 +43,7 @@ def start(tmp_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen
         "project_name": str(tmp_path / "run"),
         "data": {"path": str(ASSETS / "data" / "text.jsonl")},
         "training_args": {
-            "max_steps": 60,  # far more than it gets to: the stop lands mid-run even on a slow machine
+            "max_steps": max_steps,  # default: far more than it gets to, so the stop lands mid-run
             "batch_size": 2,
             "lr": 1e-3,
             "max_length": 48,
@@ -57,7 +57,7 @@ def start(tmp_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen
     path.write_text(yaml.safe_dump(config))
     clean = {k: v for k, v in os.environ.items() if k not in ("AUTOTRAIN_LAUNCHED", "RANK", "WORLD_SIZE")}
     return subprocess.Popen(
-        [sys.executable, "-m", "autotrain.cli.main", "llm", "--config", str(path)],
+        [sys.executable, "-m", "autotrain.cli.main", "llm", "--config", str(path), *extra],
         env={**clean, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -134,3 +134,30 @@ def test_a_rank_failing_mid_training_stops_the_others_and_fails_the_run(tmp_path
     assert time.monotonic() - failed_at < 10, "the other rank was not stopped within seconds"
     # Rank 0, stopped because rank 1 failed, must not turn the failure into an interruption.
     assert process.returncode == 1
+
+
+def _weights(run: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(run / "model.safetensors")
+
+
+def test_sigterm_then_resume_ends_where_an_uninterrupted_run_ends(tmp_path):
+    """Two DDP processes: stopped by SIGTERM after step 3, resumed, the weights equal an unbroken run's."""
+    unbroken, broken = tmp_path / "unbroken", tmp_path / "broken"
+    unbroken.mkdir(), broken.mkdir()
+    whole = start(unbroken, None, 8)
+    out = whole.communicate(timeout=300)[0]
+    assert whole.returncode == 0, out
+
+    code, out = signal_at_step(start(broken, None, 8), 3)
+    assert code == 143, out
+    resumed = start(broken, None, 8, "--resume")
+    out = resumed.communicate(timeout=300)[0]
+    assert resumed.returncode == 0, out
+
+    expected, got = _weights(unbroken / "run"), _weights(broken / "run")
+    assert expected.keys() == got.keys()
+    for name, tensor in expected.items():
+        scale = tensor.abs().max().clamp_min(1e-12)
+        assert ((got[name] - tensor).abs().max() / scale) <= 1e-6, name
