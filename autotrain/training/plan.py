@@ -227,7 +227,7 @@ def _optimizer_problems(name: str, device: str) -> list[str]:
 
     spec, problems = OPTIMIZERS[name], []
     instead = "or use `came_8bit`: it needs nothing extra and runs everywhere"
-    if spec.package and importlib.util.find_spec(spec.package) is None:
+    if spec.package and importlib.util.find_spec(spec.import_name) is None:
         problems.append(
             f"training_args.optimizer: {name} needs {spec.package}: pip install {spec.package} (or {instead})"
         )
