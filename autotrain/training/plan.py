@@ -203,8 +203,11 @@ def _keep_best_model(cfg: TaskConfig, kwargs: dict[str, Any]) -> None:
 
 
 def preflight(cfg: TaskConfig, plan: RunPlan) -> list[str]:
-    """Everything that can be refused without weights: missing packages, CUDA-only features elsewhere."""
+    """Everything that can be refused without weights: missing packages, CUDA-only features elsewhere,
+    and what the run would fetch from a hub it cannot reach."""
     import importlib.util
+
+    from autotrain.training.hub import hub_problems
 
     problems = list(plan.problems)
     if cfg.log != "none" and importlib.util.find_spec(cfg.log) is None:
@@ -216,7 +219,7 @@ def preflight(cfg: TaskConfig, plan: RunPlan) -> list[str]:
             f"peft.quantization: {quantization} loads through bitsandbytes and needs a CUDA GPU; none is "
             "visible. Remove `peft.quantization` to train on this machine"
         )
-    return problems
+    return problems + hub_problems(cfg)
 
 
 def _optimizer_problems(name: str, device: str) -> list[str]:

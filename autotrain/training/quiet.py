@@ -16,8 +16,10 @@ def quiet_libraries() -> None:
 
     import datasets
     import transformers
+    from huggingface_hub.utils import logging as hub_logging
 
     transformers.logging.set_verbosity_error()
+    hub_logging.set_verbosity_error()  # "Retrying in 8s [Retry 4/5]", a line per retry of every file
     transformers.utils.logging.disable_progress_bar()
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity_error()
