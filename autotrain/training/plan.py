@@ -213,6 +213,8 @@ def preflight(cfg: TaskConfig, plan: RunPlan) -> list[str]:
     if cfg.log != "none" and importlib.util.find_spec(cfg.log) is None:
         problems.append(f"log: {cfg.log} needs the `{cfg.log}` package: pip install {cfg.log} (or set `log: none`)")
     problems += _optimizer_problems(cfg.training_args.optimizer, plan.precision.device)
+    if getattr(cfg, "gguf", None) is not None and importlib.util.find_spec("gguf") is None:
+        problems.append("base_model: loading a GGUF file needs the gguf package: pip install gguf")
     quantization = getattr(getattr(cfg, "peft", None), "quantization", None)
     if quantization and cfg.peft.enabled and plan.precision.device != "cuda":
         problems.append(
