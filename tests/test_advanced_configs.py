@@ -4,6 +4,7 @@ tiny local models, with what needs a GPU (fp16, int4, tensorboard) set aside on 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -118,6 +119,8 @@ def test_a_paged_8bit_optimizer_is_refused_on_this_cpu_with_what_to_do(cli):
     assert result.exit_code == 2, result.output
     errors = [line for line in result.stderr.splitlines() if "training_args.optimizer: paged_adamw_8bit" in line]
     assert any("needs a CUDA GPU" in e and "came_8bit" in e for e in errors), result.stderr
+    if importlib.util.find_spec("bitsandbytes") is None:
+        assert any("needs bitsandbytes: pip install bitsandbytes" in e for e in errors), result.stderr
     assert "Traceback" not in result.output
 
 
