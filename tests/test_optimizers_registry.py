@@ -92,6 +92,57 @@ def test_hf_optimizer_settings():
         hf_optimizer_settings("adamw_torch", {"amsgrad": True})
 
 
+def test_the_table_knows_every_optimizer_name_of_the_installed_transformers():
+    """The table writes transformers' names out (it must import neither torch nor transformers); this catches
+    a name transformers adds or drops."""
+    from transformers.training_args import OptimizerNames
+
+    names = {o.value for o in OptimizerNames}
+    assert names - set(OPTIMIZERS) == set(), "add these to autotrain/optimizers/table.py"
+    targets = {spec.target for spec in OPTIMIZERS.values() if not spec.bundled}
+    assert targets - names == set(), "transformers no longer knows these"
+
+
+def test_every_bitsandbytes_optimizer_needs_cuda_and_the_package():
+    for name, spec in OPTIMIZERS.items():
+        if "paged" in name or "bnb" in name or name.startswith(("lion_", "ademamix", "adamw_8bit")):
+            assert spec.package == "bitsandbytes" and spec.cuda_only, name
+
+
+def test_settings_of_the_optimizers_transformers_builds_from_optim_args():
+    from transformers import TrainingArguments
+
+    grok = hf_optimizer_settings("grokadamw", {"alpha_init": 0.9, "gamma": 0.2})
+    assert grok == {"optim": "grokadamw", "optim_args": "alpha_init=0.9,gamma=0.2"}
+    assert hf_optimizer_settings("adagrad", {}) == {"optim": "adagrad"}
+    galore = hf_optimizer_settings("galore_adamw", {"rank": 8, "target_modules": ["q_proj", "v_proj"]})
+    assert galore == {"optim": "galore_adamw", "optim_target_modules": ["q_proj", "v_proj"], "optim_args": "rank=8"}
+    lion = hf_optimizer_settings("paged_lion_8bit", {"betas": [0.95, 0.98]})
+    assert lion == {"optim": "paged_lion_8bit", "adam_beta1": 0.95, "adam_beta2": 0.98}
+    TrainingArguments(output_dir="unused", report_to=[], **grok)
+    TrainingArguments(output_dir="unused", report_to=[], **galore)
+
+
+@pytest.mark.parametrize("args", [{"a": [1, 2]}, {"a": "x,y"}, {"a": float("nan")}, {"a": {"b": 1}}])
+def test_optim_args_must_fit_transformers_string(args):
+    with pytest.raises(ValidationError):
+        OPTIMIZER_ARGS["grokadamw"].model_validate(args)
+
+
+@pytest.mark.parametrize("name", ["adagrad", "rmsprop"])
+def test_a_torch_optimizer_transformers_builds_trains(name, tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1))  # fmt: skip
+    settings = hf_optimizer_settings(name, {"momentum": 0.5} if name == "rmsprop" else {})
+    args = TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True, learning_rate=1e-2, **settings)
+    optimizer = Trainer(model=model, args=args).create_optimizer()
+    assert type(optimizer).__name__.lower() == name
+    if name == "rmsprop":
+        assert optimizer.defaults["momentum"] == 0.5
+
+
 @pytest.fixture(scope="module")
 def tiny_trainer_parts(tmp_path_factory):
     from transformers import LlamaConfig, LlamaForCausalLM, TrainingArguments

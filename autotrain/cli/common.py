@@ -3,8 +3,28 @@
 from __future__ import annotations
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from autotrain.errors import EXIT_BAD_INPUT, eprint
+
+
+def _bare_flags(params: list) -> list:
+    """On/off options take no value: list them in help as `--dry-run`, not `--dry-run <bool>` (which reads
+    as if `--dry-run true` were needed)."""
+    for param in params:
+        if getattr(param, "is_flag", False):
+            param.metavar = ""
+    return params
+
+
+class Command(TyperCommand):
+    def get_params(self, ctx):
+        return _bare_flags(super().get_params(ctx))
+
+
+class Group(TyperGroup):
+    def get_params(self, ctx):
+        return _bare_flags(super().get_params(ctx))
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:

@@ -10,7 +10,7 @@ import typer
 from autotrain import __version__
 from autotrain.cli import app as webapp
 from autotrain.cli import env, inference, migrate, templates, train, validate
-from autotrain.cli.common import ConfigOption, DryRunOption, OverwriteOption, ResumeOption, SetOption
+from autotrain.cli.common import Command, ConfigOption, DryRunOption, Group, OverwriteOption, ResumeOption, SetOption
 from autotrain.errors import EXIT_FAILURE, debug_enabled, eprint
 
 app = typer.Typer(
@@ -20,19 +20,20 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
+    cls=Group,
 )
 
 for _task in ("llm", "text-classification", "image-classification"):
-    app.command(_task)(train.make_command(_task))
-app.command("validate")(validate.validate)
-app.command("init")(templates.init)
-app.command("schema")(templates.schema)
-app.command("migrate")(migrate.migrate)
-app.command("env")(env.env)
-app.command("chat")(inference.chat)
-app.command("predict")(inference.predict)
-app.command("evaluate")(inference.evaluate)
-app.command("app")(webapp.app)
+    app.command(_task, cls=Command)(train.make_command(_task))
+app.command("validate", cls=Command)(validate.validate)
+app.command("init", cls=Command)(templates.init)
+app.command("schema", cls=Command)(templates.schema)
+app.command("migrate", cls=Command)(migrate.migrate)
+app.command("env", cls=Command)(env.env)
+app.command("chat", cls=Command)(inference.chat)
+app.command("predict", cls=Command)(inference.predict)
+app.command("evaluate", cls=Command)(inference.evaluate)
+app.command("app", cls=Command)(webapp.app)
 
 
 def _version(value: bool) -> None:

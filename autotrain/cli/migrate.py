@@ -48,10 +48,12 @@ def migrate(
                     )
                 ]
             )
-        native, renamed, problems = advanced.translate(data)
+        native, renamed, problems, dropped = advanced.translate(data)
         locator.renamed.update(renamed)
         if problems:
             raise ConfigError([locator.issue(p, m) for p, m in problems])
+        for path, message in dropped:
+            eprint(f"note: {locator.issue(path, message).format()}")
         # Validate the result, with unset ${VARS} allowed: they stay as written in the output.
         load_data(_copy(native), locator, environ=_KeepVars())
     except ConfigError as exc:

@@ -29,7 +29,9 @@ def validate(
             continue
         cfg = loaded.config
         kind = cfg.task + (f" ({cfg.trainer})" if cfg.task == "llm" else "")
-        note = " (AutoTrain Advanced format)" if loaded.notices else ""
+        note = " (AutoTrain Advanced format)" if loaded.advanced else ""
         print(f"{path}: ok: {kind}{note}")
+        for notice in loaded.notices[1 if loaded.advanced else 0 :]:  # the first one says it was translated
+            eprint(f"note: {notice}")
     if bad:
         raise typer.Exit(EXIT_BAD_INPUT)

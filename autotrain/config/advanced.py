@@ -9,12 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from autotrain.config.rules import TRAINER_FIELDS
 from autotrain.config.suggest import did_you_mean
 
 Path_ = tuple
 
+# Task names and the aliases AutoTrain Advanced's config parser accepts for them.
 ADVANCED_TASKS = {
     "llm": ("llm", None),
+    "lm_training": ("llm", None),
+    "llm_training": ("llm", None),
+    "llm_finetuning": ("llm", None),
     "llm-sft": ("llm", "sft"),
     "llm-orpo": ("llm", "orpo"),
     "llm-dpo": ("llm", "dpo"),
@@ -22,9 +27,15 @@ ADVANCED_TASKS = {
     "llm-generic": ("llm", "clm"),
     "text_classification": ("text-classification", None),
     "text-classification": ("text-classification", None),
+    "text_binary_classification": ("text-classification", None),
+    "text_multi_class_classification": ("text-classification", None),
     "image_classification": ("image-classification", None),
     "image-classification": ("image-classification", None),
+    "image_binary_classification": ("image-classification", None),
+    "image_multi_class_classification": ("image-classification", None),
 }
+# AutoTrain Advanced trainers with no counterpart here: refused with this name, not as an unknown task.
+UNSUPPORTED_TRAINERS = {"llm-grpo": "GRPO", "grpo": "GRPO"}
 ADVANCED_TRAINERS = {
     "default": "clm",
     "generic": "clm",
@@ -78,6 +89,8 @@ PARAMS: dict[str, tuple[str, ...] | None] = {
     "use_flash_attention_2": None,
     "distributed_backend": None,
     "unsloth": None,
+    "liger_kernel": None,
+    "pretrain": None,
     "model_ref": None,
     "username": None,
     "log": None,
@@ -103,6 +116,13 @@ LLM_ONLY = {
     "model_ref",
     "use_flash_attention_2",
     "unsloth",
+    "liger_kernel",
+}
+# Dropped like the None entries above, but when set they asked for something that will not happen: say so.
+NOTED_WHEN_SET = {
+    "unsloth": "Unsloth kernels are not used; training runs on plain transformers",
+    "liger_kernel": "Liger kernels are not used; training runs on plain transformers",
+    "pretrain": "no equivalent; training starts from `base_model` as usual",
 }
 DATA_KEYS = ("path", "train_split", "valid_split", "chat_template", "column_mapping")
 TOP_LEVEL = {"task", "base_model", "project_name", "log", "backend", "data", "params", "hub"}
@@ -118,22 +138,20 @@ def is_advanced(data: dict) -> bool:
     )
 
 
-def translate(data: dict) -> tuple[dict, dict[Path_, Path_], list[tuple[Path_, str]]]:
-    """AutoTrain Advanced dict -> (native dict, native path -> original path, problems)."""
+def translate(data: dict) -> tuple[dict, dict[Path_, Path_], list[tuple[Path_, str]], list[tuple[Path_, str]]]:
+    """AutoTrain Advanced dict -> (native dict, native path -> original path, problems, notices).
+
+    Notices name what was accepted but dropped: settings AutoTrain Advanced takes for every trainer and
+    uses for some only (`max_prompt_length` in an SFT config), and features with no equivalent here.
+    """
     out = _Translation()
     for key in data:
         if key not in TOP_LEVEL:
             out.problems.append(((key,), f"unknown AutoTrain Advanced key{did_you_mean(key, TOP_LEVEL)}"))
     task_name = data.get("task")
     if not isinstance(task_name, str) or task_name not in ADVANCED_TASKS:
-        out.problems.append(
-            (
-                ("task",),
-                f"unknown AutoTrain Advanced task `{task_name}`"
-                f"{did_you_mean(str(task_name), ADVANCED_TASKS)}; expected: {', '.join(ADVANCED_TASKS)}",
-            )
-        )
-        return out.native, out.renamed, out.problems
+        out.problems.append((("task",), _unknown_task(task_name)))
+        return out.result()
     task, trainer = ADVANCED_TASKS[task_name]
     out.put(("task",), task, ("task",))
     if trainer:
@@ -150,7 +168,32 @@ def translate(data: dict) -> tuple[dict, dict[Path_, Path_], list[tuple[Path_, s
     _hub(data, out)
     if task == "llm" and not peft_on:
         out.native.pop("peft", None)
-    return out.native, out.renamed, out.problems
+    if task == "llm":
+        _drop_unused_by_trainer(out)
+    return out.result()
+
+
+def _unknown_task(task_name: Any) -> str:
+    if isinstance(task_name, str) and task_name in UNSUPPORTED_TRAINERS:
+        return (
+            f"`{task_name}`: {UNSUPPORTED_TRAINERS[task_name]} training is not supported; "
+            "the LLM trainers are sft, orpo, dpo, reward and clm"
+        )
+    return (
+        f"unknown AutoTrain Advanced task `{task_name}`"
+        f"{did_you_mean(str(task_name), ADVANCED_TASKS)}; expected: {', '.join(ADVANCED_TASKS)}"
+    )
+
+
+def _drop_unused_by_trainer(out: _Translation) -> None:
+    """AutoTrain Advanced takes `max_prompt_length`, `dpo_beta`, ... for every trainer and ignores them
+    where they do not apply; a native config refuses them there, so the translation leaves them out."""
+    trainer, args = out.native.get("trainer"), out.native.get("training_args", {})
+    for key, trainers in TRAINER_FIELDS.items():
+        if key in args and trainer not in trainers:
+            del args[key]
+            original = out.renamed.pop(("training_args", key))
+            out.notices.append((original, f"dropped: `trainer: {trainer}` does not use it"))
 
 
 class _Translation:
@@ -160,6 +203,10 @@ class _Translation:
         self.native: dict[str, Any] = {}
         self.renamed: dict[Path_, Path_] = {}
         self.problems: list[tuple[Path_, str]] = []
+        self.notices: list[tuple[Path_, str]] = []
+
+    def result(self) -> tuple[dict, dict[Path_, Path_], list[tuple[Path_, str]], list[tuple[Path_, str]]]:
+        return self.native, self.renamed, self.problems, self.notices
 
     def put(self, path: tuple, value: Any, original: tuple) -> None:
         node = self.native
@@ -182,11 +229,16 @@ def _params(params: Any, task_name: str, is_llm: bool, out: _Translation) -> boo
             continue
         target = PARAMS[key]
         if target is None:
+            if key in NOTED_WHEN_SET and value:
+                out.notices.append((("params", key), f"ignored: {NOTED_WHEN_SET[key]}"))
             continue
         if not is_llm and key in LLM_ONLY:
             out.problems.append((("params", key), f"`{key}` applies to LLM tasks only, not `task: {task_name}`"))
             continue
         if key == "trainer":
+            if value in UNSUPPORTED_TRAINERS:
+                out.problems.append((("params", key), _unknown_task(value)))
+                continue
             if value not in ADVANCED_TRAINERS:
                 hint = did_you_mean(str(value), ADVANCED_TRAINERS)
                 out.problems.append((("params", key), f"unknown trainer `{value}`{hint}"))
@@ -211,12 +263,14 @@ def _data(source: Any, is_llm: bool, out: _Translation) -> None:
                 continue
             out.put(("data", key), "none" if key == "chat_template" and value is None else value, ("data", key))
         elif key == "column_mapping" and isinstance(value, dict):
-            _columns(value, is_llm, out)
+            _columns(value, is_llm, source.get("chat_template") not in (None, "none"), out)
         else:
             out.problems.append((("data", key), f"unknown AutoTrain Advanced data key{did_you_mean(key, DATA_KEYS)}"))
 
 
-def _columns(mapping: dict, is_llm: bool, out: _Translation) -> None:
+def _columns(mapping: dict, is_llm: bool, chat: bool, out: _Translation) -> None:
+    """Column names; an SFT `text_column` under a chat template holds message lists (AutoTrain Advanced
+    applies the template to it), which is a `messages` column here."""
     names = LLM_COLUMNS if is_llm else CLASSIFICATION_COLUMNS
     for column, dataset_column in mapping.items():
         if column not in names:
@@ -226,6 +280,8 @@ def _columns(mapping: dict, is_llm: bool, out: _Translation) -> None:
         native_column = names[column]
         if is_llm and column == "text_column" and out.native.get("trainer") in ("orpo", "dpo", "reward"):
             native_column = "chosen"
+        elif is_llm and column == "text_column" and out.native.get("trainer") == "sft" and chat:
+            native_column = "messages"
         out.put(("data", "column_mapping", native_column), dataset_column, ("data", "column_mapping", column))
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -15,12 +15,15 @@ SECRET_KEYS = {"token", "hf_token", "api_key", "password", "secret"}
 REDACTED = "***"
 
 
-def interpolate(data: Any, environ: Mapping[str, str] | None = None) -> tuple[Any, list[tuple[tuple, str]], set[str]]:
+def interpolate(
+    data: Any, environ: Mapping[str, str] | None = None, optional: Collection[tuple] = ()
+) -> tuple[Any, list[tuple[tuple, str]], set[str]]:
     """Replace `${VAR}` and `${VAR:-default}` in every string value; `$${` writes a literal `${`.
 
     Defaults may hold variables themselves (`${A:-${B:-x}}`). Returns the new data, a list of
     (path, message) for unset variables and malformed references, and the set of values that came from
-    secret-looking variables (so they can be redacted from anything printed or saved).
+    secret-looking variables (so they can be redacted from anything printed or saved). A value at a path
+    in `optional` whose variable is unset becomes None instead of an error.
     """
     env = os.environ if environ is None else environ
     problems: list[tuple[tuple, str]] = []
@@ -35,6 +38,8 @@ def interpolate(data: Any, environ: Mapping[str, str] | None = None) -> tuple[An
             try:
                 return _Substitution(env, secrets).expand(node)
             except _Unset as exc:
+                if isinstance(exc, _Missing) and path in optional:
+                    return None
                 problems.append((path, str(exc)))
                 return ""
         return node
@@ -44,6 +49,10 @@ def interpolate(data: Any, environ: Mapping[str, str] | None = None) -> tuple[An
 
 class _Unset(ValueError):
     pass
+
+
+class _Missing(_Unset):
+    """The variable is not set (as opposed to a malformed reference)."""
 
 
 class _Substitution:
@@ -76,7 +85,7 @@ class _Substitution:
         elif sep:
             result = self.expand(default)
         else:
-            raise _Unset(f"environment variable `{name}` is not set (and no `${{{name}:-default}}`)")
+            raise _Missing(f"environment variable `{name}` is not set (and no `${{{name}:-default}}`)")
         if _SECRET_NAME.search(name) and result:
             self.secrets.add(result)
         return result

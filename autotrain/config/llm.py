@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Literal
 
 from pydantic import Field
@@ -65,7 +66,22 @@ class LLMConfig(TaskConfig):
     data: LLMData = Field(description="Training data.")
     peft: PeftConfig | None = Field(None, description="LoRA; absent or `enabled: false` = full fine-tune.")
     training_args: LLMTrainingArgs = Field(default_factory=LLMTrainingArgs, description="Training settings.")
+    gguf_file: str | None = Field(
+        None,
+        description="A .gguf file in base_model (a local folder or hub repo) to start from, de-quantized; "
+        "or name the .gguf file itself as base_model. Needs `pip install gguf`.",
+    )
 
     @property
     def uses_peft(self) -> bool:
         return self.peft is not None and self.peft.enabled
+
+    @property
+    def gguf(self) -> tuple[str, str] | None:
+        """(folder or hub repo, file name) when the weights come from a GGUF file, else None."""
+        if self.gguf_file is not None:
+            return self.base_model, self.gguf_file
+        if self.base_model.lower().endswith(".gguf"):
+            folder, name = os.path.split(os.path.expanduser(self.base_model))
+            return folder or ".", name
+        return None

@@ -39,6 +39,7 @@ class LoadedConfig:
     secrets: set[str] = field(default_factory=set)
     notices: list[str] = field(default_factory=list)
     raw: dict = field(default_factory=dict)  # after translation, overrides and interpolation
+    advanced: bool = False  # translated from AutoTrain Advanced (then notices[0] says so)
 
     def redacted(self) -> dict:
         """The resolved config as plain data, secrets replaced by `***`: safe to print or save."""
@@ -66,23 +67,30 @@ def load_data(
     """Raw YAML data -> validated config: translate, override, interpolate, pick the task, validate."""
     issues: list[ConfigIssue] = list(locator.problems)
     notices: list[str] = []
+    translated = False
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError([locator.issue((), "a config must be a YAML mapping of `key: value` lines")])
     if advanced.is_advanced(data):
-        data, renamed, problems = advanced.translate(data)
+        translated = True
+        data, renamed, problems, dropped = advanced.translate(data)
         locator.renamed.update(renamed)
         issues += [locator.issue(p, m) for p, m in problems]
         notices.append(
             f"{locator.source}: AutoTrain Advanced config translated to the native format "
             f"(see `autotrain migrate {locator.source}`)"
         )
+        notices += [locator.issue(p, m).format() for p, m in dropped]
     data, set_paths, override_issues = apply_overrides(data, list(overrides))
     issues += override_issues
     locator.overridden.update(set_paths)
-    data, unset, secrets = interpolate(data, environ)
+    optional = _optional_token(data)
+    data, unset, secrets = interpolate(data, environ, optional=optional)
     issues += [locator.issue(p, m) for p, m in unset]
+    if optional and isinstance(data.get("hub"), dict) and data["hub"].get("token") is None:
+        unset_token = "its variable is not set, so no token is used (nothing is pushed; downloads use a saved login)"
+        notices.append(locator.issue(("hub", "token"), unset_token).format())
     secrets |= secret_values(data)
     issues += [locator.issue(p, m) for p, m in text_problems(data)]
 
@@ -92,7 +100,19 @@ def load_data(
     config = _validate(TASK_MODELS[task], data, task, locator, issues)
     if issues:
         raise ConfigError(_sorted(issues, secrets))
-    return LoadedConfig(config=config, source=locator.source, secrets=secrets, notices=notices, raw=data)
+    return LoadedConfig(
+        config=config, source=locator.source, secrets=secrets, notices=notices, raw=data, advanced=translated
+    )
+
+
+def _optional_token(data: dict) -> set[tuple]:
+    """`hub.token: ${HF_TOKEN}` is needed to push; when nothing is pushed an unset variable leaves it unset
+    (downloads then use the saved login, if any) instead of failing the config."""
+    hub = data.get("hub")
+    token = hub.get("token") if isinstance(hub, dict) else None
+    if isinstance(token, str) and "${" in token and hub.get("push_to_hub") in (None, False, "false"):
+        return {("hub", "token")}
+    return set()
 
 
 def _task(data: dict, locator: Locator, issues: list[ConfigIssue], expected: str | None) -> str | None:

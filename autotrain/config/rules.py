@@ -253,6 +253,25 @@ def _peft_needs_lora(cfg) -> Iterator[Issue]:
         yield ("peft", "merge_adapter"), "`peft.merge_adapter` needs `peft.enabled: true`"
 
 
+@rule("base_model", "gguf_file", "peft", task="llm")
+def _gguf_file(cfg) -> Iterator[Issue]:
+    if cfg.gguf is not None and cfg.uses_peft and cfg.peft.quantization:
+        yield (
+            ("peft", "quantization"),
+            "`peft.quantization` cannot load a GGUF base model (it is de-quantized on loading); remove one",
+        )
+    if cfg.gguf_file is None:
+        return
+    if not cfg.gguf_file.lower().endswith(".gguf"):
+        yield ("gguf_file",), f"`gguf_file` must name a .gguf file, got `{cfg.gguf_file}`"
+    if cfg.base_model.lower().endswith(".gguf"):
+        yield (
+            ("gguf_file",),
+            "`base_model` names a .gguf file already; give either that file as `base_model`, or its folder "
+            "as `base_model` and the file name as `gguf_file`",
+        )
+
+
 # Which LLM trainers use each trainer-specific field of training_args.
 TRAINER_FIELDS = {
     "max_prompt_length": ("orpo", "dpo", "reward"),

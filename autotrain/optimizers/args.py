@@ -6,6 +6,7 @@ that name here is rejected as unknown like any other.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -121,3 +122,38 @@ class SgdArgs(_Args):
         if self.nesterov and (self.momentum <= 0.0 or self.dampening != 0.0):
             raise ValueError("nesterov=true needs momentum > 0 and dampening = 0")
         return self
+
+
+class OptimArgs(_Args):
+    """Arguments of an optimizer transformers builds from its `optim_args` string (`key=value,...`).
+
+    Which keys each one reads is transformers' business (GrokAdamW's `alpha_init`, AdEMAMix's `beta3`,
+    ...), so any key is taken; values must be plain numbers, booleans or words, as that string can hold.
+    """
+
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _plain_values(self) -> OptimArgs:
+        for key, value in (self.model_extra or {}).items():
+            if not isinstance(value, (bool, int, float, str)):
+                raise ValueError(f"`{key}`: expected a number, `true`/`false` or a word, got {type(value).__name__}")
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"`{key}`: expected a finite number")
+            if any(c in f"{key}{value}" for c in ",= "):
+                raise ValueError(f"`{key}`: neither key nor value may hold `,`, `=` or spaces")
+        return self
+
+
+class LowRankArgs(OptimArgs):
+    """GaLore and APOLLO project the gradients of chosen linear layers (`target_modules`) to low rank."""
+
+    target_modules: str | list[str] = Field(
+        "all-linear",
+        description="Linear layers whose gradients are projected: `all-linear`, a regex, or a list of names "
+        "(transformers' `optim_target_modules`). Other keys (rank, update_proj_gap, scale, ...) pass as optim_args.",
+    )
+
+
+class LionArgs(_Args):
+    betas: tuple[Beta, Beta] = Field((0.9, 0.999), description="(beta1, beta2), each in [0, 1).")

@@ -46,8 +46,14 @@ def hf_optimizer_settings(name: str, optimizer_args: dict[str, Any]) -> dict[str
         raise ValueError(f"{name!r} is bundled; use optimizer_cls_and_kwargs()")
     given = _validated(spec, optimizer_args)
     settings: dict[str, Any] = {"optim": spec.target}
-    if "betas" in given and "eps" in given:  # the Adam family
-        settings.update(adam_beta1=given["betas"][0], adam_beta2=given["betas"][1], adam_epsilon=given["eps"])
-    elif spec.as_optim_args:
-        settings["optim_args"] = ",".join(f"{key}={value}" for key, value in given.items())
+    if "target_modules" in given:  # GaLore / APOLLO: which layers get low-rank projections
+        settings["optim_target_modules"] = given.pop("target_modules")
+    if spec.as_optim_args:
+        if given:
+            settings["optim_args"] = ",".join(f"{key}={value}" for key, value in given.items())
+        return settings
+    if "betas" in given:  # the Adam / Lion families read TrainingArguments' adam_* fields
+        settings.update(adam_beta1=given["betas"][0], adam_beta2=given["betas"][1])
+    if "eps" in given and "betas" in given:
+        settings["adam_epsilon"] = given["eps"]
     return settings

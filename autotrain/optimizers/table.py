@@ -26,8 +26,13 @@ class OptimizerSpec:
     factored: bool = False  # keeps factored (row/column) statistics of 2-D parameters
     cuda_only: bool = False
     package: str | None = None  # an extra package it needs, installed with `pip install <package>`
+    module: str | None = None  # the package's import name, when it differs from `package`
     as_optim_args: bool = False  # transformers takes its arguments as the `optim_args` string
     summary: str = ""
+
+    @property
+    def import_name(self) -> str | None:
+        return self.module or self.package
 
     def load_class(self) -> type:
         """The optimizer class of a bundled entry (imports torch)."""
@@ -38,6 +43,17 @@ class OptimizerSpec:
 
 
 _BUNDLED = "autotrain.optimizers."
+_BNB = {"package": "bitsandbytes", "cuda_only": True}
+
+
+def _hf(name: str, summary: str, args_model: type[BaseModel] = args.OptimArgs, **extra) -> OptimizerSpec:
+    """An optimizer transformers builds from `TrainingArguments(optim=name)`; `optimizer_args` become its
+    `optim_args` unless `args_model` names typed fields (betas, eps) that map onto TrainingArguments."""
+    return OptimizerSpec(
+        name, args_model, name, False, as_optim_args=issubclass(args_model, args.OptimArgs), summary=summary, **extra
+    )
+
+
 OPTIMIZERS: dict[str, OptimizerSpec] = {
     spec.name: spec
     for spec in (
@@ -76,6 +92,55 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
             factored=True,
             summary="CAME8Bit on large matrices, FusedAdam on the rest",
         ),
+        # The rest of transformers' `OptimizerNames`, written out so that this table needs neither torch nor
+        # transformers (tests/test_optimizers_registry.py compares it with the installed transformers).
+        _hf("adagrad", "torch Adagrad"),
+        _hf("rmsprop", "torch RMSprop"),
+        _hf("adamw_torch_xla", "torch_xla's sync-free AdamW (TPU)", args.AdamW8BitArgs, package="torch_xla"),
+        _hf("adamw_torch_npu_fused", "torch_npu's fused AdamW (Ascend NPU)", args.AdamW8BitArgs, package="torch_npu"),
+        _hf("adamw_anyprecision", "torchdistx AnyPrecisionAdamW", package="torchdistx"),
+        _hf("adamw_torch_4bit", "torchao 4-bit AdamW", package="torchao"),
+        _hf("adamw_torch_8bit", "torchao 8-bit AdamW", package="torchao"),
+        _hf("adamw_bnb_8bit", "bitsandbytes 8-bit AdamW", args.AdamW8BitArgs, **_BNB),
+        _hf("paged_adamw_32bit", "bitsandbytes paged AdamW", args.AdamW8BitArgs, **_BNB),
+        _hf("paged_adamw_8bit", "bitsandbytes paged 8-bit AdamW", args.AdamW8BitArgs, **_BNB),
+        _hf("ademamix", "bitsandbytes AdEMAMix", **_BNB),
+        _hf("ademamix_8bit", "bitsandbytes 8-bit AdEMAMix", **_BNB),
+        _hf("paged_ademamix_32bit", "bitsandbytes paged AdEMAMix", **_BNB),
+        _hf("paged_ademamix_8bit", "bitsandbytes paged 8-bit AdEMAMix", **_BNB),
+        _hf("lion_32bit", "bitsandbytes Lion", args.LionArgs, **_BNB),
+        _hf("lion_8bit", "bitsandbytes 8-bit Lion", args.LionArgs, **_BNB),
+        _hf("paged_lion_32bit", "bitsandbytes paged Lion", args.LionArgs, **_BNB),
+        _hf("paged_lion_8bit", "bitsandbytes paged 8-bit Lion", args.LionArgs, **_BNB),
+        _hf("rmsprop_bnb", "bitsandbytes RMSprop", **_BNB),
+        _hf("rmsprop_bnb_8bit", "bitsandbytes 8-bit RMSprop", **_BNB),
+        _hf("rmsprop_bnb_32bit", "bitsandbytes 32-bit RMSprop", **_BNB),
+        *(
+            _hf(name, f"GaLore {kind}", args.LowRankArgs, package="galore-torch", module="galore_torch")
+            for name, kind in (
+                ("galore_adamw", "AdamW"),
+                ("galore_adamw_8bit", "8-bit AdamW"),
+                ("galore_adafactor", "Adafactor"),
+                ("galore_adamw_layerwise", "AdamW, layer-wise"),
+                ("galore_adamw_8bit_layerwise", "8-bit AdamW, layer-wise"),
+                ("galore_adafactor_layerwise", "Adafactor, layer-wise"),
+            )
+        ),
+        _hf("apollo_adamw", "APOLLO AdamW", args.LowRankArgs, package="apollo-torch", module="apollo_torch"),
+        _hf(
+            "apollo_adamw_layerwise",
+            "APOLLO AdamW, layer-wise",
+            args.LowRankArgs,
+            package="apollo-torch",
+            module="apollo_torch",
+        ),
+        _hf("lomo", "LOMO", package="lomo-optim", module="lomo_optim"),
+        _hf("adalomo", "AdaLomo", package="lomo-optim", module="lomo_optim"),
+        _hf("grokadamw", "GrokAdamW", package="grokadamw"),
+        _hf("schedule_free_radam", "schedule-free RAdam", package="schedulefree"),
+        _hf("schedule_free_adamw", "schedule-free AdamW", package="schedulefree"),
+        _hf("schedule_free_sgd", "schedule-free SGD", package="schedulefree"),
+        _hf("stable_adamw", "optimi StableAdamW", package="torch-optimi", module="optimi"),
     )
 }
 DEFAULT = "adamw_torch"

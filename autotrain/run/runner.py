@@ -17,7 +17,7 @@ from pathlib import Path
 from autotrain.config.load import LoadedConfig
 from autotrain.errors import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILURE, EXIT_OK, UserInputError, debug_enabled, eprint
 from autotrain.run.launch import LAUNCHED_ENV
-from autotrain.training.quiet import quiet_libraries
+from autotrain.training.quiet import quiet_bars, quiet_libraries
 
 
 def _write_traceback(folder: Path, secrets: set[str]) -> Path | None:
@@ -71,6 +71,7 @@ class _Run:
 
 def run(loaded: LoadedConfig, resume: str | None = None, overwrite: bool = False, argv_sets=()) -> int:
     """Claim the project folder, then train here or in several processes; returns the exit code."""
+    quiet_bars()  # before anything imports transformers (and tqdm)
     this = _Run(loaded, argv_sets)
     project = None
     stop = None

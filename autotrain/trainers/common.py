@@ -14,15 +14,33 @@ from autotrain.training.plan import RunPlan
 def load_pretrained(loader, cfg: TaskConfig, what: str, token: str | None = None, **kwargs: Any):
     """`loader.from_pretrained(base_model, ...)` with the config's revision and remote-code choice.
 
-    A checkpoint that cannot be loaded is bad input (exit 2) named with the library's first line.
+    A GGUF base model is read from its folder (or hub repo) with `gguf_file=`, its weights de-quantized
+    into a plain model of the dtype asked for, so it trains and saves like any other checkpoint. A
+    checkpoint that cannot be loaded is bad input (exit 2) named with the library's first line.
     """
+    source = cfg.base_model
+    gguf = getattr(cfg, "gguf", None)
+    if gguf is not None:
+        source, kwargs["gguf_file"] = gguf
+        if loader.__name__.startswith("AutoModel"):
+            kwargs.update(_dequantized())
     try:
         return loader.from_pretrained(
-            cfg.base_model, revision=cfg.revision, token=token, trust_remote_code=cfg.trust_remote_code, **kwargs
+            source, revision=cfg.revision, token=token, trust_remote_code=cfg.trust_remote_code, **kwargs
         )
     except (OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserInputError(f"cannot load the {what} of base_model `{cfg.base_model}`: {first}") from None
+
+
+def _dequantized() -> dict[str, Any]:
+    """Recent transformers may keep GGUF weights in their quantized blocks (not trainable, not savable as
+    safetensors); ask for plain tensors. Older ones always de-quantize and have no such setting."""
+    try:
+        from transformers import GgufConfig
+    except ImportError:
+        return {}
+    return {"quantization_config": GgufConfig(dequantize=True)}
 
 
 def build_tokenizer(cfg: TaskConfig, token: str | None = None):

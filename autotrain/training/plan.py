@@ -203,20 +203,25 @@ def _keep_best_model(cfg: TaskConfig, kwargs: dict[str, Any]) -> None:
 
 
 def preflight(cfg: TaskConfig, plan: RunPlan) -> list[str]:
-    """Everything that can be refused without weights: missing packages, CUDA-only features elsewhere."""
+    """Everything that can be refused without weights: missing packages, CUDA-only features elsewhere,
+    and what the run would fetch from a hub it cannot reach."""
     import importlib.util
+
+    from autotrain.training.hub import hub_problems
 
     problems = list(plan.problems)
     if cfg.log != "none" and importlib.util.find_spec(cfg.log) is None:
         problems.append(f"log: {cfg.log} needs the `{cfg.log}` package: pip install {cfg.log} (or set `log: none`)")
     problems += _optimizer_problems(cfg.training_args.optimizer, plan.precision.device)
+    if getattr(cfg, "gguf", None) is not None and importlib.util.find_spec("gguf") is None:
+        problems.append("base_model: loading a GGUF file needs the gguf package: pip install gguf")
     quantization = getattr(getattr(cfg, "peft", None), "quantization", None)
     if quantization and cfg.peft.enabled and plan.precision.device != "cuda":
         problems.append(
             f"peft.quantization: {quantization} loads through bitsandbytes and needs a CUDA GPU; none is "
             "visible. Remove `peft.quantization` to train on this machine"
         )
-    return problems
+    return problems + hub_problems(cfg)
 
 
 def _optimizer_problems(name: str, device: str) -> list[str]:
@@ -227,7 +232,7 @@ def _optimizer_problems(name: str, device: str) -> list[str]:
 
     spec, problems = OPTIMIZERS[name], []
     instead = "or use `came_8bit`: it needs nothing extra and runs everywhere"
-    if spec.package and importlib.util.find_spec(spec.package) is None:
+    if spec.package and importlib.util.find_spec(spec.import_name) is None:
         problems.append(
             f"training_args.optimizer: {name} needs {spec.package}: pip install {spec.package} (or {instead})"
         )
