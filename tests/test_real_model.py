@@ -97,6 +97,21 @@ def greedy_answer(folder: Path, question: str) -> str:
     return tokenizer.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
 
 
+def base_answer_loss(run: Path, base: Path, data: Path) -> float:
+    """`evaluate`'s answer-token loss on `data`, computed the same way for the untrained base model."""
+    import dataclasses
+
+    from transformers import AutoModelForCausalLM
+
+    from autotrain.inference.evaluate import evaluate_rows
+    from autotrain.inference.inputs import read_rows
+    from autotrain.inference.load import load_run
+
+    trained = load_run(run, "cpu")
+    untrained = dataclasses.replace(trained, model=AutoModelForCausalLM.from_pretrained(base).eval())
+    return evaluate_rows(untrained, read_rows(trained.config, data), batch_size=4)["loss"]
+
+
 def test_sft_with_lora_teaches_a_style_that_survives_merging(cli, smollm2, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     before = greedy_answer(smollm2, UNSEEN)
@@ -108,6 +123,13 @@ def test_sft_with_lora_teaches_a_style_that_survives_merging(cli, smollm2, tmp_p
     assert all(loss == loss for loss in losses) and losses[-1] < losses[0] / 2, losses
     after = greedy_answer(run / "merged", UNSEEN)
     assert "Arr!" in after, f"{after!r} (before training: {before!r}; losses {losses})"
+    # The user-facing commands see the same: `chat -m` shows the style, `evaluate` scores the training
+    # answers better than the base model does.
+    chat = cli("chat", run, "-m", UNSEEN, "--max-new-tokens", "24")
+    assert chat.exit_code == 0 and "Arr!" in chat.stdout, chat.output
+    evaluated = cli("evaluate", run, "--input", data, "--json")
+    assert evaluated.exit_code == 0, evaluated.output
+    assert json.loads(evaluated.stdout)["loss"] < base_answer_loss(run, smollm2, data)
     # The saved tokenizer keeps the model's chat template (its <|im_start|> turns).
     from transformers import AutoTokenizer
 
