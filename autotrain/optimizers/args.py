@@ -29,6 +29,14 @@ class CameArgs(_Args):
         (0.9, 0.999, 0.9999),
         description="EMA coefficients of the update, squared gradient and instability, each in [0, 1).",
     )
+    compile: Bool | None = Field(
+        None,
+        description=(
+            "Run each matrix's step as torch.compile'd fused passes (C++ on CPU, Triton on CUDA), compiled "
+            "once per shape: null (auto) compiles matrices of 2**20 elements or more; false never compiles. "
+            "Where compiling fails, the eager step runs (one notice on stderr)."
+        ),
+    )
 
 
 class Came8BitArgs(CameArgs):
