@@ -89,7 +89,7 @@ def flat_view(blocks: Tensor, shape: torch.Size) -> Tensor:
 
 def _by_run(values: Tensor, starts: Tensor, shape: torch.Size) -> Tensor:
     """``values[r, s]`` (rows, runs) at every element of run s of row r, for a tensor of ``shape``."""
-    col = torch.arange(shape[-1], device=values.device)
+    col = torch.arange(shape[-1], device=values.device, dtype=starts.dtype)
     out = values[:, -1:]
     for s in reversed(range(values.shape[1] - 1)):
         out = torch.where(col < starts[:, s + 1, None], values[:, s, None], out)
@@ -99,7 +99,7 @@ def _by_run(values: Tensor, starts: Tensor, shape: torch.Size) -> Tensor:
 def _run_amax(m: Tensor, starts: Tensor) -> Tensor:
     """The largest ``|m|`` over each run of each row: (rows, runs)."""
     magnitude = m.abs().flatten(0, -2)
-    col = torch.arange(m.shape[-1], device=m.device)
+    col = torch.arange(m.shape[-1], device=m.device, dtype=starts.dtype)
     runs = [(col >= starts[:, s, None]) & (col < starts[:, s + 1, None]) for s in range(starts.shape[1] - 1)]
     return torch.stack([torch.where(run, magnitude, 0.0).amax(-1) for run in runs], dim=1)
 
@@ -192,7 +192,8 @@ def block_runs(rows: int, cols: int, block_size: int, device: torch.device) -> t
     runs = -(-(cols + block_size - gcd(cols, block_size)) // block_size)  # the most any row needs
     cuts = torch.arange(runs + 1, device=device, dtype=torch.int64) * block_size
     starts = (cuts - offset.unsqueeze(1)).clamp_(0, cols)
-    return starts, (first // block_size).unsqueeze(1) + torch.arange(runs, device=device)
+    # int32 column indices: half the vector width of int64 in the comparisons, and cols < 2**31.
+    return starts.to(torch.int32), (first // block_size).unsqueeze(1) + torch.arange(runs, device=device)
 
 
 # --- the small math between the passes (per row / column), and the all-reduces ------------------------
