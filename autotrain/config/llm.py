@@ -53,6 +53,15 @@ class LLMTrainingArgs(TrainingArgs):
     )
     beta: Float | None = Field(None, gt=0, le=1000, description="orpo lambda / dpo beta (trainer default when null).")
     packing: Bool = Field(False, description="sft: pack several samples into each max_length block.")
+    length_grouping: Bool = Field(
+        True,
+        description=(
+            "sft: batch samples of similar length together, so that a batch, padded to its longest sample, holds "
+            "little padding (each sample is still seen once per epoch, in random groups); with flash_attention_2 "
+            "on CUDA, also train padding-free (a batch flattened into one sequence, samples kept apart by their "
+            "position ids). false: batches in random order. Ignored with packing."
+        ),
+    )
     completion_only_loss: Bool | None = Field(
         None, description="sft: compute loss on the assistant part only (chat data; TRL's default when null)."
     )

@@ -69,6 +69,7 @@ class RunPlan:
     optimizer: OptimizerPlan
     training_args: dict[str, Any]  # TrainingArguments fields; a builder adds only its trainer's own
     problems: tuple[str, ...] = ()  # what this machine cannot do as asked (see `preflight`)
+    padding_free: bool = False  # sft: flatten each batch into one sequence (see `padding_free`)
 
     @property
     def world_size(self) -> int:
@@ -89,6 +90,7 @@ class RunPlan:
             "effective_batch_size": self.effective_batch_size,
             "optimizer": self.optimizer.record(),
             "training_arguments": {k: v for k, v in self.training_args.items() if k != "output_dir"},
+            "padding_free": self.padding_free,
         }
 
 
@@ -115,6 +117,7 @@ def resolve_plan(cfg: TaskConfig, device: str | None = None) -> RunPlan:
         optimizer=optimizer,
         training_args=training_arguments(cfg, precision, optimizer),
         problems=problems,
+        padding_free=padding_free(cfg, precision),
     )
 
 
@@ -171,9 +174,40 @@ def training_arguments(cfg: TaskConfig, precision: Precision, optimizer: Optimiz
         kwargs["eval_steps"] = args.eval_steps
     if args.gradient_checkpointing:
         kwargs["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
+    if groups_by_length(cfg):
+        # Batches of similar lengths, padded to their longest sample (TRL's collator): little padding, and the
+        # same samples each epoch, so the loss is as without it.
+        kwargs.update(_length_grouped_sampler())
     if cfg.task != "llm":
         _keep_best_model(cfg, kwargs)
     return kwargs
+
+
+def groups_by_length(cfg: TaskConfig) -> bool:
+    """SFT batches samples of similar length (`length_grouping`); packed blocks all have the same length.
+
+    The other LLM trainers keep random batches: their datasets have no `input_ids` to sort by (preference
+    pairs), or blocks of one length (clm).
+    """
+    args = cfg.training_args
+    return cfg.task == "llm" and cfg.trainer == "sft" and args.length_grouping and not args.packing
+
+
+def _length_grouped_sampler() -> dict[str, Any]:
+    """The TrainingArguments setting of transformers' LengthGroupedSampler: renamed in transformers 5.2."""
+    from importlib.metadata import version
+
+    major, minor = (int(part) for part in version("transformers").split(".")[:2])
+    return {"train_sampling_strategy": "group_by_length"} if (major, minor) >= (5, 2) else {"group_by_length": True}
+
+
+def padding_free(cfg: TaskConfig, precision: Precision) -> bool:
+    """SFT flattens each batch into one sequence where the attention kernel keeps its samples apart.
+
+    flash_attention_2 on CUDA takes the sequence boundaries from the position ids and computes no padding at
+    all. Other kernels would get a block-diagonal mask as long as the whole batch, costing more than padding.
+    """
+    return groups_by_length(cfg) and precision.device == "cuda" and cfg.attn_implementation == "flash_attention_2"
 
 
 def _keep_best_model(cfg: TaskConfig, kwargs: dict[str, Any]) -> None:

@@ -17,4 +17,23 @@ def build_trainer(cfg: LLMConfig, plan: RunPlan, callbacks: list, token: str | N
     if args.completion_only_loss is not None:
         extra["completion_only_loss"] = args.completion_only_loss
     model = build_model(cfg, plan, token)
-    return llm_trainer(SFTTrainer, SFTConfig, cfg, plan, ready, callbacks, model=model, args=extra)
+    trainer = llm_trainer(SFTTrainer, SFTConfig, cfg, plan, ready, callbacks, model=model, args=extra)
+    if plan.padding_free:
+        use_padding_free_batches(trainer)
+    return trainer
+
+
+def use_padding_free_batches(trainer) -> None:
+    """Flatten each batch into one sequence, its samples kept apart by position ids (TRL's padding-free mode).
+
+    Set after TRL has prepared the data, which it truncates to `max_length` only when not padding-free
+    (TRL's own `padding_free=True` without packing would refuse `max_length`): the samples are the same,
+    only their batching changes.
+    """
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+    collator = trainer.data_collator
+    trainer.data_collator = DataCollatorForLanguageModeling(
+        pad_token_id=collator.pad_token_id, padding_free=True, pad_to_multiple_of=collator.pad_to_multiple_of
+    )
+    trainer.padding_free = True
