@@ -1,14 +1,15 @@
 """SFT tokens/s on chat data of widely varying length: `autotrain llm` (length-grouped batches, its default)
 against a bare TRL `SFTTrainer` script on the same model, data and hyper-parameters, in the same run.
 
-    python benchmarks/sft_throughput.py [--reps 3] [--rows 1024] [--smollm2] [--threads 1]
+    python benchmarks/sft_throughput.py [--reps 3] [--rows 1024] [--epochs 3] [--smollm2] [--threads 1]
 
 The data: chat samples whose tokenized length is spread log-uniformly from ~16 to 512 tokens (most short,
 a few long, as in real chat sets), written once; a held-out tenth of them is never trained on. Both sides
-train one epoch with the same SFTConfig values: batch 8, lr, linear schedule, seed, max_length 512, fp32
+train 3 epochs (until the loss flattens; after one epoch the tiny model is still far from it) with the same
+SFTConfig values: batch 8, lr, linear schedule, seed, max_length 512, fp32
 (no bf16: TRL's default is bf16 where available, set off explicitly) and no gradient checkpointing (TRL's
 default is on, set off explicitly). The TRL script keeps TRL's random batches, padded to each batch's
-longest sample.
+longest sample; autotrain uses its default, length-grouped batches (autotrain.training.batching).
 
 * tokens/s: the training set's tokens (after truncation to max_length, no padding; the same number for
   both) / the Trainer's `train_runtime`. Ratio target >= 1.3.
@@ -113,10 +114,13 @@ def write_data(folder: Path, rows: int, tokenizer_dir: Path) -> tuple[Path, Path
     return train, valid, sum(tokens[held_out:])
 
 
+EPOCHS = [3.0]  # --epochs
+
+
 def shared_settings() -> dict:
     """autotrain training_args, and the SFTConfig values autotrain derives from them (set explicitly)."""
     autotrain = {
-        "epochs": 1,
+        "epochs": EPOCHS[0],
         "batch_size": BATCH,
         "lr": LR,
         "max_length": MAX_LENGTH,
@@ -131,7 +135,7 @@ def shared_settings() -> dict:
         "save_total_limit": 1,
     }
     trl = {
-        "num_train_epochs": 1,
+        "num_train_epochs": EPOCHS[0],
         "per_device_train_batch_size": BATCH,
         "learning_rate": LR,
         "max_length": MAX_LENGTH,
@@ -258,12 +262,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--rows", type=int, default=1024, help="chat samples (a tenth held out)")
+    parser.add_argument("--epochs", type=float, default=3.0)
     parser.add_argument("--smollm2", action="store_true", help="also on SmolLM2-135M-Instruct")
     parser.add_argument("--smollm2-rows", type=int, default=160)
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of every run; 0 = torch's")
     args = parser.parse_args()
     if args.threads:
         ENV["OMP_NUM_THREADS"] = str(args.threads)
+    EPOCHS[0] = args.epochs
     load_before = os.getloadavg()
     rows: list[list[str]] = []
     missed = measure("tiny Llama", TINY_MODEL, args.rows, args.reps, rows)

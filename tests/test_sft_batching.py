@@ -11,6 +11,7 @@ import torch
 
 from autotrain.config.load import load_data
 from autotrain.config.yaml_source import Locator
+from autotrain.training.batching import TokenBudgetBatches, length_grouped_batches
 from autotrain.training.plan import padding_free, resolve_plan
 from autotrain.training.precision import Precision
 
@@ -38,16 +39,10 @@ def _config(tmp_path: Path, trainer: str = "sft", data: Path | None = None, **tr
     return load_data(raw, Locator("config.yml"), environ={}).config
 
 
-def _sampling(plan) -> str | None:
-    args = plan.training_args
-    return args.get("train_sampling_strategy") or ("group_by_length" if args.get("group_by_length") else None)
-
-
 def test_sft_groups_by_length_by_default(tmp_path):
     plan = resolve_plan(_config(tmp_path), device="cpu")
-    assert _sampling(plan) == "group_by_length"
+    assert plan.length_grouped and plan.record()["length_grouped_batches"] is True
     assert not plan.padding_free  # CPU: padding-free would cost a block-diagonal mask as long as the batch
-    assert plan.record()["training_arguments"].get("train_sampling_strategy", "group_by_length") == "group_by_length"
 
 
 @pytest.mark.parametrize(
@@ -56,7 +51,39 @@ def test_sft_groups_by_length_by_default(tmp_path):
     ids=["turned-off", "packing", "dpo", "clm"],
 )
 def test_random_batches_where_grouping_does_not_apply(tmp_path, trainer, training):
-    assert _sampling(resolve_plan(_config(tmp_path, trainer, **training), device="cpu")) is None
+    assert not resolve_plan(_config(tmp_path, trainer, **training), device="cpu").length_grouped
+
+
+def _lengths(n: int = 500) -> list[int]:
+    gen = torch.Generator().manual_seed(1)
+    return (16 * 32 ** torch.rand(n, generator=gen)).long().tolist()  # 16 to 512, log-uniform
+
+
+def test_length_grouped_batches_cover_every_sample_once_in_as_many_steps():
+    lengths = _lengths()
+    batches = length_grouped_batches(lengths, batch_size=8, seed=0)
+    assert len(batches) <= -(-len(lengths) // 8)  # no more optimizer steps than random batches
+    epochs = []
+    for epoch in range(3):
+        batches.set_epoch(epoch)
+        epoch_batches = list(batches)
+        assert len(epoch_batches) == len(batches)
+        assert sorted(i for b in epoch_batches for i in b) == list(range(len(lengths)))
+        for batch in epoch_batches:  # similar lengths, within the budget unless alone
+            padded = len(batch) * max(lengths[i] for i in batch)
+            assert padded <= batches.budget or len(batch) == 1
+        epochs.append(epoch_batches)
+    assert epochs[0] != epochs[1]  # a new order each epoch
+    batches.set_epoch(1)
+    assert list(batches) == epochs[1]  # the same order for the same epoch: resume finds its place
+    random_padded = sum(8 * max(lengths[i : i + 8]) for i in range(0, len(lengths), 8))
+    grouped_padded = sum(len(b) * max(lengths[i] for i in b) for b in epochs[0])
+    assert grouped_padded < 0.6 * random_padded
+
+
+def test_a_sample_longer_than_the_budget_is_a_batch_of_its_own():
+    batches = TokenBudgetBatches([100, 10, 10, 10], budget=40, seed=0)
+    assert sorted(map(sorted, batches)) == [[0], [1, 2, 3]]
 
 
 def test_padding_free_only_with_flash_attention_on_cuda(tmp_path):
@@ -70,8 +97,7 @@ def test_padding_free_only_with_flash_attention_on_cuda(tmp_path):
 
 
 def _varied_chat(path: Path, rows: int = 160) -> Path:
-    """Chat samples from a few to a few hundred tokens long (enough rows for transformers' sampler to sort
-    groups of 10 batches: it sorts groups of up to 50, and none below 4 batches x 4 rows)."""
+    """Chat samples from a few to a few hundred tokens long."""
     gen = torch.Generator().manual_seed(0)
     words = ["the", "sea", "is", "blue", "and", "the", "grass", "is", "green", "while", "the", "sky", "is", "grey"]
     with path.open("w") as f:
@@ -94,15 +120,17 @@ def _trainer(tmp_path: Path, **training):
     return build_trainer(cfg, resolve_plan(cfg, device="cpu"), callbacks=[])
 
 
-def test_grouped_batches_hold_less_padding(tmp_path):
+def test_grouped_batches_hold_less_padding_in_as_many_steps(tmp_path):
     grouped, random = _trainer(tmp_path), _trainer(tmp_path, length_grouping=False)
+    grouped_batches, random_batches = list(grouped.get_train_dataloader()), list(random.get_train_dataloader())
+    assert len(grouped_batches) <= len(random_batches)
+    assert sum(len(b["input_ids"]) for b in grouped_batches) == len(grouped.train_dataset)  # each sample once
 
-    def padding(trainer) -> float:
-        batches = list(trainer.get_train_dataloader())
+    def padding(batches) -> float:
         pads = sum(int((b["attention_mask"] == 0).sum()) for b in batches)
         return pads / sum(b["attention_mask"].numel() for b in batches)
 
-    assert padding(grouped) < 0.5 * padding(random)
+    assert padding(grouped_batches) < 0.5 * padding(random_batches)
 
 
 def test_padding_free_batches_keep_samples_apart(tmp_path):

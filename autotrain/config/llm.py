@@ -57,9 +57,9 @@ class LLMTrainingArgs(TrainingArgs):
         True,
         description=(
             "sft: batch samples of similar length together, so that a batch, padded to its longest sample, holds "
-            "little padding (each sample is still seen once per epoch, in random groups); with flash_attention_2 "
-            "on CUDA, also train padding-free (a batch flattened into one sequence, samples kept apart by their "
-            "position ids). false: batches in random order. Ignored with packing."
+            "little padding: as many batches per epoch as batch_size gives, about as many tokens in each, in random "
+            "order. With flash_attention_2 on CUDA, also train padding-free (a batch flattened into one sequence, "
+            "samples kept apart by their position ids). false: random batches of batch_size. Ignored with packing."
         ),
     )
     completion_only_loss: Bool | None = Field(

@@ -69,6 +69,7 @@ class RunPlan:
     optimizer: OptimizerPlan
     training_args: dict[str, Any]  # TrainingArguments fields; a builder adds only its trainer's own
     problems: tuple[str, ...] = ()  # what this machine cannot do as asked (see `preflight`)
+    length_grouped: bool = False  # sft: batches of similar length in random order (see `groups_by_length`)
     padding_free: bool = False  # sft: flatten each batch into one sequence (see `padding_free`)
 
     @property
@@ -90,6 +91,7 @@ class RunPlan:
             "effective_batch_size": self.effective_batch_size,
             "optimizer": self.optimizer.record(),
             "training_arguments": {k: v for k, v in self.training_args.items() if k != "output_dir"},
+            "length_grouped_batches": self.length_grouped,
             "padding_free": self.padding_free,
         }
 
@@ -117,6 +119,7 @@ def resolve_plan(cfg: TaskConfig, device: str | None = None) -> RunPlan:
         optimizer=optimizer,
         training_args=training_arguments(cfg, precision, optimizer),
         problems=problems,
+        length_grouped=groups_by_length(cfg),
         padding_free=padding_free(cfg, precision),
     )
 
@@ -174,31 +177,21 @@ def training_arguments(cfg: TaskConfig, precision: Precision, optimizer: Optimiz
         kwargs["eval_steps"] = args.eval_steps
     if args.gradient_checkpointing:
         kwargs["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
-    if groups_by_length(cfg):
-        # Batches of similar lengths, padded to their longest sample (TRL's collator): little padding, and the
-        # same samples each epoch, so the loss is as without it.
-        kwargs.update(_length_grouped_sampler())
     if cfg.task != "llm":
         _keep_best_model(cfg, kwargs)
     return kwargs
 
 
 def groups_by_length(cfg: TaskConfig) -> bool:
-    """SFT batches samples of similar length (`length_grouping`); packed blocks all have the same length.
+    """SFT batches samples of similar length (`length_grouping`), padded to each batch's longest sample
+    (TRL's collator): as many batches per epoch as random ones, about as many tokens in each, in random
+    order (autotrain.training.batching). Packed blocks all have the same length.
 
     The other LLM trainers keep random batches: their datasets have no `input_ids` to sort by (preference
     pairs), or blocks of one length (clm).
     """
     args = cfg.training_args
     return cfg.task == "llm" and cfg.trainer == "sft" and args.length_grouping and not args.packing
-
-
-def _length_grouped_sampler() -> dict[str, Any]:
-    """The TrainingArguments setting of transformers' LengthGroupedSampler: renamed in transformers 5.2."""
-    from importlib.metadata import version
-
-    major, minor = (int(part) for part in version("transformers").split(".")[:2])
-    return {"train_sampling_strategy": "group_by_length"} if (major, minor) >= (5, 2) else {"group_by_length": True}
 
 
 def padding_free(cfg: TaskConfig, precision: Precision) -> bool:
