@@ -1,10 +1,18 @@
 """Figures for the bundled optimizers, each as a ratio to a baseline measured in the same run.
 
-    python benchmarks/optimizers.py --device cpu [--quick] [--threads N]
+    python benchmarks/optimizers.py [--device cpu|cuda] [--quick] [--threads 2] [--rounds 25]
 
-Step times: after two warmup steps, the candidates take turns step by step (rotating who goes
-first) for a number of rounds; the times shown are medians, and a ratio is the median over
-rounds of the within-round ratio, so load that changes between rounds cancels out.
+Step times, on a ~21M-element mix (one 4096x4096 and one 2048x1024 matrix, four 4096 vectors): every
+candidate is built, compiled where it compiles, and stepped twice; then the candidates take turns step
+by step (rotating who goes first) for a number of rounds. Times are medians, and a ratio is the median
+over rounds of the within-round ratio, so load that changes between rounds cancels out.
+
+Candidates: CAME8Bit and CAME with their compiled step (``compile=True``) and their eager one
+(``compile=False``), the authors' ``came-pytorch`` CAME, ``torch.optim.AdamW`` (foreach and fused) and
+FusedAdam (which runs torch's fused AdamW kernel: its speed is that kernel's).
+
+Compile time: the first step of CAME8Bit (compiled) on the mix, in a fresh process with inductor's
+caches turned off (what a first run pays, once per shape; later runs find the kernels in the cache).
 
 Peak memory of a step is measured in a fresh subprocess per candidate. On CUDA:
 ``torch.cuda.max_memory_allocated`` minus the allocation before the step. On CPU (Linux): the
@@ -17,7 +25,6 @@ memory rather than malloc's cache (tracemalloc would not see torch's allocations
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import statistics
@@ -29,8 +36,10 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from autotrain.optimizers import CAME8Bit, FusedAdam  # noqa: E402
+from autotrain.optimizers import CAME8Bit, FusedAdam, came_fused  # noqa: E402
 from autotrain.optimizers.came import CAME  # noqa: E402
+
+MIX = [(4096, 4096), (2048, 1024)] + [(4096,)] * 4
 
 
 def make_params(shapes: list[tuple[int, ...]], device: str, seed: int = 0) -> list[torch.nn.Parameter]:
@@ -44,27 +53,25 @@ def make_params(shapes: list[tuple[int, ...]], device: str, seed: int = 0) -> li
 
 
 def build(name: str, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
-    if name == "came_8bit":
-        return CAME8Bit(params, lr=1e-4)
-    if name == "came":
-        return CAME(params, lr=1e-4)
+    builders = {
+        "came_8bit": lambda: CAME8Bit(params, lr=1e-4, compile=True),
+        "came_8bit_eager": lambda: CAME8Bit(params, lr=1e-4, compile=False),
+        "came": lambda: CAME(params, lr=1e-4, compile=True),
+        "came_eager": lambda: CAME(params, lr=1e-4, compile=False),
+        "fused_adam": lambda: FusedAdam(params, lr=1e-4),
+        "adamw": lambda: torch.optim.AdamW(params, lr=1e-4, foreach=False, fused=False),
+        "adamw_fused": lambda: torch.optim.AdamW(params, lr=1e-4, fused=True),
+        "adamw_foreach": lambda: torch.optim.AdamW(params, lr=1e-4, foreach=True),
+    }
     if name == "came_pytorch":
         from came_pytorch import CAME as ReferenceCAME
 
         return ReferenceCAME(params, lr=1e-4)
-    if name == "fused_adam":
-        return FusedAdam(params, lr=1e-4)
-    if name == "adamw":
-        return torch.optim.AdamW(params, lr=1e-4, foreach=False, fused=False)
-    if name == "adamw_fused":
-        return torch.optim.AdamW(params, lr=1e-4, fused=True)
-    if name == "adamw_foreach":
-        return torch.optim.AdamW(params, lr=1e-4, foreach=True)
     if name == "bnb_adamw_8bit":
         import bitsandbytes
 
         return bitsandbytes.optim.AdamW8bit(params, lr=1e-4)
-    raise ValueError(name)
+    return builders[name]()
 
 
 def sync(device: str) -> None:
@@ -80,11 +87,11 @@ def state_bytes_per_param(name: str, shape: tuple[int, ...], device: str) -> flo
     return nbytes / params[0].numel()
 
 
-def step_times(names: list[str], shapes: list[tuple[int, ...]], device: str, reps: int) -> dict:
+def step_times(names: list[str], shapes: list[tuple[int, ...]], device: str, rounds: int) -> dict:
     """Per-round step times of each candidate; rounds interleave the candidates, rotating the order."""
     opts = {name: build(name, make_params(shapes, device)) for name in names}
     times: dict[str, list[float]] = {name: [] for name in names}
-    for rep in range(reps + 2):  # two warmup steps create the state and warm the allocator
+    for rep in range(rounds + 2):  # two warmup steps create the state, compile, and warm the allocator
         order = names[rep % len(names) :] + names[: rep % len(names)]  # no candidate always first
         for name in order:
             sync(device)
@@ -99,6 +106,19 @@ def step_times(names: list[str], shapes: list[tuple[int, ...]], device: str, rep
 def paired_ratio(times: dict[str, list[float]], name: str, baseline: str) -> float:
     """Median over rounds of the within-round ratio: load changes between rounds cancel out."""
     return statistics.median(a / b for a, b in zip(times[name], times[baseline], strict=True))
+
+
+def first_step_seconds_here(name: str, shapes: list[tuple[int, ...]], device: str) -> dict:
+    """First and second step of ``name`` in this (fresh) process: the first one compiles."""
+    opt = build(name, make_params(shapes, device))
+    seconds = []
+    for _ in range(2):
+        sync(device)
+        start = time.perf_counter()
+        opt.step()
+        sync(device)
+        seconds.append(time.perf_counter() - start)
+    return {"first": seconds[0], "second": seconds[1], "compile": came_fused.COMPILER.seconds}
 
 
 def _read_status(field: str) -> int:
@@ -128,75 +148,101 @@ def peak_extra_bytes_here(name: str, shapes: list[tuple[int, ...]], device: str)
     return _read_status("VmHWM") - base
 
 
-def peak_extra_bytes(name: str, shapes: list[tuple[int, ...]], device: str) -> int:
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0")
+def in_subprocess(function: str, name: str, shapes: list, device: str, threads: int, env: dict | None = None):
+    """``function(name, shapes, device)`` of this module, run in a fresh interpreter; its JSON result."""
     code = (
-        "import json, sys; sys.path.insert(0, sys.argv[1]); from optimizers import peak_extra_bytes_here; "
-        "print(json.dumps(peak_extra_bytes_here(sys.argv[2], json.loads(sys.argv[3]), sys.argv[4])))"
+        "import json, sys, torch; sys.path.insert(0, sys.argv[1]); torch.set_num_threads(int(sys.argv[5])); "
+        f"from optimizers import {function}; "
+        f"print(json.dumps({function}(sys.argv[2], json.loads(sys.argv[3]), sys.argv[4])))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code, os.path.dirname(__file__), name, json.dumps(shapes), device],
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return int(out.stdout.strip().splitlines()[-1])
+    argv = [sys.executable, "-c", code, os.path.dirname(__file__), name, json.dumps(shapes), device, str(threads)]
+    out = subprocess.run(argv, env=dict(os.environ, **(env or {})), check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _memory_rows(device: str, threads: int) -> list[tuple]:
+    if device == "cpu" and not os.path.exists("/proc/self/clear_refs"):
+        print("peak memory: needs Linux /proc/self/clear_refs; skipped")
+        return []
+    env = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
+    peak = {
+        name: in_subprocess("peak_extra_bytes_here", name, MIX, device, threads, env)
+        for name in ("came_8bit", "came_8bit_eager", "came_pytorch", "fused_adam", "adamw_foreach")
+    }
+    mib = {name: f"{value / 2**20:.1f} MiB" for name, value in peak.items()}
+    return [
+        ("CAME8Bit compiled, extra peak in step / eager's", mib["came_8bit"], mib["came_8bit_eager"], None, None),
+        ("CAME8Bit compiled, extra peak in step / came-pytorch's", mib["came_8bit"], mib["came_pytorch"], None, None),
+        ("FusedAdam extra peak in step / foreach AdamW's", mib["fused_adam"], mib["adamw_foreach"], None, None),
+    ]
+
+
+# figure, candidate, baseline, target (None: information only)
+TIME_FIGURES = [
+    ("CAME8Bit compiled / CAME compiled", "came_8bit", "came", 1.10),
+    ("CAME8Bit compiled / CAME eager", "came_8bit", "came_eager", None),
+    ("CAME8Bit eager / CAME eager", "came_8bit_eager", "came_eager", None),
+    ("CAME compiled / CAME eager", "came", "came_eager", None),
+    ("CAME8Bit compiled / came-pytorch CAME", "came_8bit", "came_pytorch", None),
+    ("CAME8Bit compiled / AdamW(foreach=True)", "came_8bit", "adamw_foreach", 1.0),
+    ("CAME8Bit compiled / AdamW(fused=True)", "came_8bit", "adamw_fused", None),
+    ("FusedAdam / AdamW(fused=True) (the same torch kernel)", "fused_adam", "adamw_fused", 1.05),
+]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--quick", action="store_true", help="7 rounds, no memory figures")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
+    parser.add_argument("--rounds", type=int, default=25)
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device, reps = args.device, (7 if args.quick else 25)
-    rows: list[tuple[str, str, str, float, float | None]] = []  # figure, measured, baseline, ratio, max
+    torch.set_num_threads(args.threads)
+    device, rounds = args.device, (7 if args.quick else args.rounds)
+    rows: list[tuple] = []  # figure, measured, baseline, ratio, target
 
     square = (4096, 4096)
-    came_8bit = state_bytes_per_param("came_8bit", square, device)
+    ours = state_bytes_per_param("came_8bit", square, device)
     baselines = {name: state_bytes_per_param(name, square, device) for name in ("adamw", "came")}
-    with contextlib.suppress(ImportError):  # bitsandbytes only where it is installed
-        baselines["bnb_adamw_8bit"] = state_bytes_per_param("bnb_adamw_8bit", square, device)
     base_text = ", ".join(f"{k} {v:.3f}" for k, v in baselines.items())
-    rows.append(("CAME8Bit state bytes/param, 4096x4096", f"{came_8bit:.4f}", base_text, came_8bit, 1.01))
+    rows.append(("CAME8Bit state bytes/param, 4096x4096", f"{ours:.4f}", base_text, ours, 1.01))
 
-    def ms(t: list[float]) -> str:
-        return f"{statistics.median(t) * 1e3:.1f} ms"
+    cold = in_subprocess(
+        "first_step_seconds_here", "came_8bit", MIX, device, args.threads, {"TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}
+    )
+    rows.append(
+        (
+            "CAME8Bit compiled, first step (compiles 3 passes x 2 shapes, caches off) / second step",
+            f"{cold['first']:.1f} s",
+            f"{cold['second'] * 1e3:.0f} ms",
+            cold["first"] / cold["second"],
+            None,
+        )
+    )
 
-    # A transformer-like mix: ~21M elements of matrices plus norms/biases.
-    came_shapes = [(2048, 2048)] * 4 + [(1024, 2048)] * 2 + [(2048,)] * 32
-    t = step_times(["came_8bit", "came_pytorch"], came_shapes, device, reps)
-    ratio = paired_ratio(t, "came_8bit", "came_pytorch")
-    rows.append(("CAME8Bit step / came-pytorch CAME step", ms(t["came_8bit"]), ms(t["came_pytorch"]), ratio, 1.15))
+    names = [c for _, c, _, _ in TIME_FIGURES] + [b for _, _, b, _ in TIME_FIGURES]
+    times = step_times(list(dict.fromkeys(names)), MIX, device, rounds)
 
-    adam_shapes = [(1024, 1024)] * 16
-    t = step_times(["fused_adam", "adamw_fused", "adamw_foreach"], adam_shapes, device, reps)
-    for base, target in (("adamw_fused", 1.05), ("adamw_foreach", 0.35)):
-        figure = f"FusedAdam step / AdamW({base.split('_')[1]}=True) step"
-        rows.append((figure, ms(t["fused_adam"]), ms(t[base]), paired_ratio(t, "fused_adam", base), target))
+    def ms(name: str) -> str:
+        return f"{statistics.median(times[name]) * 1e3:.1f} ms"
 
-    if device == "cpu" and not os.path.exists("/proc/self/clear_refs"):
-        print("peak memory: needs Linux /proc/self/clear_refs; skipped")
-    else:
-        for name, base, figure, target in (
-            ("fused_adam", "adamw_foreach", "FusedAdam extra peak in step / foreach AdamW's", 1.0),
-            ("came_8bit", "came_pytorch", "CAME8Bit extra peak in step / came-pytorch's", None),
-        ):
-            shapes = adam_shapes if name == "fused_adam" else came_shapes
-            ours, ref = peak_extra_bytes(name, shapes, device), peak_extra_bytes(base, shapes, device)
-            rows.append((figure, f"{ours / 2**20:.1f} MiB", f"{ref / 2**20:.1f} MiB", ours / max(ref, 1), target))
+    for figure, name, base, target in TIME_FIGURES:
+        rows.append((figure, ms(name), ms(base), paired_ratio(times, name, base), target))
+    if not args.quick:
+        rows += _memory_rows(device, args.threads)
 
-    print(f"\ndevice={device} threads={torch.get_num_threads()} torch={torch.__version__} rounds={reps}\n")
+    print(f"\ndevice={device} threads={torch.get_num_threads()} torch={torch.__version__} rounds={rounds}")
+    print(f"load average before/after: {LOAD_BEFORE} / {os.getloadavg()}\n")
     print("| figure | measured | baseline | ratio | target | met |")
     print("|---|---|---|---|---|---|")
     for figure, measured, baseline, ratio, target in rows:
         verdict = "(info)" if target is None else ("yes" if ratio <= target else "NO")
         target_text = "" if target is None else f"<= {target}"
-        print(f"| {figure} | {measured} | {baseline} | {ratio:.3f} | {target_text} | {verdict} |")
+        ratio_text = "" if ratio is None else f"{ratio:.3f}"
+        print(f"| {figure} | {measured} | {baseline} | {ratio_text} | {target_text} | {verdict} |")
 
+
+LOAD_BEFORE = os.getloadavg()
 
 if __name__ == "__main__":
     main()

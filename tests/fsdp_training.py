@@ -27,11 +27,14 @@ OPTIMIZERS = ("came", "came_8bit", "came_8bit+fused_adam")
 ALIGNED_BLOCKS = 12
 
 
-def make_optimizer(name: str, groups: list[dict], block_size: int = ALIGNED_BLOCKS, quantize: bool = True):
-    """``name`` with small 8-bit blocks; ``quantize=False``: the same optimizer with an fp32 first moment."""
-    came_8bit = dict(block_size=block_size, min_8bit_size=32 if quantize else 10**9)
+def make_optimizer(
+    name: str, groups: list[dict], block_size: int = ALIGNED_BLOCKS, quantize: bool = True, compile: bool = False
+):
+    """``name`` with small 8-bit blocks; ``quantize=False``: the same optimizer with an fp32 first moment;
+    ``compile``: the compiled step for every matrix (otherwise the eager one: these are small)."""
+    came_8bit = dict(block_size=block_size, min_8bit_size=32 if quantize else 10**9, compile=compile)
     if name == "came":
-        return CAME(groups, lr=1e-3, weight_decay=0.01)
+        return CAME(groups, lr=1e-3, weight_decay=0.01, compile=compile)
     if name == "came_8bit":
         return CAME8Bit(groups, lr=1e-3, weight_decay=0.01, **came_8bit)
     return CAME8BitFusedAdam(groups, lr=1e-3, weight_decay=0.01, came=came_8bit, min_factored_size=32)
@@ -109,8 +112,10 @@ def single_process(name: str, steps: int = STEPS, **kw: Any) -> tuple[dict[str, 
 # --- runs in the spawned ranks ------------------------------------------------------------------------
 
 
-def sharded_run(rank: int, world: int, out: Path, name: str, block_size: int = ALIGNED_BLOCKS) -> dict[str, Any]:
-    model, opt = build(name, sharded=True, block_size=block_size)
+def sharded_run(
+    rank: int, world: int, out: Path, name: str, block_size: int = ALIGNED_BLOCKS, compile: bool = False
+) -> dict[str, Any]:
+    model, opt = build(name, sharded=True, block_size=block_size, compile=compile)
     train(model, opt, range(STEPS), rank, world)
     return {"params": full_params(model), "state_bytes": state_bytes(opt)}
 

@@ -28,13 +28,15 @@ def _one_thread():
 
 
 @pytest.mark.parametrize(
-    "name, block_size",
-    [(name, ALIGNED_BLOCKS) for name in OPTIMIZERS] + [("came_8bit", 64)],
-    ids=[*OPTIMIZERS, "came_8bit-unaligned-blocks"],
+    "name, block_size, compile",
+    [(name, ALIGNED_BLOCKS, False) for name in OPTIMIZERS]
+    + [("came_8bit", 64, False), ("came", ALIGNED_BLOCKS, True), ("came_8bit", 64, True)],
+    ids=[*OPTIMIZERS, "came_8bit-unaligned-blocks", "came-compiled", "came_8bit-unaligned-blocks-compiled"],
 )
-def test_two_shards_train_as_one_process(tmp_path, name, block_size):
-    expected, single_bytes = single_process(name, block_size=block_size)
-    ranks = spawn(sharded_run, name, block_size, out=tmp_path)
+def test_two_shards_train_as_one_process(tmp_path, name, block_size, compile):
+    """Compiled: each rank compiles the passes for its shards' shapes; the all-reduces stay outside."""
+    expected, single_bytes = single_process(name, block_size=block_size, compile=compile)
+    ranks = spawn(sharded_run, name, block_size, compile, out=tmp_path)
     got = ranks[0]["params"]
     assert got.keys() == expected.keys()
     assert relative_difference(expected, single_process(name, steps=0)[0]) > 1e-2, "barely trained: proves nothing"

@@ -17,7 +17,9 @@ SMALL_8BIT = dict(block_size=256, min_8bit_size=1024)  # quantize small test mat
 
 FACTORIES = {
     "came": lambda groups: CAME(groups, lr=1e-2, weight_decay=0.1),
+    "came_compiled": lambda groups: CAME(groups, lr=1e-2, weight_decay=0.1, compile=True),
     "came_8bit": lambda groups: CAME8Bit(groups, lr=1e-2, weight_decay=0.1, **SMALL_8BIT),
+    "came_8bit_compiled": lambda groups: CAME8Bit(groups, lr=1e-2, weight_decay=0.1, compile=True, **SMALL_8BIT),
     "fused_adam": lambda groups: FusedAdam(groups, lr=1e-2, weight_decay=0.1),
     "fused_adam_master": lambda groups: FusedAdam(groups, lr=1e-2, master_weights=True),
     "came_8bit+fused_adam": lambda groups: CAME8BitFusedAdam(

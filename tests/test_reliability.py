@@ -141,7 +141,12 @@ def test_existing_run_is_not_overwritten(tmp_path):
 
 
 def test_divergence_exits_3_and_keeps_last_checkpoint(tmp_path):
-    path = config(tmp_path, max_steps=40, save_steps=2, lr=10.0, optimizer="sgd", max_grad_norm=None, warmup_ratio=0.0)
+    # SGD at lr 10 on TRL's random batches blows up to inf within a few steps (length-grouped batches can
+    # land on a saturated plateau instead): the batching is fixed here, the guard is what is tested.
+    path = config(
+        tmp_path, max_steps=40, save_steps=2, lr=10.0, optimizer="sgd", max_grad_norm=None, warmup_ratio=0.0,
+        length_grouping=False,
+    )  # fmt: skip
     result = run_inline("llm", "--config", str(path))
     assert result.exit_code == 3, result.output
     assert "non-finite loss" in result.output and "at step" in result.output

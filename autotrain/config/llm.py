@@ -54,6 +54,15 @@ class LLMTrainingArgs(TrainingArgs):
     )
     beta: Float | None = Field(None, gt=0, le=1000, description="orpo lambda / dpo beta (trainer default when null).")
     packing: Bool = Field(False, description="sft: pack several samples into each max_length block.")
+    length_grouping: Bool = Field(
+        True,
+        description=(
+            "sft: batch samples of similar length together, so that a batch, padded to its longest sample, holds "
+            "little padding: as many batches per epoch as batch_size gives, about as many tokens in each, in random "
+            "order. With flash_attention_2 on CUDA, also train padding-free (a batch flattened into one sequence, "
+            "samples kept apart by their position ids). false: random batches of batch_size. Ignored with packing."
+        ),
+    )
     completion_only_loss: Bool | None = Field(
         None, description="sft: compute loss on the assistant part only (chat data; TRL's default when null)."
     )

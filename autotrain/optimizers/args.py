@@ -30,6 +30,14 @@ class CameArgs(_Args):
         (0.9, 0.999, 0.9999),
         description="EMA coefficients of the update, squared gradient and instability, each in [0, 1).",
     )
+    compile: Bool | None = Field(
+        None,
+        description=(
+            "Run each matrix's step as torch.compile'd fused passes (C++ on CPU, Triton on CUDA), compiled "
+            "once per shape: null (auto) compiles matrices of 2**20 elements or more; false never compiles. "
+            "Where compiling fails, the eager step runs (one notice on stderr)."
+        ),
+    )
 
 
 class Came8BitArgs(CameArgs):
@@ -48,13 +56,22 @@ class FusedAdamArgs(_Args):
     adam_w_mode: Bool = Field(True, description="Decoupled weight decay (AdamW); False applies it as L2 (Adam).")
     amsgrad: Bool = Field(False, description="Not supported; must stay false.")
     set_grad_none: Bool = Field(True, description="zero_grad() sets gradients to None instead of zeroing them.")
-    capturable: Bool = Field(False, description="Accepted for Apex compatibility; the step never syncs with the host.")
+    capturable: Bool = Field(
+        False,
+        description="Must stay false: FusedAdam reads lr as a Python float each step, which CUDA graph capture "
+        "would freeze (use adamw_torch_fused for capture-safe steps).",
+    )
     master_weights: Bool = Field(False, description="Keep fp32 master copies (and fp32 moments) of fp16/bf16 params.")
 
     @model_validator(mode="after")
-    def _no_amsgrad(self) -> FusedAdamArgs:
+    def _no_unsupported_flags(self) -> FusedAdamArgs:
         if self.amsgrad:
             raise ValueError("amsgrad is not supported by FusedAdam")
+        if self.capturable:
+            raise ValueError(
+                "capturable=true is not supported by FusedAdam: it reads lr as a Python float each step, so "
+                "a captured CUDA graph would keep the first learning rate; leave it false"
+            )
         return self
 
 

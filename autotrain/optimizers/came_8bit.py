@@ -69,10 +69,12 @@ class CAME8Bit(CAME):
     decodes to exactly 0; an all-zero block has a clamped positive scale (no 0/0); code 127
     decodes to ``absmax`` (to an ulp or two), so constant blocks round-trip.
 
-    Each step works on two full-size fp32 buffers per quantized param, one after the other: the
-    dequantized ``m``, and one buffer that holds in turn ``G^2``, the update, the instability,
+    The eager step works on two full-size fp32 buffers per quantized param, one after the other:
+    the dequantized ``m``, and one buffer that holds in turn ``G^2``, the update, the instability,
     the step and the requantization scratch (plus fp32 copies of the grad and param when those
-    are fp16/bf16; math is fp32 and the result is written back in the param dtype). Codes and
+    are fp16/bf16; math is fp32 and the result is written back in the param dtype). The compiled
+    step (``compile``, see :class:`CAME`) decodes, updates and re-encodes ``m`` inside its fused
+    passes and allocates nothing full-size; it writes the same codes up to rounding. Codes and
     scales are plain tensors in ``optimizer.state`` and keep their dtypes through
     ``load_state_dict`` (also for bf16 params).
     With ``min_8bit_size`` larger than every param this is exactly :class:`CAME`.
@@ -83,7 +85,7 @@ class CAME8Bit(CAME):
     DTensors. Their blocks depend on the shard sizes, so resume with the same number of processes.
 
     Args:
-        params, lr, eps, clip_threshold, betas, weight_decay: as :class:`CAME`.
+        params, lr, eps, clip_threshold, betas, weight_decay, compile: as :class:`CAME`.
         block_size: elements per quantization block (one fp32 scale each).
         min_8bit_size: params with fewer elements keep an fp32 ``m``.
     """
@@ -98,6 +100,7 @@ class CAME8Bit(CAME):
         weight_decay: float = 0.0,
         block_size: int = 2048,
         min_8bit_size: int = 16384,
+        compile: bool | None = None,
     ) -> None:
         if not block_size >= 1:
             raise ValueError(f"Invalid block_size value: {block_size}")
@@ -105,7 +108,7 @@ class CAME8Bit(CAME):
             raise ValueError(f"Invalid min_8bit_size value: {min_8bit_size}")
         self.block_size = block_size
         self.min_8bit_size = min_8bit_size
-        super().__init__(params, lr, eps, clip_threshold, betas, weight_decay)
+        super().__init__(params, lr, eps, clip_threshold, betas, weight_decay, compile)
 
     def __getstate__(self) -> dict[str, Any]:
         # Optimizer pickles only defaults/state/param_groups.
@@ -130,6 +133,11 @@ class CAME8Bit(CAME):
             super()._step_param(p, grad, state, group)
             return
         codes, absmax, shape = local(state["exp_avg_codes"]), local(state["exp_avg_absmax"]), local(p).shape
+        if self._compiles(p):
+            # Decoded, updated and re-encoded inside the passes: no full-size fp32 copy of m.
+            self._fused_update(p, grad, (codes, absmax), state, group)
+            return
+        grad = grad.float()
         scratch = torch.empty(codes.shape, dtype=torch.float32, device=codes.device)
         blocks = dequantize_blockwise(codes, absmax, scratch=scratch)
         self._update(p, grad, _unpadded(blocks, shape), state, group, out=_unpadded(scratch, shape))

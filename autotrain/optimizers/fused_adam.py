@@ -88,11 +88,18 @@ class FusedAdam(Optimizer):
       fp32 moments; the kernel updates the copy from the grad cast to fp32, and the param is
       refreshed from it. Without it, moments are kept in the param dtype (the kernel needs one
       dtype per call); for fp16 training prefer master weights.
-    * ``capturable``: accepted for compatibility; the step never synchronises with the host
-      (step counts live on the param's device, no ``.item()``), so it is graph-capturable either
-      way. The learning rate is read as a Python float.
+    * ``capturable=True`` is refused: the learning rate reaches the kernel as a Python float read
+      at each step, so a captured CUDA graph would replay the first one and an LR schedule would
+      silently stop working. For graph capture use ``torch.optim.AdamW(fused=True,
+      capturable=True)``, which keeps lr on the device. ``capturable=False`` (Apex's default) is
+      accepted.
     * ``set_grad_none``: the default of ``zero_grad()``.
     * ``amsgrad=True`` and sparse gradients are rejected (neither has a fused path).
+
+    State: per param ``step`` (a 0-d tensor on the param's device), ``exp_avg``, ``exp_avg_sq``
+    and, with master weights, ``master_param``. :meth:`load_state_dict` also takes Apex's layout,
+    where ``step`` is kept once per param group and the moments are fp32: each param gets its
+    group's step, and the moments are cast to the dtype this optimizer keeps them in.
     """
 
     def __init__(
@@ -111,6 +118,12 @@ class FusedAdam(Optimizer):
     ) -> None:
         if amsgrad:
             raise ValueError("FusedAdam does not support amsgrad=True (no fused amsgrad path)")
+        if capturable:
+            raise ValueError(
+                "FusedAdam does not support capturable=True: lr is read as a Python float at each step, "
+                "so a captured CUDA graph would keep the first one; use torch.optim.AdamW(fused=True, "
+                "capturable=True) for graph capture"
+            )
         if not lr >= 0.0:
             raise ValueError(f"Invalid learning rate: {lr}")
         if not eps >= 0.0:
@@ -154,6 +167,8 @@ class FusedAdam(Optimizer):
                 buffer_like = state.get("master_param", p)
                 state["exp_avg"] = torch.zeros_like(buffer_like, memory_format=torch.preserve_format)
                 state["exp_avg_sq"] = torch.zeros_like(buffer_like, memory_format=torch.preserve_format)
+            elif use_master and "master_param" not in state:  # loaded from a state without master weights
+                state["master_param"] = p.detach().float()
             # Adam is element-wise: an FSDP2 (DTensor) param steps on this rank's shards alone, while its
             # state, built by zeros_like, stays a DTensor laid out like the param for checkpoints.
             target = local(state["master_param"] if use_master else p)
@@ -198,5 +213,29 @@ class FusedAdam(Optimizer):
         super().zero_grad(set_to_none=self.set_grad_none if set_to_none is None else set_to_none)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load a dict from :meth:`state_dict`, or one in Apex's layout (``step`` per param group)."""
+        state_dict = _per_param_steps(state_dict)
         super().load_state_dict(state_dict)
         load_state_dict_keeping_dtypes(self, state_dict)
+        for group in self.param_groups:
+            for p in group["params"]:
+                state = self.state.get(p, {})
+                moment_dtype = torch.float32 if self.master_weights and p.dtype in _HALF_DTYPES else p.dtype
+                for key in ("exp_avg", "exp_avg_sq"):  # Apex keeps fp32 moments; the kernel needs one dtype
+                    if key in state and state[key].dtype != moment_dtype:
+                        state[key] = state[key].to(moment_dtype)
+
+
+def _per_param_steps(state_dict: dict[str, Any]) -> dict[str, Any]:
+    """Apex's layout (``step`` in each param group, none per param) as this optimizer's; else as it is."""
+    groups = state_dict["param_groups"]
+    if not any("step" in g for g in groups):
+        return state_dict
+    state = {key: dict(value) for key, value in state_dict["state"].items()}
+    for group in groups:
+        step = group.get("step", 0)
+        step = step.detach().float().cpu() if isinstance(step, Tensor) else torch.tensor(float(step))
+        for index in group["params"]:
+            if index in state and "step" not in state[index]:
+                state[index]["step"] = step.clone().reshape(())
+    return {"state": state, "param_groups": [{k: v for k, v in g.items() if k != "step"} for g in groups]}

@@ -69,6 +69,8 @@ class RunPlan:
     optimizer: OptimizerPlan
     training_args: dict[str, Any]  # TrainingArguments fields; a builder adds only its trainer's own
     problems: tuple[str, ...] = ()  # what this machine cannot do as asked (see `preflight`)
+    length_grouped: bool = False  # sft: batches of similar length in random order (see `groups_by_length`)
+    padding_free: bool = False  # sft: flatten each batch into one sequence (see `padding_free`)
 
     @property
     def world_size(self) -> int:
@@ -89,6 +91,8 @@ class RunPlan:
             "effective_batch_size": self.effective_batch_size,
             "optimizer": self.optimizer.record(),
             "training_arguments": {k: v for k, v in self.training_args.items() if k != "output_dir"},
+            "length_grouped_batches": self.length_grouped,
+            "padding_free": self.padding_free,
         }
 
 
@@ -115,6 +119,8 @@ def resolve_plan(cfg: TaskConfig, device: str | None = None) -> RunPlan:
         optimizer=optimizer,
         training_args=training_arguments(cfg, precision, optimizer),
         problems=problems,
+        length_grouped=groups_by_length(cfg),
+        padding_free=padding_free(cfg, precision),
     )
 
 
@@ -174,6 +180,27 @@ def training_arguments(cfg: TaskConfig, precision: Precision, optimizer: Optimiz
     if cfg.task != "llm":
         _keep_best_model(cfg, kwargs)
     return kwargs
+
+
+def groups_by_length(cfg: TaskConfig) -> bool:
+    """SFT batches samples of similar length (`length_grouping`), padded to each batch's longest sample
+    (TRL's collator): as many batches per epoch as random ones, about as many tokens in each, in random
+    order (autotrain.training.batching). Packed blocks all have the same length.
+
+    The other LLM trainers keep random batches: their datasets have no `input_ids` to sort by (preference
+    pairs), or blocks of one length (clm).
+    """
+    args = cfg.training_args
+    return cfg.task == "llm" and cfg.trainer == "sft" and args.length_grouping and not args.packing
+
+
+def padding_free(cfg: TaskConfig, precision: Precision) -> bool:
+    """SFT flattens each batch into one sequence where the attention kernel keeps its samples apart.
+
+    flash_attention_2 on CUDA takes the sequence boundaries from the position ids and computes no padding at
+    all. Other kernels would get a block-diagonal mask as long as the whole batch, costing more than padding.
+    """
+    return groups_by_length(cfg) and precision.device == "cuda" and cfg.attn_implementation == "flash_attention_2"
 
 
 def _keep_best_model(cfg: TaskConfig, kwargs: dict[str, Any]) -> None:

@@ -17,4 +17,61 @@ def build_trainer(cfg: LLMConfig, plan: RunPlan, callbacks: list, token: str | N
     if args.completion_only_loss is not None:
         extra["completion_only_loss"] = args.completion_only_loss
     model = build_model(cfg, plan, token)
-    return llm_trainer(SFTTrainer, SFTConfig, cfg, plan, ready, callbacks, model=model, args=extra)
+    trainer_cls = length_grouped(SFTTrainer) if plan.length_grouped else SFTTrainer
+    trainer = llm_trainer(trainer_cls, SFTConfig, cfg, plan, ready, callbacks, model=model, args=extra)
+    if plan.padding_free:
+        use_padding_free_batches(trainer)
+    return trainer
+
+
+def length_grouped(trainer_cls: type) -> type:
+    """`trainer_cls` drawing its training batches from autotrain.training.batching: samples of similar length,
+    as many batches per epoch as `batch_size` gives, about as many tokens in each, in random order."""
+
+    class LengthGroupedTrainer(trainer_cls):
+        def get_train_dataloader(self):
+            return length_grouped_dataloader(self)
+
+    LengthGroupedTrainer.__name__ = LengthGroupedTrainer.__qualname__ = f"LengthGrouped{trainer_cls.__name__}"
+    return LengthGroupedTrainer
+
+
+def length_grouped_dataloader(trainer):
+    """The Trainer's training DataLoader (same collator and loader settings) with a length-grouped batch sampler."""
+    from functools import partial
+
+    from torch.utils.data import DataLoader
+    from transformers.trainer_utils import seed_worker
+
+    from autotrain.training.batching import length_grouped_batches, sample_lengths
+
+    args = trainer.args
+    dataset = trainer._remove_unused_columns(trainer.train_dataset, description="Training")
+    seed = args.data_seed if args.data_seed is not None else args.seed
+    batches = length_grouped_batches(sample_lengths(dataset), args.per_device_train_batch_size, seed)
+    loader = DataLoader(
+        dataset,
+        batch_sampler=batches,
+        collate_fn=trainer.data_collator,
+        num_workers=args.dataloader_num_workers,
+        pin_memory=args.dataloader_pin_memory,
+        persistent_workers=args.dataloader_persistent_workers and args.dataloader_num_workers > 0,
+        worker_init_fn=partial(seed_worker, num_workers=args.dataloader_num_workers, rank=args.process_index),
+    )
+    return trainer.accelerator.prepare(loader)
+
+
+def use_padding_free_batches(trainer) -> None:
+    """Flatten each batch into one sequence, its samples kept apart by position ids (TRL's padding-free mode).
+
+    Set after TRL has prepared the data, which it truncates to `max_length` only when not padding-free
+    (TRL's own `padding_free=True` without packing would refuse `max_length`): the samples are the same,
+    only their batching changes.
+    """
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+    collator = trainer.data_collator
+    trainer.data_collator = DataCollatorForLanguageModeling(
+        pad_token_id=collator.pad_token_id, padding_free=True, pad_to_multiple_of=collator.pad_to_multiple_of
+    )
+    trainer.padding_free = True

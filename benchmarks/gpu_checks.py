@@ -1,0 +1,283 @@
+"""Checks that need a CUDA GPU, in one script that runs in well under 10 minutes on one recent GPU.
+
+    python benchmarks/gpu_checks.py [--budget-s 540] [--params 1.0]
+    python benchmarks/gpu_checks.py --cpu-smoke    # the same code paths, tiny sizes, on the CPU
+
+1. Mixed precision with every bundled optimizer: a small Llama (built from a LlamaConfig, no download)
+   trained 30 steps under bf16 and fp16 autocast (fp16 with a GradScaler), and with bf16 parameters: loss
+   first/last, all finite, ms/step.
+2. CAME8Bit against bitsandbytes' 8-bit AdamW on a ~1B-parameter Llama (random weights, random gradients):
+   step time (median of 10, after warm-up) and optimizer-state memory (allocated after the first step,
+   minus before), and the peak extra memory of a step. Also fp32 AdamW as the baseline both save on.
+3. CAME8Bit's compiled step (Triton) against its eager step on the same model: step time, compile time,
+   and how far the parameters are apart after 5 steps.
+4. QLoRA through `autotrain llm` (4-bit base, LoRA, 5 steps) if bitsandbytes is installed.
+
+Each check prints its own lines as it finishes; a check that fails prints the error and the others still
+run. Without CUDA (and without --cpu-smoke) the script says so and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from autotrain.optimizers import CAME, CAME8Bit, CAME8BitFusedAdam, FusedAdam, came_fused  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+BUNDLED = {
+    "came": lambda params: CAME(params, lr=1e-3),
+    "came_8bit": lambda params: CAME8Bit(params, lr=1e-3),
+    "fused_adam": lambda params: FusedAdam(params, lr=1e-3),
+    "came_8bit+fused_adam": lambda params: CAME8BitFusedAdam(params, lr=1e-3),
+}
+
+
+def llama(hidden: int, layers: int, vocab: int, device: str, dtype: torch.dtype = torch.float32):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=hidden * 8 // 3 // 64 * 64 or 64,
+        num_hidden_layers=layers,
+        num_attention_heads=max(1, hidden // 64),
+        num_key_value_heads=max(1, hidden // 256),
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config).to(device=device, dtype=dtype)
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def precision_runs(device: str, sizes: dict) -> None:
+    """Check 1: each bundled optimizer under bf16 / fp16 autocast and with bf16 parameters."""
+    print("\n== 1. mixed precision x bundled optimizers (30 steps, small Llama)")
+    for mode in ("bf16-autocast", "fp16-autocast", "bf16-params"):
+        for name, make in BUNDLED.items():
+            try:
+                first, last, ms = _train_steps(device, sizes, mode, make, steps=sizes["steps"])
+                verdict = "ok" if math.isfinite(first) and math.isfinite(last) and last < first else "CHECK"
+                print(f"  {mode:14s} {name:22s} loss {first:.3f} -> {last:.3f}  {ms:7.1f} ms/step  {verdict}")
+            except Exception as exc:  # one failing combination must not hide the others
+                print(f"  {mode:14s} {name:22s} FAILED: {type(exc).__name__}: {exc}")
+
+
+def _train_steps(device: str, sizes: dict, mode: str, make, steps: int) -> tuple[float, float, float]:
+    dtype = torch.bfloat16 if mode == "bf16-params" else torch.float32
+    model = llama(sizes["hidden"], sizes["layers"], sizes["vocab"], device, dtype)
+    opt = make(model.parameters())
+    autocast = {"bf16-autocast": torch.bfloat16, "fp16-autocast": torch.float16}.get(mode)
+    scaler = torch.amp.GradScaler(device) if mode == "fp16-autocast" else None
+    gen = torch.Generator().manual_seed(0)
+    data = torch.randint(0, sizes["vocab"] // 4, (8, sizes["seq"]), generator=gen).to(device)  # learnable
+    losses, times = [], []
+    for _ in range(steps):
+        sync(device)
+        start = time.perf_counter()
+        with torch.autocast(device, dtype=autocast, enabled=autocast is not None):
+            loss = model(input_ids=data, labels=data).loss
+        opt.zero_grad()
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
+        sync(device)
+        times.append(time.perf_counter() - start)
+        losses.append(loss.item())
+    return losses[0], losses[-1], statistics.median(times[3:]) * 1e3
+
+
+def _step_figures(name: str, make, params: list, device: str, reps: int) -> dict:
+    """Optimizer-state bytes, peak extra bytes of a step, median step time (random gradients)."""
+    for p in params:
+        p.grad = torch.randn_like(p) * 1e-3
+    before = torch.cuda.memory_allocated() if device == "cuda" else 0
+    opt = make(params)
+    start = time.perf_counter()
+    opt.step()  # creates the state (and compiles, for a compiled step)
+    sync(device)
+    first = time.perf_counter() - start
+    state = (torch.cuda.memory_allocated() - before) if device == "cuda" else _state_bytes(opt)
+    opt.step()
+    sync(device)
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    times = []
+    for _ in range(reps):
+        sync(device)
+        start = time.perf_counter()
+        opt.step()
+        sync(device)
+        times.append(time.perf_counter() - start)
+    peak = (torch.cuda.max_memory_allocated() - base) if device == "cuda" else 0
+    del opt
+    return {"name": name, "state": state, "peak": peak, "ms": statistics.median(times) * 1e3, "first_s": first}
+
+
+def _state_bytes(opt) -> int:
+    return sum(t.nbytes for s in opt.state.values() for t in s.values() if isinstance(t, torch.Tensor))
+
+
+def eight_bit_against_bnb(device: str, sizes: dict) -> None:
+    """Check 2: CAME8Bit vs bitsandbytes AdamW8bit (and fp32 AdamW) on a ~1B-parameter Llama."""
+    model = llama(sizes["big_hidden"], sizes["big_layers"], sizes["big_vocab"], device)
+    params = [p for p in model.parameters()]
+    count = sum(p.numel() for p in params)
+    print(f"\n== 2. optimizer step on a {count / 1e9:.2f}B-parameter Llama (random gradients)")
+    candidates = {
+        "came_8bit (compiled)": lambda ps: CAME8Bit(ps, lr=1e-4, compile=True),
+        "adamw fused (fp32 state)": lambda ps: torch.optim.AdamW(ps, lr=1e-4, fused=True),
+    }
+    try:
+        import bitsandbytes
+
+        candidates["bnb AdamW8bit"] = lambda ps: bitsandbytes.optim.AdamW8bit(ps, lr=1e-4)
+    except ImportError:
+        print("  bitsandbytes is not installed: no AdamW8bit figure (pip install bitsandbytes)")
+    rows = []
+    for name, make in candidates.items():
+        try:
+            rows.append(_step_figures(name, make, params, device, sizes["reps"]))
+        except Exception as exc:
+            print(f"  {name}: FAILED: {type(exc).__name__}: {exc}")
+        torch.cuda.empty_cache() if device == "cuda" else None
+    for row in rows:
+        print(
+            f"  {row['name']:26s} state {row['state'] / 2**30:6.2f} GiB ({row['state'] / count:5.2f} B/param)  "
+            f"step {row['ms']:8.1f} ms  peak extra in step {row['peak'] / 2**20:8.1f} MiB  "
+            f"first step {row['first_s']:.1f} s"
+        )
+    by_name = {r["name"]: r for r in rows}
+    if "bnb AdamW8bit" in by_name and "came_8bit (compiled)" in by_name:
+        ours, bnb = by_name["came_8bit (compiled)"], by_name["bnb AdamW8bit"]
+        print(
+            f"  CAME8Bit / bnb AdamW8bit: step {ours['ms'] / bnb['ms']:.2f}x, state {ours['state'] / bnb['state']:.2f}x"
+        )
+    del model, params
+
+
+def compiled_against_eager(device: str, sizes: dict) -> None:
+    """Check 3: CAME8Bit compiled (Triton) vs eager, same model, same gradients."""
+    print("\n== 3. CAME8Bit compiled vs eager")
+    models = [llama(sizes["big_hidden"], sizes["big_layers"], sizes["big_vocab"], device) for _ in range(2)]
+    grads = [torch.randn_like(p) * 1e-3 for p in models[0].parameters()]
+    opts = [CAME8Bit(m.parameters(), lr=1e-4, compile=c) for m, c in zip(models, (True, False), strict=True)]
+    times: dict[int, list[float]] = {0: [], 1: []}
+    seconds_before = came_fused.COMPILER.seconds
+    for step in range(sizes["reps"] + 1):
+        for i, (model, opt) in enumerate(zip(models, opts, strict=True)):
+            for p, g in zip(model.parameters(), grads, strict=True):
+                p.grad = g.clone()
+            sync(device)
+            start = time.perf_counter()
+            opt.step()
+            sync(device)
+            if step > 0:
+                times[i].append(time.perf_counter() - start)
+    compiled, eager = (statistics.median(times[i]) * 1e3 for i in (0, 1))
+    diff = max(
+        ((a - b).norm() / b.norm()).item() for a, b in zip(models[0].parameters(), models[1].parameters(), strict=True)
+    )
+    print(
+        f"  step: compiled {compiled:.1f} ms, eager {eager:.1f} ms ({compiled / eager:.2f}x); "
+        f"compile (new shapes) {came_fused.COMPILER.seconds - seconds_before:.1f} s; "
+        f"max relative param difference after {sizes['reps'] + 1} steps {diff:.1e}"
+        + (f"; compile failed: {came_fused.COMPILER.failure}" if came_fused.COMPILER.failure else "")
+    )
+
+
+QLORA_CONFIG = {
+    "task": "llm",
+    "trainer": "sft",
+    "data": {"path": str(ROOT / "tests/assets/data/chat.jsonl"), "column_mapping": {"messages": "messages"}},
+    "peft": {"enabled": True, "r": 8, "alpha": 16, "quantization": "int4", "target_modules": "all-linear"},
+    "training_args": {"max_steps": 5, "batch_size": 4, "lr": 2e-4, "max_length": 128, "logging_steps": 1},
+}
+
+
+def qlora(device: str, sizes: dict) -> None:
+    """Check 4: QLoRA (4-bit base + LoRA) through the CLI on a small random Llama."""
+    print("\n== 4. QLoRA through `autotrain llm`")
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError:
+        print("  bitsandbytes is not installed: skipped (pip install bitsandbytes)")
+        return
+    from transformers import AutoTokenizer
+
+    with tempfile.TemporaryDirectory(prefix="autotrain-qlora-") as name:
+        tmp = Path(name)
+        llama(sizes["hidden"], sizes["layers"], 320, "cpu").save_pretrained(tmp / "base")
+        AutoTokenizer.from_pretrained(ROOT / "tests/assets/tiny-llama").save_pretrained(tmp / "base")
+        config = {**QLORA_CONFIG, "base_model": str(tmp / "base"), "project_name": str(tmp / "run")}
+        (tmp / "qlora.json").write_text(json.dumps(config))
+        start = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-m", "autotrain.cli.main", "llm", "--config", str(tmp / "qlora.json")],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
+        wall = time.perf_counter() - start
+        state = tmp / "run" / "trainer_state.json"
+        losses = (
+            [e["loss"] for e in json.loads(state.read_text())["log_history"] if "loss" in e] if state.exists() else []
+        )
+        verdict = "ok" if done.returncode == 0 and losses else f"FAILED (exit {done.returncode})"
+        print(f"  exit {done.returncode}, {wall:.0f} s, losses {[round(x, 3) for x in losses]}: {verdict}")
+        if done.returncode != 0:
+            print("  " + done.stdout[-2000:].replace("\n", "\n  ") + done.stderr[-2000:].replace("\n", "\n  "))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on the CPU: the code paths only")
+    parser.add_argument("--params", type=float, default=1.0, help="billions of parameters of check 2/3's model")
+    args = parser.parse_args()
+    if not torch.cuda.is_available() and not args.cpu_smoke:
+        print("gpu_checks: no CUDA device here; nothing to check (run it on a GPU machine, or --cpu-smoke)")
+        return 0
+    device = "cpu" if args.cpu_smoke else "cuda"
+    # ~1B: 16 layers of width 2048 (12 * 2048^2 * 16 ~ 0.8B) plus a 32k x 2048 embedding and head.
+    big = {"big_hidden": 2048, "big_layers": int(16 * args.params), "big_vocab": 32000, "reps": 10}
+    small = {"hidden": 256, "layers": 2, "vocab": 1024, "seq": 128, "steps": 30}
+    if args.cpu_smoke:
+        big = {"big_hidden": 256, "big_layers": 2, "big_vocab": 1024, "reps": 2}
+        small = {"hidden": 64, "layers": 2, "vocab": 256, "seq": 32, "steps": 6}
+    start = time.perf_counter()
+    name = torch.cuda.get_device_name() if device == "cuda" else "cpu (smoke)"
+    print(f"device {name}, torch {torch.__version__}")
+    for check in (precision_runs, eight_bit_against_bnb, compiled_against_eager, qlora):
+        try:
+            check(device, {**small, **big})
+        except Exception:
+            print(f"  {check.__name__} FAILED:\n" + traceback.format_exc())
+        print(f"  [{time.perf_counter() - start:.0f} s elapsed]", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

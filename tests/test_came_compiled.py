@@ -1,0 +1,171 @@
+"""CAME's compiled step (torch.compile of the fused passes): the eager step's results, compiled once per
+shape, and an eager fallback that says so once when compiling fails."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch._dynamo.utils import counters
+
+from autotrain.optimizers import CAME, CAME8Bit, came_fused
+from autotrain.optimizers.table import OPTIMIZERS
+
+SMALL_8BIT = dict(block_size=256, min_8bit_size=1024)
+# Blocks of 256 tile the 64x80 matrix exactly; the 50x70 one cuts its rows mid-way and pads its last
+# block; the 4-D kernel is factored per (3, 3) slice and small enough to keep an fp32 m.
+SHAPES = [(64, 80), (50, 70), (4, 3, 3, 3), (64,)]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _params(dtype: torch.dtype = torch.float32) -> list[nn.Parameter]:
+    gen = torch.Generator().manual_seed(0)
+    return [nn.Parameter(torch.randn(s, generator=gen).to(dtype)) for s in SHAPES]
+
+
+def _set_grads(params: list[torch.Tensor], step: int) -> None:
+    gen = torch.Generator().manual_seed(1000 + step)
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=gen).to(p.dtype)
+
+
+def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+def test_compiled_came_matches_eager_after_100_steps():
+    compiled, eager = _params(), _params()
+    opts = CAME(compiled, lr=1e-2, weight_decay=0.1, compile=True), CAME(eager, lr=1e-2, weight_decay=0.1)
+    for step in range(100):
+        for params, opt in zip((compiled, eager), opts, strict=True):
+            _set_grads(params, step)
+            opt.step()
+    assert max(_relative(p, q) for p, q in zip(compiled, eager, strict=True)) <= 1e-6
+    assert _relative(compiled[0], _params()[0]) > 0.1  # it did train
+    torch.testing.assert_close(opts[0].state[compiled[0]]["RMS"], opts[1].state[eager[0]]["RMS"], rtol=1e-5, atol=0)
+
+
+def _8bit_state(opt: torch.optim.Optimizer, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return opt.state[p]["exp_avg_codes"], opt.state[p]["exp_avg_absmax"]
+
+
+def test_compiled_came_8bit_matches_eager():
+    """Step for step the same math: the same codes and block scales, and params within 1e-6 after 100
+    steps. The sums run in another order, so a code that sits on a rounding boundary can flip (about
+    once in 10^5 elements per step); the eager codes are copied over after each step, so that such a
+    flip, once counted, does not compound."""
+    compiled, eager = _params(), _params()
+    kwargs = dict(lr=1e-2, weight_decay=0.1, **SMALL_8BIT)
+    opts = CAME8Bit(compiled, compile=True, **kwargs), CAME8Bit(eager, compile=False, **kwargs)
+    flips = 0
+    for step in range(100):
+        for params, opt in zip((compiled, eager), opts, strict=True):
+            _set_grads(params, step)
+            opt.step()
+        for p, q in zip(compiled[:2], eager[:2], strict=True):
+            (codes, absmax), (eager_codes, eager_absmax) = _8bit_state(opts[0], p), _8bit_state(opts[1], q)
+            assert (codes.int() - eager_codes.int()).abs().max() <= 1
+            flips += int((codes != eager_codes).sum())
+            torch.testing.assert_close(absmax, eager_absmax, rtol=1e-5, atol=0)
+            codes.copy_(eager_codes)
+            absmax.copy_(eager_absmax)
+    assert flips <= 10  # of 100 steps x 8,620 codes
+    assert max(_relative(p, q) for p, q in zip(compiled, eager, strict=True)) <= 1e-6
+
+
+def test_compiled_came_8bit_stays_within_its_quantization_noise():
+    """Without copying codes over, the compiled and eager runs differ by far less than the 8-bit first
+    moment itself changes the run (against fp32 CAME)."""
+    compiled, eager, fp32 = _params(), _params(), _params()
+    kwargs = dict(lr=1e-3, weight_decay=0.1, **SMALL_8BIT)
+    opts = CAME8Bit(compiled, compile=True, **kwargs), CAME8Bit(eager, **kwargs), CAME(fp32, lr=1e-3, weight_decay=0.1)
+    for step in range(100):
+        for params, opt in zip((compiled, eager, fp32), opts, strict=True):
+            _set_grads(params, step)
+            opt.step()
+    assert _relative(compiled[0], eager[0]) <= 0.1 * _relative(eager[0], fp32[0])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_compiled_step_on_half_precision_params(dtype):
+    compiled, eager = _params(dtype), _params(dtype)
+    opts = CAME8Bit(compiled, lr=1e-2, compile=True, **SMALL_8BIT), CAME8Bit(eager, lr=1e-2, **SMALL_8BIT)
+    for step in range(5):
+        for params, opt in zip((compiled, eager), opts, strict=True):
+            _set_grads(params, step)
+            opt.step()
+    for p, q in zip(compiled, eager, strict=True):
+        assert p.dtype == dtype
+        torch.testing.assert_close(p, q, rtol=1e-2, atol=1e-2)
+    assert opts[0].state[compiled[0]]["exp_avg_codes"].dtype == torch.int8
+
+
+def test_a_second_step_does_not_recompile():
+    params = _params()
+    opt = CAME8Bit(params, lr=1e-2, compile=True, **SMALL_8BIT)
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.9**step)
+    _set_grads(params, 0)
+    opt.step()  # compiles each pass once per shape (or finds it compiled earlier in this process)
+    compiler = came_fused.COMPILER
+    graphs, shapes, seconds = counters["stats"]["unique_graphs"], compiler.shapes, compiler.seconds
+    for step in range(1, 4):  # a new learning rate each step: a tensor in the compiled code, no recompile
+        schedule.step()
+        _set_grads(params, step)
+        opt.step()
+    assert counters["stats"]["unique_graphs"] == graphs
+    assert (compiler.shapes, compiler.seconds) == (shapes, seconds)
+    assert compiler.shapes >= 6 and compiler.failure is None  # 3 passes x 2+ shapes
+
+
+def test_auto_compiles_large_matrices_only():
+    big, small, bias = (nn.Parameter(torch.empty(s)) for s in ((1024, 1024), (512, 512), (1 << 21,)))
+    auto, off, on = (CAME8Bit([big, small, bias], lr=1e-3, compile=c) for c in (None, False, True))
+    assert [auto._compiles(p) for p in (big, small, bias)] == [True, False, False]
+    assert not any(off._compiles(p) for p in (big, small, bias))
+    assert [on._compiles(p) for p in (big, small, bias)] == [True, True, False]  # 1-D params stay eager
+    with pytest.raises(ValueError, match="Invalid compile"):
+        CAME([big], lr=1e-3, compile="yes")
+
+
+def test_failed_compilation_falls_back_to_eager_with_one_notice(monkeypatch, capsys):
+    def broken_compile(fn, **kwargs):
+        def fail(*args, **kw):
+            raise RuntimeError("no C++ compiler found\nmore details")
+
+        return fail
+
+    monkeypatch.setattr(came_fused, "COMPILER", came_fused.StepCompiler())
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    runs = [_params() for _ in range(3)]
+    opts = [CAME8Bit(runs[0], lr=1e-2, compile=True, **SMALL_8BIT), CAME(runs[1], lr=1e-2, compile=True)]
+    eager_opt = CAME8Bit(runs[2], lr=1e-2, **SMALL_8BIT)
+    for step in range(3):
+        for params, opt in zip(runs, [*opts, eager_opt], strict=True):
+            _set_grads(params, step)
+            opt.step()
+    notices = [line for line in capsys.readouterr().err.splitlines() if "compiled step is unavailable" in line]
+    assert notices == [
+        "autotrain: CAME's compiled step is unavailable (RuntimeError: no C++ compiler found); "
+        "using the eager step (same results, slower)"
+    ]
+    assert not opts[0]._compiles(runs[0][0])
+    assert max(_relative(p, q) for p, q in zip(runs[0], runs[2], strict=True)) <= 1e-6
+
+
+def test_compile_is_a_typed_optimizer_argument():
+    from pydantic import ValidationError
+
+    for name in ("came", "came_8bit"):
+        assert OPTIMIZERS[name].args.model_validate({}).compile is None
+        assert OPTIMIZERS[name].args.model_validate({"compile": False}).compile is False
+        with pytest.raises(ValidationError):
+            OPTIMIZERS[name].args.model_validate({"compile": "fast"})
+    combined = OPTIMIZERS["came_8bit+fused_adam"].args.model_validate({"came": {"compile": True}})
+    assert combined.came.compile is True
