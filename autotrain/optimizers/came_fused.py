@@ -162,9 +162,8 @@ def apply_step(
     ``factors`` are (r, c, R, C); ``decay`` = -lr*wd (None without weight decay, as the eager step skips
     it) and ``neg_lr`` = -lr are 0-d tensors, so that a schedule's new lr needs no recompilation.
     ``moment`` is ``(exp_avg,)`` (already updated), or ``(codes, decode scales, encode scales
-    127^2 / new absmax, starts)`` per run: ``m`` is recomputed
-    from the grad and the old codes, exactly as in pass 2, and encoded into the codes with the
-    operations of came_8bit.quantize_blockwise_.
+    127^2 / new absmax, starts)`` per run: ``m`` is recomputed from the grad and the old codes, exactly
+    as in pass 2, and encoded into the codes with the operations of came_8bit.quantize_blockwise_.
     """
     rf, cf, res_rf, res_cf = factors
     if len(moment) == 1:
