@@ -1,7 +1,8 @@
 """SFT tokens/s on chat data of widely varying length: `autotrain llm` (length-grouped batches, its default)
 against a bare TRL `SFTTrainer` script on the same model, data and hyper-parameters, in the same run.
 
-    python benchmarks/sft_throughput.py [--reps 3] [--rows 1024] [--epochs 3] [--smollm2] [--threads 1]
+    python benchmarks/sft_throughput.py [--reps 3] [--rows 1024] [--epochs 3] [--threads 1]
+    python benchmarks/sft_throughput.py --rows 0 --smollm2 --reps 1 --threads 2
 
 The data: chat samples whose tokenized length is spread log-uniformly from ~16 to 512 tokens (most short,
 a few long, as in real chat sets), written once; a held-out tenth of them is never trained on. Both sides
@@ -41,7 +42,8 @@ from _common import AUTOTRAIN, ROOT, print_table, run_timed
 TINY_MODEL = ROOT / "tests" / "assets" / "tiny-llama"
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 ENV.pop("AUTOTRAIN_DEBUG", None)
-BATCH, LR, MAX_LENGTH, SEED = 8, 1e-3, 512, 42
+BATCH, MAX_LENGTH, SEED = 8, 512, 42
+LR = [1e-3]  # --smollm2-lr for the pretrained model
 WORDS = [
     *("the", "a", "sea", "sky", "grass", "river", "stone", "light", "model", "data", "token", "batch", "answer"),
     *("question", "green", "blue", "grey", "small", "large", "quick", "slow", "bright", "dark", "learns", "reads"),
@@ -122,7 +124,7 @@ def shared_settings() -> dict:
     autotrain = {
         "epochs": EPOCHS[0],
         "batch_size": BATCH,
-        "lr": LR,
+        "lr": LR[0],
         "max_length": MAX_LENGTH,
         "seed": SEED,
         "warmup_ratio": 0.0,
@@ -137,7 +139,7 @@ def shared_settings() -> dict:
     trl = {
         "num_train_epochs": EPOCHS[0],
         "per_device_train_batch_size": BATCH,
-        "learning_rate": LR,
+        "learning_rate": LR[0],
         "max_length": MAX_LENGTH,
         "seed": SEED,
         "data_seed": SEED,
@@ -205,9 +207,9 @@ class Runs:
         return result
 
 
-def interleave(reps: int, runs: Runs) -> dict[str, list[dict]]:
+def interleave(reps: int, runs: Runs, warmup: bool = True) -> dict[str, list[dict]]:
     candidates = {"autotrain": runs.autotrain, "trl": runs.trl}
-    for run in candidates.values():  # warm-up: page cache, compiled kernels
+    for run in candidates.values() if warmup else ():  # warm-up: page cache, compiled kernels
         run()
     results: dict[str, list[dict]] = {name: [] for name in candidates}
     for rep in range(reps):
@@ -241,12 +243,12 @@ def smollm2() -> Path:
     return cache
 
 
-def measure(label: str, model: Path, rows: int, reps: int, rows_out: list) -> list[str]:
+def measure(label: str, model: Path, rows: int, reps: int, rows_out: list, warmup: bool = True) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="autotrain-sft-") as name:
         tmp = Path(name)
         train, valid, tokens = write_data(tmp, rows, model)
         print(f"[{label}] {rows} chat samples, {tokens} training tokens; {reps} reps each", file=sys.stderr)
-        results = interleave(reps, Runs(tmp, model, train, valid))
+        results = interleave(reps, Runs(tmp, model, train, valid), warmup)
     speed = {k: [tokens * EPOCHS[0] / r["runtime"] for r in v] for k, v in results.items()}
     loss = {k: statistics.median(r["loss"] for r in v) for k, v in results.items()}
     paired = statistics.median(a / b for a, b in zip(speed["autotrain"], speed["trl"], strict=True))
@@ -261,10 +263,12 @@ def measure(label: str, model: Path, rows: int, reps: int, rows_out: list) -> li
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--rows", type=int, default=1024, help="chat samples (a tenth held out)")
+    parser.add_argument("--rows", type=int, default=1024, help="chat samples (a tenth held out); 0: skip")
     parser.add_argument("--epochs", type=float, default=3.0)
     parser.add_argument("--smollm2", action="store_true", help="also on SmolLM2-135M-Instruct")
-    parser.add_argument("--smollm2-rows", type=int, default=160)
+    parser.add_argument("--smollm2-rows", type=int, default=96)
+    parser.add_argument("--smollm2-epochs", type=float, default=1.0)
+    parser.add_argument("--smollm2-lr", type=float, default=2e-5, help="a pretrained model: a fine-tuning lr")
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of every run; 0 = torch's")
     args = parser.parse_args()
     if args.threads:
@@ -272,9 +276,10 @@ def main() -> int:
     EPOCHS[0] = args.epochs
     load_before = os.getloadavg()
     rows: list[list[str]] = []
-    missed = measure("tiny Llama", TINY_MODEL, args.rows, args.reps, rows)
-    if args.smollm2:
-        missed += measure("SmolLM2-135M", smollm2(), args.smollm2_rows, args.reps, rows)
+    missed = measure("tiny Llama", TINY_MODEL, args.rows, args.reps, rows) if args.rows else []
+    if args.smollm2:  # minutes per run on a small CPU: no warm-up run, one epoch by default
+        EPOCHS[0], LR[0] = args.smollm2_epochs, args.smollm2_lr
+        missed += measure("SmolLM2-135M", smollm2(), args.smollm2_rows, args.reps, rows, warmup=False)
     print_table(rows, ["figure", "autotrain", "TRL script", "ratio", "target"])
     print(
         f"(medians of {args.reps} interleaved runs after a warm-up; ratio: median of adjacent runs' ratios; "

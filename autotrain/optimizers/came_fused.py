@@ -152,18 +152,18 @@ def apply_step(
     grad: Tensor,
     factors: tuple[Tensor, Tensor, Tensor, Tensor],
     moment: tuple[Tensor, ...],
-    decay: Tensor,
+    decay: Tensor | None,
     neg_lr: Tensor,
     *,
     beta1: float,
 ) -> None:
     """Pass 3: ``p <- p - lr*wd*p - lr * (m * R) * C``.
 
-    ``factors`` are (r, c, R, C); ``decay`` = -lr*wd and ``neg_lr`` = -lr are 0-d tensors, so that a
-    schedule's new lr needs no recompilation. ``moment`` is ``(exp_avg,)`` (already updated), or
-    ``(codes, decode scales, encode scales 127^2 / new absmax, starts)`` per run: ``m`` is recomputed
-    from the grad and the old codes, exactly as in pass 2, and encoded into the codes with the
-    operations of came_8bit.quantize_blockwise_.
+    ``factors`` are (r, c, R, C); ``decay`` = -lr*wd (None without weight decay, as the eager step skips
+    it) and ``neg_lr`` = -lr are 0-d tensors, so that a schedule's new lr needs no recompilation.
+    ``moment`` is ``(exp_avg,)`` (already updated), or ``(codes, decode scales, encode scales
+    127^2 / new absmax, starts)`` per run: ``m`` is recomputed from the grad and the old codes, exactly
+    as in pass 2, and encoded into the codes with the operations of came_8bit.quantize_blockwise_.
     """
     rf, cf, res_rf, res_cf = factors
     if len(moment) == 1:
@@ -174,7 +174,8 @@ def apply_step(
         scaled = (m.abs() * _by_run(encode_scale, starts, m.shape)).sqrt().add(0.5)
         codes.copy_(scaled.clamp(max=_LEVELS).copysign(m).to(torch.int8))
     target = param.float()
-    target = target + target * decay
+    if decay is not None:
+        target = target + target * decay
     target = target + neg_lr * (m * res_rf) * res_cf
     param.copy_(target)
 
@@ -367,5 +368,6 @@ def fused_came_update_(
     lr, wd = group["lr"], group["weight_decay"]
     # Filled on the device (no host-to-device copy, no synchronisation); rounded to fp32 as eager alphas are.
     decay, neg_lr = (torch.full((), v, dtype=torch.float32, device=param.device) for v in (-wd * lr, -lr))
+    decay = decay if wd != 0 else None
     run(apply_step, p3, g3, (rf, cf, res_rf, res_cf), last, decay, neg_lr, beta1=beta1)
     return param_sq.div(prod(shards.shape)).sqrt()
