@@ -282,7 +282,8 @@ def main() -> int:
         missed += measure("SmolLM2-135M", smollm2(), args.smollm2_rows, args.reps, rows, warmup=False)
     print_table(rows, ["figure", "autotrain", "TRL script", "ratio", "target"])
     print(
-        f"(medians of {args.reps} interleaved runs after a warm-up; ratio: median of adjacent runs' ratios; "
+        f"(medians of {args.reps} interleaved runs, after a warm-up run each except for SmolLM2; ratio: median of "
+        "adjacent runs' ratios; "
         f"threads {args.threads or 'torch default'}; load average before {load_before}, after {os.getloadavg()})"
     )
     if missed:
