@@ -16,6 +16,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 REPO_ROOT = Path(__file__).resolve().parent.parent
+STEPS = 240  # long enough that the chart updates several times before the end, even on a fast machine
 FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1400,1050",
@@ -89,9 +90,10 @@ def test_edit_start_and_watch_the_quick_start(browser, app_server, tmp_path):
 
     type_into(browser, "training_args.lr", "0.005")
     type_into(browser, "project_name", str(runs / "browser"))
-    type_into(browser, "training_args.max_steps", "80")
+    type_into(browser, "training_args.max_steps", str(STEPS))
     type_into(browser, "training_args.logging_steps", "1")
-    wait(browser, lambda b: "logging_steps: 1\n" in yaml_text(b) and "max_steps: 80" in yaml_text(b), what="edits")
+    edited = ("logging_steps: 1\n", f"max_steps: {STEPS}")
+    wait(browser, lambda b: all(text in yaml_text(b) for text in edited), what="edits")
     wait(browser, lambda b: "valid config" in b.find_element(By.ID, "status").text, what="fixed config valid")
     assert "# Quick start" in yaml_text(browser)  # the template's comments survive form edits
 
@@ -103,11 +105,12 @@ def test_edit_start_and_watch_the_quick_start(browser, app_server, tmp_path):
     wait(browser, lambda b: badge.text != "running", timeout=300, what="run finished")
     assert badge.text == "completed", browser.find_element(By.ID, "run-log").text
     wait(browser, lambda b: b.execute_script("const i = document.querySelector('#plots img'); return i && i.complete"))
-    assert int(chart.get_attribute("data-last-step")) == 80
+    assert int(chart.get_attribute("data-last-step")) == STEPS
 
     shown = browser.execute_script("return window.autotrainChartLog")
     lag = chart_lag(runs / "browser" / "logs" / "metrics.jsonl", shown)
-    assert len([s for s in shown if s["step"] < 80]) >= 3  # the chart moved while the run trained
+    # The chart moved while the run trained (it polls every 0.5 s; a fast machine trains ~50 steps/s here).
+    assert len([s for s in shown if s["step"] < STEPS]) >= 2, shown
     screenshot(browser, tmp_path)
     print(
         f"\napp start-up to first HTTP 200: {startup:.2f} s"

@@ -69,7 +69,7 @@ class ProjectFolder:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.read(fd, 64).decode("ascii", "replace").strip() or "unknown"
+            holder = _holder_pid(fd)
             os.close(fd)
             raise UserInputError(
                 f"project folder `{self.folder}` is in use by another run (pid {holder}); wait for it to end "
@@ -141,3 +141,16 @@ class ProjectFolder:
                     self.folder.rmdir()  # only if nothing else is left
         finally:
             self.release()
+
+
+def _holder_pid(fd: int, wait: float = 2.0) -> str:
+    """The pid the holder wrote into the lock file. It writes it just after taking the lock, so a run that
+    lost the race by microseconds may find the file still empty: look again for a moment before giving up."""
+    import time
+
+    deadline = time.monotonic() + wait
+    while True:
+        text = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+        if text or time.monotonic() >= deadline:
+            return text or "unknown"
+        time.sleep(0.02)
