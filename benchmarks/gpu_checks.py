@@ -149,6 +149,9 @@ def eight_bit_against_bnb(device: str, sizes: dict) -> None:
     print(f"\n== 2. optimizer step on a {count / 1e9:.2f}B-parameter Llama (random gradients)")
     candidates = {
         "came_8bit (compiled)": lambda ps: CAME8Bit(ps, lr=1e-4, compile=True),
+        "came_8bit (eager)": lambda ps: CAME8Bit(ps, lr=1e-4, compile=False),
+        "came fp32 (compiled)": lambda ps: CAME(ps, lr=1e-4, compile=True),
+        "adamw foreach (fp32 state)": lambda ps: torch.optim.AdamW(ps, lr=1e-4, foreach=True),
         "adamw fused (fp32 state)": lambda ps: torch.optim.AdamW(ps, lr=1e-4, fused=True),
     }
     try:
@@ -171,12 +174,41 @@ def eight_bit_against_bnb(device: str, sizes: dict) -> None:
             f"first step {row['first_s']:.1f} s"
         )
     by_name = {r["name"]: r for r in rows}
-    if "bnb AdamW8bit" in by_name and "came_8bit (compiled)" in by_name:
-        ours, bnb = by_name["came_8bit (compiled)"], by_name["bnb AdamW8bit"]
-        print(
-            f"  CAME8Bit / bnb AdamW8bit: step {ours['ms'] / bnb['ms']:.2f}x, state {ours['state'] / bnb['state']:.2f}x"
-        )
+    ours = by_name.get("came_8bit (compiled)")
+    for other in ("bnb AdamW8bit", "came fp32 (compiled)", "adamw foreach (fp32 state)", "adamw fused (fp32 state)"):
+        if ours and other in by_name:
+            theirs = by_name[other]
+            print(
+                f"  CAME8Bit compiled / {other}: step {ours['ms'] / theirs['ms']:.2f}x, "
+                f"state {ours['state'] / max(theirs['state'], 1):.2f}x"
+            )
+    if ours:
+        _launch_bound(CAME8Bit(params, lr=1e-4, compile=True), device)
     del model, params
+
+
+def _launch_bound(opt, device: str) -> None:
+    """One profiled step: GPU kernel time against the step's wall time (a step far longer than its
+    kernels is bound by the host launching them), and the number of kernels."""
+    if device != "cuda":
+        return
+    from torch.profiler import ProfilerActivity, profile
+
+    opt.step()
+    sync(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        opt.step()
+        sync(device)
+        wall = time.perf_counter() - start
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    busy = sum(e.device_time for e in kernels) / 1e3
+    print(
+        f"  profiled CAME8Bit compiled step: wall {wall * 1e3:.1f} ms (with profiler), kernels {len(kernels)}, "
+        f"GPU busy {busy:.1f} ms"
+    )
+    table = prof.key_averages().table(sort_by="device_time_total", row_limit=8)
+    print("  " + table.replace("\n", "\n  "))
 
 
 def compiled_against_eager(device: str, sizes: dict) -> None:
@@ -255,6 +287,7 @@ def qlora(device: str, sizes: dict) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on the CPU: the code paths only")
+    parser.add_argument("--checks", default="1,2,3,4", help="which checks to run, e.g. 2,3")
     parser.add_argument("--params", type=float, default=1.0, help="billions of parameters of check 2/3's model")
     args = parser.parse_args()
     if not torch.cuda.is_available() and not args.cpu_smoke:
@@ -270,7 +303,8 @@ def main() -> int:
     start = time.perf_counter()
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu (smoke)"
     print(f"device {name}, torch {torch.__version__}")
-    for check in (precision_runs, eight_bit_against_bnb, compiled_against_eager, qlora):
+    checks = (precision_runs, eight_bit_against_bnb, compiled_against_eager, qlora)
+    for check in [checks[int(n) - 1] for n in args.checks.split(",")]:
         try:
             check(device, {**small, **big})
         except Exception:

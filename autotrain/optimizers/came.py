@@ -174,9 +174,12 @@ class CAME(Optimizer):
     Compiled step: a matrix's step can run as three fused passes over it (``came_fused``) instead of
     the eager step's dozen, with no full-size temporaries, each pass compiled by ``torch.compile``
     once per shape and dtype (C++ on CPU, Triton on CUDA). The all-reduces of a sharded param stay
-    outside the compiled code. ``compile=None`` (auto) compiles matrices of at least 2**20 elements,
-    where the time saved soon outweighs a few seconds of compilation per shape; ``True`` compiles
-    every matrix, ``False`` none; 1-D params always take the eager step. If compiling fails, one
+    outside the compiled code. ``compile=None`` (auto) compiles matrices of at least 2**20 elements
+    on the CPU, where the time saved soon outweighs a few seconds of compilation per shape, and none
+    on a GPU: there a model's step is bound by the host launching kernels, and the three compiled
+    passes plus the small math between them launch more than the eager step does (on an H200, a
+    0.83B-parameter Llama: 251 ms compiled against 158 ms eager). ``True`` compiles every matrix,
+    ``False`` none; 1-D params always take the eager step. If compiling fails, one
     line on stderr says so and the eager step runs. The two paths agree up to rounding (an 8-bit
     code on a rounding boundary may round the other way).
 
@@ -187,7 +190,7 @@ class CAME(Optimizer):
         clip_threshold: RMS threshold of the update.
         betas: (beta1, beta2, beta3) for the update, squared gradient and instability EMAs.
         weight_decay: decoupled weight decay.
-        compile: compile the step of matrices (None: those of at least 2**20 elements).
+        compile: compile the step of matrices (None: those of at least 2**20 elements, on the CPU).
     """
 
     def __init__(
@@ -269,7 +272,9 @@ class CAME(Optimizer):
         """Whether ``p`` (global shape) takes the compiled step; the same answer on every rank."""
         if p.ndim < 2 or self.compile is False or came_fused.COMPILER.failure is not None:
             return False
-        return bool(self.compile) or p.numel() >= came_fused.AUTO_COMPILE_MIN_NUMEL
+        if self.compile:
+            return True
+        return p.device.type == "cpu" and p.numel() >= came_fused.AUTO_COMPILE_MIN_NUMEL
 
     def _fused_update(
         self, p: Tensor, grad: Tensor, moment: tuple[Tensor, ...], state: dict[str, Any], group: dict[str, Any]
