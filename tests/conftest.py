@@ -10,6 +10,21 @@ import pytest
 # refuse every dry run of the shipped templates. Tests of that check clear the variable themselves.
 os.environ["AUTOTRAIN_SKIP_HUB_CHECK"] = "1"
 
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `no_cuda` check what a machine without a GPU answers (fp16 or 4-bit refused, ...):
+    where a CUDA GPU is visible that answer is rightly different, so they are skipped there."""
+    marked = [item for item in items if item.get_closest_marker("no_cuda")]
+    if not marked:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        skip = pytest.mark.skip(reason="checks the answer of a machine without CUDA; a GPU is visible")
+        for item in marked:
+            item.add_marker(skip)
+
+
 # --- CLI and config tests (test_cli.py, test_config.py) -------------------------------------------------
 
 

@@ -109,6 +109,7 @@ def test_an_unset_token_in_a_native_config_when_nothing_is_pushed(cli, tmp_path)
     assert cli("validate", config, env=NO_HUB_ENV).exit_code == 2
 
 
+@pytest.mark.no_cuda
 def test_a_paged_8bit_optimizer_is_refused_on_this_cpu_with_what_to_do(cli):
     """The 70B SFT example asks for `paged_adamw_8bit` (bitsandbytes, CUDA): the dry run names both and the
     optimizer that runs here."""

@@ -75,6 +75,7 @@ def cpu_sets(template: str) -> list[str]:
     return [arg for item in sets.get(template, []) for arg in ("--set", item)]
 
 
+@pytest.mark.no_cuda
 def test_dry_run_reports_every_problem_of_a_gpu_config_on_this_machine(cli, advanced):
     """The AutoTrain Advanced ORPO example asks for tensorboard, fp16 and int4: all three, at once, exit 2."""
     result = cli("llm", "--dry-run", "--config", advanced, env=HUB_ENV)

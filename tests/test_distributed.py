@@ -266,7 +266,7 @@ def test_bundled_optimizers_are_accepted(tmp_path, cli, strategy, optimizer):
     assert result.exit_code == 0, result.output
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without GPUs")
+@pytest.mark.no_cuda
 @pytest.mark.parametrize("strategy", ["fsdp", "deepspeed"])
 def test_sharding_without_gpus_is_refused_before_launch(tmp_path, cli, strategy):
     # accelerate would quietly run FSDP on CPU processes as plain data parallel copies

@@ -344,11 +344,8 @@ def test_existing_output_is_refused_unless_forced(text_run, text_validation, tmp
     assert not list(tmp_path.glob("*.partial"))
 
 
+@pytest.mark.no_cuda
 def test_gpu_only_run_on_a_cpu_machine(llm_run, tmp_path):
-    import torch
-
-    if torch.cuda.is_available():
-        pytest.skip("a CUDA GPU is visible")
     run = tmp_path / "int4"
     shutil.copytree(llm_run, run, ignore=shutil.ignore_patterns("checkpoint-*"))
     config = yaml.safe_load((run / "autotrain.yaml").read_text())

@@ -182,6 +182,7 @@ def test_bf16_on_cpu(tmp_path):
     assert_weights_changed(run)
 
 
+@pytest.mark.no_cuda
 def test_fp16_on_cpu_is_a_clear_error(tmp_path):
     result = CliRunner().invoke(
         app, ["llm", "--config", str(write_config(tmp_path, training_args={"mixed_precision": "fp16"}))]
@@ -189,6 +190,7 @@ def test_fp16_on_cpu_is_a_clear_error(tmp_path):
     assert result.exit_code == 2 and "fp16 needs a CUDA GPU" in result.output
 
 
+@pytest.mark.no_cuda
 def test_quantization_without_cuda_exits_2(tmp_path):
     path = write_config(tmp_path, peft={"enabled": True, "quantization": "int4"})
     result = CliRunner().invoke(app, ["llm", "--config", str(path)])
