@@ -17,8 +17,6 @@ ADVANCED = REPO / "tests" / "advanced_configs"
 ASSETS = REPO / "tests" / "assets"
 DATA = ASSETS / "data"
 CONFIGS = sorted(ADVANCED.glob("*/*.yml"))
-# AutoTrain Advanced trainers autotrain does not have: refused by name, with the trainers it does have.
-UNSUPPORTED = {"llm_finetuning/llama3-8b-grpo-gsm8k.yml": "GRPO training is not supported"}
 HUB_ENV = {"HF_USERNAME": "me", "HF_TOKEN": "hf_example"}
 NO_HUB_ENV = {"HF_USERNAME": None, "HF_TOKEN": None}
 
@@ -35,15 +33,11 @@ def test_every_example_of_the_three_tasks_is_here():
 @pytest.mark.parametrize("path", CONFIGS, ids=name)
 def test_validates(cli, path):
     result = cli("validate", path, env=HUB_ENV)
-    if name(path) in UNSUPPORTED:
-        assert result.exit_code == 2
-        assert UNSUPPORTED[name(path)] in result.stderr and "sft, orpo, dpo, reward and clm" in result.stderr
-        return
     assert result.exit_code == 0, result.output
     assert "ok:" in result.stdout and "(AutoTrain Advanced format)" in result.stdout
 
 
-@pytest.mark.parametrize("path", [p for p in CONFIGS if name(p) not in UNSUPPORTED], ids=name)
+@pytest.mark.parametrize("path", CONFIGS, ids=name)
 def test_migrates_to_a_native_config_that_validates(cli, path, tmp_path):
     out = tmp_path / "native.yml"
     result = cli("migrate", path, "-o", out, env=HUB_ENV)
@@ -73,7 +67,7 @@ def test_native_configs_stay_strict_about_trainer_settings(cli, tmp_path):
     config.write_text(text.replace("training_args:\n", "training_args:\n  max_prompt_length: 16\n", 1))
     result = cli("validate", config)
     assert result.exit_code == 2
-    assert "`training_args.max_prompt_length` applies to orpo/dpo/reward, not `trainer: clm`" in result.stderr
+    assert "`training_args.max_prompt_length` applies to orpo/dpo/reward/grpo, not `trainer: clm`" in result.stderr
 
 
 def test_task_aliases_of_autotrain_advanced(cli):
@@ -151,12 +145,28 @@ def split_folder(folder: Path) -> Path:
     return data
 
 
+def math_folder(folder: Path) -> Path:
+    """math.jsonl (question / answer, GSM8K style) as a folder with the train and test splits gsm8k has."""
+    data = folder / "gsm8k"
+    data.mkdir()
+    rows = (DATA / "math.jsonl").read_text().splitlines(keepends=True)
+    (data / "train.jsonl").write_text("".join(rows[:32]))
+    (data / "test.jsonl").write_text("".join(rows[32:]))
+    return data
+
+
 PROMPT = ("training_args.max_prompt_length=32",)  # below max_length=64
 TRAINED = {  # config: (tiny model, data, extra --set)
     "llm_finetuning/gpt2_sft.yml": ("tiny-llama", lambda tmp: DATA / "text.jsonl", ()),
     "llm_finetuning/llama32-1b-sft.yml": ("tiny-llama", lambda tmp: DATA / "chat.jsonl", ()),
     "llm_finetuning/llama3-8b-orpo.yml": ("tiny-llama", preference_data, PROMPT),
     "llm_finetuning/llama3-8b-dpo-qlora.yml": ("tiny-llama", preference_data, PROMPT),
+    # question / answer columns, GSM8K style; short completions keep sampling quick on the CPU
+    "llm_finetuning/llama3-8b-grpo-gsm8k.yml": (
+        "tiny-llama",
+        math_folder,
+        (*PROMPT, "training_args.max_completion_length=8"),
+    ),
     "text_classification/local_dataset.yml": ("tiny-bert", split_folder, ()),
     "image_classification/local.yml": ("tiny-vit", lambda tmp: DATA / "colors", ()),
 }

@@ -24,7 +24,7 @@ def _check_task(task: str) -> None:
 
 def init(
     task: str = typer.Argument(..., help="llm | text-classification | image-classification", show_default=False),
-    trainer: str = typer.Option(None, "--trainer", "-t", help="llm only: sft | orpo | dpo | reward | clm."),
+    trainer: str = typer.Option(None, "--trainer", "-t", help="llm only: sft | orpo | dpo | reward | grpo | clm."),
     output: Path = typer.Option(None, "--output", "-o", help="Where to write it (default: ./TASK[-TRAINER].yml)."),
     force: bool = typer.Option(False, "--force", help="Overwrite OUTPUT if it exists."),
 ) -> None:
@@ -33,7 +33,7 @@ def init(
     if task == "llm":
         trainer = trainer or "sft"
         if ("llm", trainer) not in TEMPLATES:
-            raise fail(f"unknown trainer `{trainer}`; choose one of: sft, orpo, dpo, reward, clm")
+            raise fail(f"unknown trainer `{trainer}`; choose one of: sft, orpo, dpo, reward, grpo, clm")
     elif trainer is not None:
         raise fail(f"--trainer applies to `llm` only, not `{task}`")
     key = (task, trainer if task == "llm" else None)

@@ -64,7 +64,7 @@ def make_command(task: str):
         run_training(config, set_, dry_run, resume, overwrite, expected_task=task)
 
     command.__doc__ = {
-        "llm": "Fine-tune a causal language model (sft, orpo, dpo, reward or clm trainer).",
+        "llm": "Fine-tune a causal language model (sft, orpo, dpo, reward, grpo or clm trainer).",
         "text-classification": "Train a text classifier (AutoModelForSequenceClassification).",
         "image-classification": "Train an image classifier (AutoModelForImageClassification).",
     }[task]

@@ -24,6 +24,7 @@ ADVANCED_TASKS = {
     "llm-orpo": ("llm", "orpo"),
     "llm-dpo": ("llm", "dpo"),
     "llm-reward": ("llm", "reward"),
+    "llm-grpo": ("llm", "grpo"),
     "llm-generic": ("llm", "clm"),
     "text_classification": ("text-classification", None),
     "text-classification": ("text-classification", None),
@@ -34,8 +35,6 @@ ADVANCED_TASKS = {
     "image_binary_classification": ("image-classification", None),
     "image_multi_class_classification": ("image-classification", None),
 }
-# AutoTrain Advanced trainers with no counterpart here: refused with this name, not as an unknown task.
-UNSUPPORTED_TRAINERS = {"llm-grpo": "GRPO", "grpo": "GRPO"}
 ADVANCED_TRAINERS = {
     "default": "clm",
     "generic": "clm",
@@ -43,10 +42,16 @@ ADVANCED_TRAINERS = {
     "orpo": "orpo",
     "dpo": "dpo",
     "reward": "reward",
+    "grpo": "grpo",
 }
 
 # AutoTrain Advanced column names -> native column names, per task family.
-LLM_COLUMNS = {"text_column": "text", "prompt_text_column": "prompt", "rejected_text_column": "rejected"}
+LLM_COLUMNS = {
+    "text_column": "text",
+    "prompt_text_column": "prompt",
+    "rejected_text_column": "rejected",
+    "answer_column": "answer",  # grpo: the reference answer its rewards compare with
+}
 CLASSIFICATION_COLUMNS = {"text_column": "text", "image_column": "image", "target_column": "target"}
 
 # `params:` keys -> native paths. None = accepted and dropped (no native equivalent is needed).
@@ -70,6 +75,10 @@ PARAMS: dict[str, tuple[str, ...] | None] = {
     "max_prompt_length": ("training_args", "max_prompt_length"),
     "max_completion_length": ("training_args", "max_completion_length"),
     "dpo_beta": ("training_args", "beta"),
+    "num_completions": ("training_args", "num_generations"),
+    "temperature": ("training_args", "temperature"),
+    "top_p": ("training_args", "top_p"),
+    "top_k": ("training_args", "top_k"),
     "disable_gradient_checkpointing": ("training_args", "gradient_checkpointing"),
     "early_stopping_patience": ("training_args", "early_stopping", "patience"),
     "early_stopping_threshold": ("training_args", "early_stopping", "threshold"),
@@ -100,6 +109,10 @@ LLM_ONLY = {
     "max_prompt_length",
     "max_completion_length",
     "dpo_beta",
+    "num_completions",
+    "temperature",
+    "top_p",
+    "top_k",
     "peft",
     "lora_r",
     "lora_alpha",
@@ -174,11 +187,6 @@ def translate(data: dict) -> tuple[dict, dict[Path_, Path_], list[tuple[Path_, s
 
 
 def _unknown_task(task_name: Any) -> str:
-    if isinstance(task_name, str) and task_name in UNSUPPORTED_TRAINERS:
-        return (
-            f"`{task_name}`: {UNSUPPORTED_TRAINERS[task_name]} training is not supported; "
-            "the LLM trainers are sft, orpo, dpo, reward and clm"
-        )
     return (
         f"unknown AutoTrain Advanced task `{task_name}`"
         f"{did_you_mean(str(task_name), ADVANCED_TASKS)}; expected: {', '.join(ADVANCED_TASKS)}"
@@ -236,9 +244,6 @@ def _params(params: Any, task_name: str, is_llm: bool, out: _Translation) -> boo
             out.problems.append((("params", key), f"`{key}` applies to LLM tasks only, not `task: {task_name}`"))
             continue
         if key == "trainer":
-            if value in UNSUPPORTED_TRAINERS:
-                out.problems.append((("params", key), _unknown_task(value)))
-                continue
             if value not in ADVANCED_TRAINERS:
                 hint = did_you_mean(str(value), ADVANCED_TRAINERS)
                 out.problems.append((("params", key), f"unknown trainer `{value}`{hint}"))
@@ -280,6 +285,8 @@ def _columns(mapping: dict, is_llm: bool, chat: bool, out: _Translation) -> None
         native_column = names[column]
         if is_llm and column == "text_column" and out.native.get("trainer") in ("orpo", "dpo", "reward"):
             native_column = "chosen"
+        elif is_llm and column == "text_column" and out.native.get("trainer") == "grpo":
+            native_column = "prompt"  # GRPO's text is the prompt: the model writes the completions
         elif is_llm and column == "text_column" and out.native.get("trainer") == "sft" and chat:
             native_column = "messages"
         out.put(("data", "column_mapping", native_column), dataset_column, ("data", "column_mapping", column))

@@ -1,4 +1,4 @@
-"""The `task: llm` config: SFT, ORPO, DPO, reward and plain causal-LM fine-tuning."""
+"""The `task: llm` config: SFT, ORPO, DPO, reward, GRPO and plain causal-LM fine-tuning."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pydantic import Field
 from autotrain.config.base import DataConfig, StrictModel, TaskConfig, TrainingArgs
 from autotrain.fields import Bool, Float, Int
 
-LLMTrainer = Literal["sft", "orpo", "dpo", "reward", "clm"]
+LLMTrainer = Literal["sft", "orpo", "dpo", "reward", "grpo", "clm"]
 
 # Columns each trainer reads, after `column_mapping` renames the dataset's columns onto them.
 TRAINER_COLUMNS: dict[str, tuple[tuple[str, ...], ...]] = {
@@ -19,9 +19,12 @@ TRAINER_COLUMNS: dict[str, tuple[tuple[str, ...], ...]] = {
     "orpo": (("prompt", "chosen", "rejected"),),
     "dpo": (("prompt", "chosen", "rejected"),),
     "reward": (("chosen", "rejected"),),
+    # grpo: prompts only; the model writes the completions, reward functions score them (`answer`: the
+    # reference answer that the built-in rewards compare a completion with)
+    "grpo": (("prompt",),),
     "clm": (("text",),),
 }
-OPTIONAL_COLUMNS: dict[str, tuple[str, ...]] = {"reward": ("prompt",)}
+OPTIONAL_COLUMNS: dict[str, tuple[str, ...]] = {"reward": ("prompt",), "grpo": ("answer",)}
 
 
 class LLMData(DataConfig):
@@ -47,12 +50,42 @@ class PeftConfig(StrictModel):
 class LLMTrainingArgs(TrainingArgs):
     max_length: Int = Field(1024, ge=8, le=16_777_216, description="Tokens per sample (clm: block size).")
     max_prompt_length: Int | None = Field(
-        None, ge=1, le=16_777_216, description="orpo / dpo / reward: prompt tokens kept (truncated from the left)."
+        None,
+        ge=1,
+        le=16_777_216,
+        description="orpo / dpo / reward / grpo: prompt tokens kept (truncated from the left).",
     )
     max_completion_length: Int | None = Field(
-        None, ge=1, le=16_777_216, description="orpo / dpo: completion tokens kept."
+        None,
+        ge=1,
+        le=16_777_216,
+        description="orpo / dpo: completion tokens kept; grpo: tokens generated per completion (null: 512).",
     )
-    beta: Float | None = Field(None, gt=0, le=1000, description="orpo lambda / dpo beta (trainer default when null).")
+    beta: Float | None = Field(
+        None, ge=0, le=1000, description="orpo lambda / dpo beta / grpo KL coefficient (trainer default when null)."
+    )
+    num_generations: Int | None = Field(
+        None,
+        ge=2,
+        le=1024,
+        description="grpo: completions sampled per prompt, scored against each other (null: 8). "
+        "batch_size x gradient_accumulation must be a multiple of it.",
+    )
+    temperature: Float | None = Field(None, gt=0, le=100, description="grpo: sampling temperature (null: 1.0).")
+    top_p: Float | None = Field(None, gt=0, le=1, description="grpo: nucleus sampling (null: 1.0, off).")
+    top_k: Int | None = Field(None, ge=0, le=1_000_000, description="grpo: top-k sampling (null or 0: off).")
+    rewards: list[str] | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        description="grpo: reward functions, summed: built-in `answer_match` (the completion's final number "
+        "equals the `answer` column's, GSM8K style), `exact_match` (the completion equals `answer`), or your "
+        "own as `module:function` or `path/to/file.py:function` (called with prompts, completions and the "
+        "data's other columns; returns one float per completion). null: answer_match.",
+    )
+    reward_weights: list[Float] | None = Field(
+        None, min_length=1, max_length=64, description="grpo: one weight per reward (null: all 1)."
+    )
     packing: Bool = Field(False, description="sft: pack several samples into each max_length block.")
     length_grouping: Bool = Field(
         True,
@@ -70,7 +103,9 @@ class LLMTrainingArgs(TrainingArgs):
 
 class LLMConfig(TaskConfig):
     task: Literal["llm"] = Field(description="What to train.")
-    trainer: LLMTrainer = Field("sft", description="sft | orpo | dpo | reward | clm (plain causal LM on raw text).")
+    trainer: LLMTrainer = Field(
+        "sft", description="sft | orpo | dpo | reward | grpo | clm (plain causal LM on raw text)."
+    )
     attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = Field("sdpa", description="Attention kernel.")
     data: LLMData = Field(description="Training data.")
     peft: PeftConfig | None = Field(None, description="LoRA; absent or `enabled: false` = full fine-tune.")

@@ -274,12 +274,21 @@ def _gguf_file(cfg) -> Iterator[Issue]:
 
 # Which LLM trainers use each trainer-specific field of training_args.
 TRAINER_FIELDS = {
-    "max_prompt_length": ("orpo", "dpo", "reward"),
-    "beta": ("orpo", "dpo", "reward"),
-    "max_completion_length": ("orpo", "dpo"),
+    "max_prompt_length": ("orpo", "dpo", "reward", "grpo"),
+    "beta": ("orpo", "dpo", "reward", "grpo"),
+    "max_completion_length": ("orpo", "dpo", "grpo"),
     "packing": ("sft",),
     "completion_only_loss": ("sft",),
+    "num_generations": ("grpo",),
+    "temperature": ("grpo",),
+    "top_p": ("grpo",),
+    "top_k": ("grpo",),
+    "rewards": ("grpo",),
+    "reward_weights": ("grpo",),
 }
+# GRPO's built-in reward functions (autotrain/trainers/llm/rewards.py), each with the column it reads.
+BUILTIN_REWARDS = {"answer_match": "answer", "exact_match": "answer"}
+GRPO_DEFAULT_GENERATIONS = 8  # TRL's GRPOConfig default
 
 
 @rule("trainer", "training_args", task="llm")
@@ -291,12 +300,62 @@ def _trainer_fields(cfg) -> Iterator[Issue]:
                 ("training_args", key),
                 f"`training_args.{key}` applies to {'/'.join(trainers)}, not `trainer: {trainer}`",
             )
+    if args.beta == 0 and trainer in ("orpo", "dpo", "reward"):
+        yield ("training_args", "beta"), f"`training_args.beta` must be above 0 for `trainer: {trainer}`"
     if args.max_prompt_length is not None and args.max_prompt_length >= args.max_length:
         yield (
             ("training_args", "max_prompt_length"),
             f"`training_args.max_prompt_length` ({args.max_prompt_length}) must be below "
             f"`training_args.max_length` ({args.max_length})",
         )
+
+
+@rule("trainer", "training_args", "data.column_mapping", task="llm")
+def _grpo(cfg) -> Iterator[Issue]:
+    """Rewards that exist (or look importable), one weight each, and whole groups of completions per batch."""
+    if cfg.trainer != "grpo":
+        return
+    args = cfg.training_args
+    rewards = args.rewards or ["answer_match"]
+    for i, name in enumerate(rewards):
+        if name not in BUILTIN_REWARDS and not _reward_reference(name):
+            yield (
+                ("training_args", "rewards", i),
+                f"unknown reward `{name}`{did_you_mean(name, BUILTIN_REWARDS)}; use one of "
+                f"{', '.join(BUILTIN_REWARDS)}, or your own as `module:function` or `path/to/file.py:function`",
+            )
+    if args.reward_weights is not None and len(args.reward_weights) != len(rewards):
+        yield (
+            ("training_args", "reward_weights"),
+            f"{len(args.reward_weights)} weight(s) for {len(rewards)} reward(s) ({', '.join(rewards)}): give one "
+            "weight per reward",
+        )
+    generations = args.num_generations or GRPO_DEFAULT_GENERATIONS
+    per_step = args.batch_size * args.gradient_accumulation
+    if per_step % generations:
+        fix = -(-per_step // generations) * generations
+        yield (
+            ("training_args", "num_generations"),
+            f"batch_size x gradient_accumulation ({args.batch_size} x {args.gradient_accumulation} = {per_step}) "
+            f"must be a multiple of num_generations ({generations}): each prompt's {generations} completions are "
+            f"scored against each other in one batch; e.g. make it {fix}, or lower num_generations",
+        )
+    if args.eval_batch_size is not None and args.eval_batch_size % generations:
+        yield (
+            ("training_args", "eval_batch_size"),
+            f"eval_batch_size ({args.eval_batch_size}) must be a multiple of num_generations ({generations}), "
+            "or null (batch_size rounded up to one)",
+        )
+
+
+def _reward_reference(name: str) -> bool:
+    """`module.path:function` or `some/file.py:function` (imported when the run starts, not here)."""
+    where, _, function = name.rpartition(":")
+    if not where or not function.isidentifier():
+        return False
+    if where.endswith(".py"):
+        return True
+    return all(part.isidentifier() for part in where.split("."))
 
 
 # --- classification ------------------------------------------------------------------------------------

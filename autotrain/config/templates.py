@@ -11,6 +11,7 @@ TEMPLATES = {
     ("llm", "orpo"): "llm/llama3-orpo.yml",
     ("llm", "dpo"): "llm/dpo.yml",
     ("llm", "reward"): "llm/reward.yml",
+    ("llm", "grpo"): "llm/grpo.yml",
     ("llm", "clm"): "llm/clm.yml",
     ("text-classification", None): "text-classification/imdb.yml",
     ("image-classification", None): "image-classification/beans.yml",

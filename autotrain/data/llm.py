@@ -45,6 +45,8 @@ def load_llm_split(cfg: LLMConfig, split: str, token: str | None = None):
     )
     if cfg.trainer in ("orpo", "dpo", "reward"):
         dataset = _preference_format(dataset, cfg, name)
+    elif cfg.trainer == "grpo":
+        dataset = _prompt_format(dataset, cfg, name)
     elif "messages" in dataset.column_names:
         _check_messages(dataset, "messages", name)
         if cfg.data.chat_template == "none":
@@ -83,6 +85,20 @@ def _preference_format(dataset, cfg: LLMConfig, name: str):
         return out
 
     return dataset.map(convert)
+
+
+def _prompt_format(dataset, cfg: LLMConfig, name: str):
+    """GRPO prompts: under a chat template a plain-text prompt becomes one user message, so that the model
+    is prompted (and its completions scored) the way it chats; `chat_template: none` keeps plain text."""
+    conversational = isinstance(dataset[0]["prompt"], list)
+    if conversational:
+        _check_messages(dataset, "prompt", name)
+        if cfg.data.chat_template == "none":
+            raise UserInputError(f"{name}: message-list prompts need a chat template, not `chat_template: none`")
+        return dataset
+    if cfg.data.chat_template == "none":
+        return dataset
+    return dataset.map(lambda row: {"prompt": _as_messages(row["prompt"], "user")})
 
 
 # Rows of a finished run's inputs (predict, evaluate) ---------------------------------------------------

@@ -151,7 +151,7 @@ def _load_llm(folder: Path, cfg, device: str):
     if cfg.trainer == "reward":
         raise UserInputError(
             f"`{folder}` holds a reward model: it scores texts and does not generate; "
-            "chat, predict and evaluate take sft, orpo, dpo and clm runs"
+            "chat, predict and evaluate take sft, orpo, dpo, grpo and clm runs"
         )
     quantization = cfg.peft.quantization if cfg.uses_peft else None
     if quantization and device != "cuda":

@@ -55,13 +55,13 @@ class ProgressCallback(TrainerCallback):
                 TextColumn("[bold]train"),
                 BarColumn(),
                 MofNCompleteColumn(),
-                TextColumn("loss {task.fields[loss]}  lr {task.fields[lr]}  {task.fields[rate]}"),
+                TextColumn("loss {task.fields[loss]}{task.fields[reward]}  lr {task.fields[lr]}  {task.fields[rate]}"),
                 TimeRemainingColumn(),
                 transient=False,
             )
             self.progress.start()
             self.task = self.progress.add_task(
-                "train", total=state.max_steps, completed=state.global_step, loss="-", lr="-", rate="-"
+                "train", total=state.max_steps, completed=state.global_step, loss="-", lr="-", rate="-", reward=""
             )
         else:
             print(f"training: {state.max_steps} steps", file=self.stream, flush=True)
@@ -77,17 +77,22 @@ class ProgressCallback(TrainerCallback):
             self.last["loss"] = logs["loss"]
         if "learning_rate" in logs:
             self.last["lr"] = logs["learning_rate"]
+        if "reward" in logs:  # GRPO: the mean reward of the step's completions says more than its loss
+            self.last["reward"] = logs["reward"]
         rate, eta = self._rate(state)
         loss, lr = self.last["loss"], self.last["lr"]
+        reward = f"  reward {self.last['reward']:.3f}" if "reward" in self.last else ""
         if self.progress is not None:
-            self.progress.update(self.task, completed=state.global_step, loss=f"{loss:.4f}", lr=f"{lr:.2e}", rate=rate)
+            self.progress.update(
+                self.task, completed=state.global_step, loss=f"{loss:.4f}", lr=f"{lr:.2e}", rate=rate, reward=reward
+            )
             evals = {k: v for k, v in logs.items() if k.startswith("eval_") and isinstance(v, (int, float))}
             if evals:
                 self.progress.console.print("eval " + "  ".join(f"{k[5:]} {v:.4g}" for k, v in evals.items()))
             return
         if "loss" in logs:
             print(
-                f"step {state.global_step}/{state.max_steps}  loss {loss:.4f}  lr {lr:.3e}  "
+                f"step {state.global_step}/{state.max_steps}  loss {loss:.4f}{reward}  lr {lr:.3e}  "
                 f"{rate}  eta {_fmt_eta(eta)}",
                 file=self.stream,
                 flush=True,

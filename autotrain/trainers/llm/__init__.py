@@ -1,1 +1,1 @@
-"""LLM trainers: one module per `trainer:` value (sft, orpo, dpo, reward, clm)."""
+"""LLM trainers: one module per `trainer:` value (sft, orpo, dpo, reward, grpo, clm)."""

@@ -33,7 +33,7 @@ def prepare(cfg: LLMConfig, plan: RunPlan, token: str | None = None) -> Prepared
 def llm_trainer(trainer_cls, args_cls, cfg: LLMConfig, plan: RunPlan, ready: Prepared, callbacks: list, **kwargs):
     """A TRL trainer on the prepared data with the plan's TrainingArguments, LoRA and optimizer.
 
-    `args` extends the planned TrainingArguments with the trainer's own fields; `train` / `valid`
+    `args` extends (or overrides) the planned TrainingArguments with the trainer's own fields; `train` / `valid`
     replace the prepared splits when the builder transformed them.
     """
     extra = kwargs.pop("args", {})
@@ -43,7 +43,7 @@ def llm_trainer(trainer_cls, args_cls, cfg: LLMConfig, plan: RunPlan, ready: Pre
     return make_trainer(
         trainer_cls,
         plan,
-        args=args_cls(**plan.training_args, **extra),
+        args=args_cls(**{**plan.training_args, **extra}),
         processing_class=ready.tokenizer,
         callbacks=callbacks,
         **kwargs,
