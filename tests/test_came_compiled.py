@@ -13,8 +13,9 @@ from autotrain.optimizers.table import OPTIMIZERS
 
 SMALL_8BIT = dict(block_size=256, min_8bit_size=1024)
 # Blocks of 256 tile the 64x80 matrix exactly; the 50x70 one cuts its rows mid-way and pads its last
-# block; the 4-D kernel is factored per (3, 3) slice and small enough to keep an fp32 m.
-SHAPES = [(64, 80), (50, 70), (4, 3, 3, 3), (64,)]
+# block; each 512-long row of the 32x512 one is two whole blocks (runs found by division, not comparisons);
+# the 4-D kernel is factored per (3, 3) slice and small enough to keep an fp32 m.
+SHAPES = [(64, 80), (50, 70), (32, 512), (4, 3, 3, 3), (64,)]
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -69,7 +70,7 @@ def test_compiled_came_8bit_matches_eager():
         for params, opt in zip((compiled, eager), opts, strict=True):
             _set_grads(params, step)
             opt.step()
-        for p, q in zip(compiled[:2], eager[:2], strict=True):
+        for p, q in zip(compiled[:3], eager[:3], strict=True):
             (codes, absmax), (eager_codes, eager_absmax) = _8bit_state(opts[0], p), _8bit_state(opts[1], q)
             assert (codes.int() - eager_codes.int()).abs().max() <= 1
             flips += int((codes != eager_codes).sum())
@@ -177,3 +178,15 @@ def test_compile_is_a_typed_optimizer_argument():
             OPTIMIZERS[name].args.model_validate({"compile": "fast"})
     combined = OPTIMIZERS["came_8bit+fused_adam"].args.model_validate({"came": {"compile": True}})
     assert combined.came.compile is True
+
+
+def test_whole_block_runs_match_the_general_lookup():
+    """Rows that are whole blocks take the division path; it picks the same values as the comparisons."""
+    rows, cols, block = 6, 512, 128
+    starts, _ = came_fused.block_runs(rows, cols, block, torch.device("cpu"))
+    assert came_fused.aligned_runs(cols, block) and not came_fused.aligned_runs(80, block)
+    values = torch.randn(rows, starts.shape[1] - 1)
+    shape = torch.Size((1, rows, cols))
+    torch.testing.assert_close(came_fused._by_run(values, block, shape), came_fused._by_run(values, starts, shape))
+    m = torch.randn(shape)
+    torch.testing.assert_close(came_fused._run_amax(m, block), came_fused._run_amax(m, starts))
