@@ -7,6 +7,8 @@ candidate is built, compiled where it compiles, and stepped twice; then the cand
 by step (rotating who goes first) for a number of rounds. Times are medians, and a ratio is the median
 over rounds of the within-round ratio, so load that changes between rounds cancels out.
 
+Also CAME8Bit against CAME alone on SmolLM2-135M's matrix shapes (576 wide: blocks of whole rows).
+
 Candidates: CAME8Bit and CAME with their compiled step (``compile=True``) and their eager one
 (``compile=False``), the authors' ``came-pytorch`` CAME, ``torch.optim.AdamW`` (foreach and fused) and
 FusedAdam (which runs torch's fused AdamW kernel: its speed is that kernel's).
@@ -40,6 +42,9 @@ from autotrain.optimizers import CAME8Bit, FusedAdam, came_fused  # noqa: E402
 from autotrain.optimizers.came import CAME  # noqa: E402
 
 MIX = [(4096, 4096), (2048, 1024)] + [(4096,)] * 4
+# SmolLM2-135M's matrices: the embedding and one decoder layer (576 wide, MLP 1536): widths that are not
+# multiples of 2048, where CAME8Bit's blocks hold whole rows (row_aligned_block).
+SMOLLM2 = [(49152, 576), (576, 576), (192, 576), (192, 576), (576, 576), (1536, 576), (1536, 576), (576, 1536)]
 
 
 def make_params(shapes: list[tuple[int, ...]], device: str, seed: int = 0) -> list[torch.nn.Parameter]:
@@ -228,6 +233,10 @@ def main() -> None:
 
     for figure, name, base, target in TIME_FIGURES:
         rows.append((figure, ms(name), ms(base), paired_ratio(times, name, base), target))
+    smol = step_times(["came_8bit", "came"], SMOLLM2, device, rounds)
+    smol_ms = {name: f"{statistics.median(smol[name]) * 1e3:.1f} ms" for name in smol}
+    figure = "CAME8Bit compiled / CAME compiled, SmolLM2-135M's embedding + one layer (the two taking turns)"
+    rows.append((figure, smol_ms["came_8bit"], smol_ms["came"], paired_ratio(smol, "came_8bit", "came"), None))
     if not args.quick:
         rows += _memory_rows(device, args.threads)
 

@@ -21,9 +21,10 @@ from autotrain.optimizers.sharding import local
 
 STEPS, BATCH = 30, 16
 OPTIMIZERS = ("came", "came_8bit", "came_8bit+fused_adam")
-# Quantize even these small matrices. Blocks of 12 line up with the shard boundaries of TinyNet's
-# matrices (each shard's size is a multiple of 12, or one rank holds it all), so one process and two
-# quantize the same elements together; other sizes tile the shards differently from the whole tensor.
+# Quantize even these small matrices. With block_size 12 CAME8Bit picks blocks that divide TinyNet's
+# rows (8 for the 64-wide, 10 for the 50-wide; the 1-row head keeps 12 and one rank holds it all), so the
+# blocks line up with the shard boundaries and one process and two quantize the same elements together;
+# blocks that cut rows tile the shards differently from the whole tensor.
 ALIGNED_BLOCKS = 12
 
 

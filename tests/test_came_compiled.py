@@ -12,10 +12,11 @@ from autotrain.optimizers import CAME, CAME8Bit, came_fused
 from autotrain.optimizers.table import OPTIMIZERS
 
 SMALL_8BIT = dict(block_size=256, min_8bit_size=1024)
-# Blocks of 256 tile the 64x80 matrix exactly; the 50x70 one cuts its rows mid-way and pads its last
-# block; each 512-long row of the 32x512 one is two whole blocks (runs found by division, not comparisons);
-# the 4-D kernel is factored per (3, 3) slice and small enough to keep an fp32 m.
-SHAPES = [(64, 80), (50, 70), (32, 512), (4, 3, 3, 3), (64,)]
+# With block_size 256 each block of the 64x80 and 50x70 matrices holds three whole rows (blocks of 240
+# and 210, the last one padded); each 512-long row of the 32x512 one is two whole blocks (a block's scale
+# found by division); the 257-wide rows of the 20x257 one have no such block, so 256-blocks cut them
+# (found by comparisons); the 4-D kernel is factored per (3, 3) slice and small enough to keep an fp32 m.
+SHAPES = [(64, 80), (50, 70), (32, 512), (20, 257), (4, 3, 3, 3), (64,)]
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -70,7 +71,7 @@ def test_compiled_came_8bit_matches_eager():
         for params, opt in zip((compiled, eager), opts, strict=True):
             _set_grads(params, step)
             opt.step()
-        for p, q in zip(compiled[:3], eager[:3], strict=True):
+        for p, q in zip(compiled[:4], eager[:4], strict=True):
             (codes, absmax), (eager_codes, eager_absmax) = _8bit_state(opts[0], p), _8bit_state(opts[1], q)
             assert (codes.int() - eager_codes.int()).abs().max() <= 1
             flips += int((codes != eager_codes).sum())

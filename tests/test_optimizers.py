@@ -180,7 +180,7 @@ def test_8bit_state_layout():
     _run(opt, [big, bias, small], range(2))
     state = opt.state[big]
     assert state["exp_avg_codes"].dtype == torch.int8
-    assert state["exp_avg_codes"].shape == (10, 2048)  # 20000 elements -> 10 blocks, tail padded
+    assert state["exp_avg_codes"].shape == (10, 2000)  # blocks of 10 whole 200-wide rows
     assert state["exp_avg_absmax"].dtype == torch.float32 and state["exp_avg_absmax"].shape == (10,)
     assert "exp_avg" not in state
     for never_quantized in (bias, small):  # 1-D (even large) and below min_8bit_size
@@ -193,6 +193,20 @@ def test_8bit_state_layout():
     assert torch.isfinite(conv).all()
     nbytes = sum(t.nbytes for t in state.values() if isinstance(t, torch.Tensor))
     assert nbytes / big.numel() < 1.2  # padding and row/col stats weigh more on a small matrix
+
+
+def test_blocks_follow_the_rows_where_they_can():
+    from autotrain.optimizers.came_8bit import row_aligned_block
+
+    assert row_aligned_block(4096, 2048) == 2048  # two whole blocks per row
+    assert row_aligned_block(5632, 2048) == 1408  # a Llama MLP width: four whole blocks per row
+    assert row_aligned_block(576, 2048) == 1728  # SmolLM2's width: three whole rows per block
+    assert row_aligned_block(2053, 2048) == 2048  # a prime width: no such block, blocks cut rows
+    assert row_aligned_block(7, 1) == 1
+    for cols in range(1, 5000, 37):
+        block = row_aligned_block(cols, 512)
+        assert 256 <= block <= 512 or cols > 512
+        assert block % cols == 0 or cols % block == 0 or block == 512
 
 
 def test_8bit_rejects_sparse_gradients():

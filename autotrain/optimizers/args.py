@@ -42,7 +42,11 @@ class CameArgs(_Args):
 
 class Came8BitArgs(CameArgs):
     block_size: Int = Field(
-        2048, ge=1, le=2**24, description="Elements per 8-bit quantization block (one fp32 scale each)."
+        2048,
+        ge=1,
+        le=2**24,
+        description="Most elements per 8-bit quantization block (one fp32 scale each). Each matrix gets a block "
+        "of at least half this that its rows divide or that holds whole rows, where one exists.",
     )
     min_8bit_size: Int = Field(
         16384, ge=0, le=2**48, description="Matrices with fewer elements keep their first moment in fp32."

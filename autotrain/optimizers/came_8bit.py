@@ -44,6 +44,16 @@ def dequantize_blockwise(
     return out.mul_(scratch)
 
 
+def row_aligned_block(cols: int, block_size: int) -> int:
+    """The block size, at most ``block_size``, for a matrix of rows ``cols`` wide: a multiple of ``cols``
+    when a row fits (each block holds whole rows), else the largest divisor of ``cols`` of at least half
+    of ``block_size`` (each row is whole blocks), else ``block_size``. Either way a block costs at most
+    twice its share of scales: at most 8 / block_size bytes per parameter."""
+    if cols <= block_size:
+        return cols * (block_size // cols)
+    return next((size for size in range(block_size, block_size // 2 - 1, -1) if size and cols % size == 0), block_size)
+
+
 def _unpadded(blocks: Tensor, shape: torch.Size) -> Tensor:
     return blocks.view(-1)[: shape.numel()].view(shape)
 
@@ -52,9 +62,12 @@ class CAME8Bit(CAME):
     r"""CAME (see :class:`~autotrain.optimizers.came.CAME` for the update rule) with an 8-bit ``m``.
 
     For params CAME factors (``ndim >= 2``) with at least ``min_8bit_size`` elements, the first
-    moment ``m`` is stored as int8 codes in flat blocks of ``block_size`` elements over the
-    flattened tensor (``state["exp_avg_codes"]``, shape ``(n_blocks, block_size)``, the tail
-    zero-padded) with one fp32 scale per block (``state["exp_avg_absmax"]``). The factored
+    moment ``m`` is stored as int8 codes in flat blocks of at most ``block_size`` elements over the
+    flattened tensor (``state["exp_avg_codes"]``, shape ``(n_blocks, block)``, the tail
+    zero-padded) with one fp32 scale per block (``state["exp_avg_absmax"]``). Each matrix gets the
+    block (``row_aligned_block``) under which its rows are whole blocks, or its blocks whole rows,
+    where one of at least half of ``block_size`` exists: the compiled step then finds a block's scale
+    by a division or none at all, rather than by comparisons. The factored
     statistics, 1-D params and small tensors stay fp32, so with the defaults a large matrix costs
     about 1.006 bytes of state per parameter (fp32 CAME: ~4, fp32 AdamW: 8).
 
@@ -122,10 +135,11 @@ class CAME8Bit(CAME):
         # Blocks tile this rank's shard, counted as the largest shard so that every rank holds as
         # many blocks and the codes form one evenly dim-0 sharded (world * n_blocks, block_size) tensor.
         shards = shards_of(p)
-        n_blocks = -(-shards.padded_local_numel // self.block_size)
-        codes = torch.zeros((n_blocks, self.block_size), dtype=torch.int8, device=p.device)
+        block = row_aligned_block(p.shape[-1], self.block_size)
+        n_blocks = -(-shards.padded_local_numel // block)
+        codes = torch.zeros((n_blocks, block), dtype=torch.int8, device=p.device)
         absmax = torch.full((n_blocks,), _MIN_ABSMAX, dtype=torch.float32, device=p.device)
-        state["exp_avg_codes"] = shards.state(codes, (shards.world * n_blocks, self.block_size))
+        state["exp_avg_codes"] = shards.state(codes, (shards.world * n_blocks, block))
         state["exp_avg_absmax"] = shards.state(absmax, (shards.world * n_blocks,))
 
     def _step_param(self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:

@@ -111,7 +111,9 @@ def _run_amax(m: Tensor, starts: Tensor | int) -> Tensor:
     """The largest ``|m|`` over each run of each row: (rows, runs)."""
     magnitude = m.abs().flatten(0, -2)
     if isinstance(starts, int):
-        return magnitude.view(magnitude.shape[0], -1, starts).amax(-1)
+        return magnitude.view(magnitude.shape[0], m.shape[-1] // starts, starts).amax(-1)  # rows may be 0
+    if starts.shape[1] == 2:  # one run: each row lies in one block (the block holds whole rows)
+        return magnitude.amax(-1, keepdim=True)
     col = torch.arange(m.shape[-1], device=m.device, dtype=starts.dtype)
     runs = [(col >= starts[:, s, None]) & (col < starts[:, s + 1, None]) for s in range(starts.shape[1] - 1)]
     return torch.stack([torch.where(run, magnitude, 0.0).amax(-1) for run in runs], dim=1)
