@@ -117,6 +117,7 @@ def write_data(folder: Path, rows: int, tokenizer_dir: Path) -> tuple[Path, Path
 
 
 EPOCHS = [3.0]  # --epochs
+TRAIN_SEED = [SEED]  # --seeds: the training seed (shuffling, initialisation); the data stay the same
 
 
 def shared_settings() -> dict:
@@ -126,7 +127,7 @@ def shared_settings() -> dict:
         "batch_size": BATCH,
         "lr": LR[0],
         "max_length": MAX_LENGTH,
-        "seed": SEED,
+        "seed": TRAIN_SEED[0],
         "warmup_ratio": 0.0,
         "weight_decay": 0.0,
         "scheduler": "linear",
@@ -141,8 +142,8 @@ def shared_settings() -> dict:
         "per_device_train_batch_size": BATCH,
         "learning_rate": LR[0],
         "max_length": MAX_LENGTH,
-        "seed": SEED,
-        "data_seed": SEED,
+        "seed": TRAIN_SEED[0],
+        "data_seed": TRAIN_SEED[0],
         "warmup_steps": 0,
         "weight_decay": 0.0,
         "lr_scheduler_type": "linear",
@@ -260,6 +261,18 @@ def measure(label: str, model: Path, rows: int, reps: int, rows_out: list, warmu
     return [name for name, ok in (("tokens/s", paired >= 1.3), ("held-out loss", ratio <= 1.03)) if not ok]
 
 
+def _across_seeds(rows: list[list[str]]) -> None:
+    """Each figure's ratio over the seeds: mean, lowest, highest (one short run per seed is noisy)."""
+    by_figure: dict[str, list[float]] = {}
+    for figure, _, _, ratio, _ in rows:
+        by_figure.setdefault(figure.split(" (seed")[0] + figure.split(")", 1)[-1], []).append(float(ratio))
+    for figure, ratios in by_figure.items():
+        print(
+            f"{figure}: ratio over {len(ratios)} seeds: mean {statistics.mean(ratios):.3f}, "
+            f"min {min(ratios):.3f}, max {max(ratios):.3f}"
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3)
@@ -270,17 +283,28 @@ def main() -> int:
     parser.add_argument("--smollm2-epochs", type=float, default=1.0)
     parser.add_argument("--smollm2-lr", type=float, default=2e-5, help="a pretrained model: a fine-tuning lr")
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of every run; 0 = torch's")
+    parser.add_argument(
+        "--seeds", default=str(SEED), help="training seeds, comma-separated: the figures once per seed (same data)"
+    )
     args = parser.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",")]
     if args.threads:
         ENV["OMP_NUM_THREADS"] = str(args.threads)
     EPOCHS[0] = args.epochs
     load_before = os.getloadavg()
     rows: list[list[str]] = []
-    missed = measure("tiny Llama", TINY_MODEL, args.rows, args.reps, rows) if args.rows else []
-    if args.smollm2:  # minutes per run on a small CPU: no warm-up run, one epoch by default
-        EPOCHS[0], LR[0] = args.smollm2_epochs, args.smollm2_lr
-        missed += measure("SmolLM2-135M", smollm2(), args.smollm2_rows, args.reps, rows, warmup=False)
+    missed: list[str] = []
+    for seed in seeds:
+        TRAIN_SEED[0], EPOCHS[0], LR[0] = seed, args.epochs, 1e-3
+        tag = f" (seed {seed})" if len(seeds) > 1 else ""
+        missed += measure("tiny Llama" + tag, TINY_MODEL, args.rows, args.reps, rows) if args.rows else []
+        if args.smollm2:  # minutes per run on a small CPU: no warm-up run, one epoch by default
+            EPOCHS[0], LR[0] = args.smollm2_epochs, args.smollm2_lr
+            model = smollm2()
+            missed += measure("SmolLM2-135M" + tag, model, args.smollm2_rows, args.reps, rows, warmup=False)
     print_table(rows, ["figure", "autotrain", "TRL script", "ratio", "target"])
+    if len(seeds) > 1:
+        _across_seeds(rows)
     print(
         f"(medians of {args.reps} interleaved runs, after a warm-up run each except for SmolLM2; ratio: median of "
         "adjacent runs' ratios; "
