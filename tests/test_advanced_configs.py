@@ -1,6 +1,7 @@
 """AutoTrain Advanced's own example configs (tests/advanced_configs/, copied unchanged from its repository):
-each one validates and migrates, and a few representative ones train for two steps on local data and the
-tiny local models, with what needs a GPU (fp16, int4, tensorboard) set aside on the command line."""
+each one validates and migrates, and each one trains for two steps on local data of its own columns and splits
+and the tiny local models, with what needs a GPU (fp16, int4, paged optimizers, tensorboard) set aside on the
+command line."""
 
 from __future__ import annotations
 
@@ -126,50 +127,61 @@ def sets(*items: str) -> list[str]:
     return [arg for item in items for arg in ("--set", item)]
 
 
-def preference_data(folder: Path) -> Path:
+def preference_rows() -> str:
     """tests/assets/data/preferences.jsonl with AutoTrain Advanced's column names (prompt, chosen, rejected)."""
     rows = [json.loads(line) for line in (DATA / "preferences.jsonl").read_text().splitlines()]
-    path = folder / "preferences.jsonl"
-    path.write_text(
-        "".join(json.dumps({"prompt": r["question"], "chosen": r["good"], "rejected": r["bad"]}) + "\n" for r in rows)
-    )
-    return path
+    rows = [{"prompt": r["question"], "chosen": r["good"], "rejected": r["bad"]} for r in rows]
+    return "".join(json.dumps(row) + "\n" for row in rows)
 
 
-def split_folder(folder: Path) -> Path:
-    """sentiment.csv as a folder with train.csv and valid.csv, as text_classification/local_dataset.yml wants."""
-    data = folder / "data"
-    data.mkdir()
-    shutil.copy(DATA / "sentiment.csv", data / "train.csv")
-    shutil.copy(DATA / "sentiment.csv", data / "valid.csv")
-    return data
-
-
-def math_folder(folder: Path) -> Path:
-    """math.jsonl (question / answer, GSM8K style) as a folder with the train and test splits gsm8k has."""
-    data = folder / "gsm8k"
-    data.mkdir()
-    rows = (DATA / "math.jsonl").read_text().splitlines(keepends=True)
-    (data / "train.jsonl").write_text("".join(rows[:32]))
-    (data / "test.jsonl").write_text("".join(rows[32:]))
-    return data
+def local_data(config: dict, tmp: Path) -> Path:
+    """Local data shaped as the config's own: its columns (its column_mapping names them), and a folder with
+    one file (or image sub-folder) per split it names, so each config runs with its splits as written."""
+    data, params = config["data"], config.get("params") or {}
+    splits = [s for s in (data.get("train_split"), data.get("valid_split")) if s]
+    folder = tmp / "data"
+    folder.mkdir()
+    task = config["task"]
+    if "image" in task:
+        sources = [DATA / "colors" / "train", DATA / "colors" / "validation"]
+        for i, split in enumerate(splits):
+            shutil.copytree(sources[min(i, 1)], folder / split)
+        return folder
+    if "text" in task and "classification" in task:
+        source, suffix = (DATA / "sentiment.csv").read_text(), "csv"
+    elif task in ("llm-grpo",) or params.get("trainer") == "grpo":
+        source, suffix = (DATA / "math.jsonl").read_text(), "jsonl"
+    elif task in ("llm-orpo", "llm-dpo", "llm-reward") or params.get("trainer") in ("orpo", "dpo", "reward"):
+        source, suffix = preference_rows(), "jsonl"
+    elif data.get("column_mapping", {}).get("text_column") == "messages":
+        source, suffix = (DATA / "chat.jsonl").read_text(), "jsonl"
+    else:
+        source, suffix = (DATA / "text.jsonl").read_text(), "jsonl"
+    for split in splits:
+        (folder / f"{split}.{suffix}").write_text(source)
+    return folder
 
 
 PROMPT = ("training_args.max_prompt_length=32",)  # below max_length=64
-TRAINED = {  # config: (tiny model, data, extra --set)
-    "llm_finetuning/gpt2_sft.yml": ("tiny-llama", lambda tmp: DATA / "text.jsonl", ()),
-    "llm_finetuning/llama32-1b-sft.yml": ("tiny-llama", lambda tmp: DATA / "chat.jsonl", ()),
-    "llm_finetuning/llama3-8b-orpo.yml": ("tiny-llama", preference_data, PROMPT),
-    "llm_finetuning/llama3-8b-dpo-qlora.yml": ("tiny-llama", preference_data, PROMPT),
-    # question / answer columns, GSM8K style; short completions keep sampling quick on the CPU
-    "llm_finetuning/llama3-8b-grpo-gsm8k.yml": (
-        "tiny-llama",
-        math_folder,
-        (*PROMPT, "training_args.max_completion_length=8"),
-    ),
-    "text_classification/local_dataset.yml": ("tiny-bert", split_folder, ()),
-    "image_classification/local.yml": ("tiny-vit", lambda tmp: DATA / "colors", ()),
-}
+MODELS = {"llm_finetuning": "tiny-llama", "text_classification": "tiny-bert", "image_classification": "tiny-vit"}
+
+
+def local_overrides(path: str, config: dict) -> list[str]:
+    """What a CPU machine without the hub needs changed; everything else runs as the file says."""
+    params = config.get("params") or {}
+    trainer = params.get("trainer") or config["task"].removeprefix("llm-")
+    is_llm = path.startswith("llm")
+    return [
+        "training_args.mixed_precision=no",  # fp16 / bf16 GPU settings
+        *(["training_args.max_length=64"] if is_llm else []),
+        *(["peft.quantization=null"] if params.get("quantization") else []),  # 4/8-bit loading needs CUDA
+        *(["training_args.optimizer=came_8bit"] if "paged" in str(params.get("optimizer")) else []),  # CUDA too
+        *(PROMPT if is_llm and trainer in ("orpo", "dpo", "grpo") else ()),
+        # short completions keep GRPO's sampling quick on the CPU
+        *(["training_args.max_completion_length=8"] if trainer == "grpo" else []),
+    ]
+
+
 TASKS = {
     "llm_finetuning": "llm",
     "text_classification": "text-classification",
@@ -178,27 +190,24 @@ TASKS = {
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", list(TRAINED), ids=str)
+@pytest.mark.parametrize("path", CONFIGS, ids=name)
 def test_trains_two_steps_on_local_data(cli, path, tmp_path, monkeypatch):
-    model, data, extra = TRAINED[path]
-    params = yaml.safe_load((ADVANCED / path).read_text())["params"]
-    is_llm = path.startswith("llm")
+    """Every example config trains: its model and data swapped for a tiny local model and local data of
+    the same columns and splits, GPU-only settings set aside."""
+    config = yaml.safe_load(path.read_text())
+    family = path.parent.name
     overrides = [
-        f"base_model={ASSETS / model}",
-        f"data.path={data(tmp_path)}",
+        f"base_model={ASSETS / MODELS[family]}",
+        f"data.path={local_data(config, tmp_path)}",
         f"project_name={tmp_path / 'run'}",
         "log=none",
         "hub.push_to_hub=false",
         "training_args.max_steps=2",
         "training_args.batch_size=2",
-        "training_args.mixed_precision=no",  # fp16 / bf16 GPU settings
-        *(["training_args.max_length=64"] if is_llm else []),
-        *(["peft.quantization=null"] if params.get("quantization") else []),
-        *(["training_args.optimizer=came_8bit"] if "paged" in params["optimizer"] else []),
-        *extra,
+        *local_overrides(name(path), config),
     ]
     monkeypatch.chdir(tmp_path)
-    result = cli(TASKS[path.split("/")[0]], "--config", ADVANCED / path, *sets(*overrides), env=HUB_ENV)
+    result = cli(TASKS[family], "--config", path, *sets(*overrides), env=HUB_ENV)
     assert result.exit_code == 0, result.output
     state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
     assert state["global_step"] == 2
