@@ -25,6 +25,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch thread for a module of small-tensor tests (`pytestmark = pytest.mark.usefixtures("one_thread")`):
+    a second thread mostly adds contention there, several times slower on a busy box."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 # --- CLI and config tests (test_cli.py, test_config.py) -------------------------------------------------
 
 

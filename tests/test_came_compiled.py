@@ -11,20 +11,14 @@ from torch._dynamo.utils import counters
 from autotrain.optimizers import CAME, CAME8Bit, came_fused
 from autotrain.optimizers.table import OPTIMIZERS
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # small tensors: see conftest
+
 SMALL_8BIT = dict(block_size=256, min_8bit_size=1024)
 # With block_size 256 each block of the 64x80 and 50x70 matrices holds three whole rows (blocks of 240
 # and 210, the last one padded); each 512-long row of the 32x512 one is two whole blocks (a block's scale
 # found by division); the 257-wide rows of the 20x257 one have no such block, so 256-blocks cut them
 # (found by comparisons); the 4-D kernel is factored per (3, 3) slice and small enough to keep an fp32 m.
 SHAPES = [(64, 80), (50, 70), (32, 512), (20, 257), (4, 3, 3, 3), (64,)]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _params(dtype: torch.dtype = torch.float32) -> list[nn.Parameter]:

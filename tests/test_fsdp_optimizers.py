@@ -9,6 +9,7 @@ import torch
 from fsdp_training import ALIGNED_BLOCKS, OPTIMIZERS, resume_run, sharded_run, single_process, spawn
 
 pytestmark = [
+    pytest.mark.usefixtures("one_thread"),
     pytest.mark.slow,
     pytest.mark.skipif(not torch.distributed.is_available(), reason="torch built without distributed"),
 ]
@@ -20,14 +21,6 @@ def relative_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) 
 
 
 UNALIGNED_BLOCKS = 23
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize(

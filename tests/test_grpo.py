@@ -65,6 +65,13 @@ def test_answer_match_and_exact_match_score_strings_and_messages():
     assert exact_match([" yes ", "no"], ["yes", "yes"]) == [1.0, 0.0]
 
 
+def test_the_config_knows_every_built_in_reward_and_its_column():
+    from autotrain.config.rules import BUILTIN_REWARDS, GRPO_DEFAULT_REWARDS
+    from autotrain.trainers.llm.rewards import BUILTIN
+
+    assert set(BUILTIN_REWARDS) == set(BUILTIN) and set(GRPO_DEFAULT_REWARDS) <= set(BUILTIN)
+
+
 # --- the config's checks -----------------------------------------------------------------------------------
 
 

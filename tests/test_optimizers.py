@@ -13,6 +13,8 @@ from torch import nn
 from autotrain.optimizers import CAME, CAME8Bit, CAME8BitFusedAdam, FusedAdam
 from autotrain.optimizers.came_8bit import dequantize_blockwise, quantize_blockwise_
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # small tensors: see conftest
+
 SMALL_8BIT = dict(block_size=256, min_8bit_size=1024)  # quantize small test matrices too
 
 FACTORIES = {
@@ -26,15 +28,6 @@ FACTORIES = {
         groups, lr=1e-2, weight_decay=0.1, came=SMALL_8BIT, min_factored_size=1024
     ),
 }
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Small tensors: a second thread mostly adds contention (several times slower on a busy box).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _params(dtype: torch.dtype = torch.float32, seed: int = 0) -> list[nn.Parameter]:

@@ -289,6 +289,7 @@ TRAINER_FIELDS = {
 # GRPO's built-in reward functions (autotrain/trainers/llm/rewards.py), each with the column it reads.
 BUILTIN_REWARDS = {"answer_match": "answer", "exact_match": "answer"}
 GRPO_DEFAULT_GENERATIONS = 8  # TRL's GRPOConfig default
+GRPO_DEFAULT_REWARDS = ("answer_match",)  # training_args.rewards: null
 
 
 @rule("trainer", "training_args", task="llm")
@@ -316,7 +317,7 @@ def _grpo(cfg) -> Iterator[Issue]:
     if cfg.trainer != "grpo":
         return
     args = cfg.training_args
-    rewards = args.rewards or ["answer_match"]
+    rewards = args.rewards or list(GRPO_DEFAULT_REWARDS)
     for i, name in enumerate(rewards):
         if name not in BUILTIN_REWARDS and not _reward_reference(name):
             yield (

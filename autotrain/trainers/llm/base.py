@@ -50,6 +50,12 @@ def llm_trainer(trainer_cls, args_cls, cfg: LLMConfig, plan: RunPlan, ready: Pre
     )
 
 
+def truncated_splits(ready: Prepared, max_tokens: int | None) -> tuple[Any, Any | None]:
+    """The prepared train and valid splits with their prompts cut to `max_tokens` (`truncate_prompts`)."""
+    valid = truncate_prompts(ready.valid, ready.tokenizer, max_tokens) if ready.valid is not None else None
+    return truncate_prompts(ready.train, ready.tokenizer, max_tokens), valid
+
+
 def truncate_prompts(dataset, tokenizer, max_tokens: int | None):
     """Keep the last `max_tokens` tokens of each prompt (the end of a prompt matters most).
 

@@ -8,9 +8,9 @@ base model with the adapter switched off, as for DPO.
 from __future__ import annotations
 
 from autotrain.config.llm import LLMConfig
-from autotrain.config.rules import GRPO_DEFAULT_GENERATIONS
+from autotrain.config.rules import GRPO_DEFAULT_GENERATIONS, GRPO_DEFAULT_REWARDS
 from autotrain.trainers.llm import rewards
-from autotrain.trainers.llm.base import llm_trainer, prepare, truncate_prompts
+from autotrain.trainers.llm.base import llm_trainer, prepare, truncated_splits
 from autotrain.trainers.llm.model import build_model
 from autotrain.training.plan import RunPlan
 
@@ -32,12 +32,11 @@ def build_trainer(cfg: LLMConfig, plan: RunPlan, callbacks: list, token: str | N
     ready = prepare(cfg, plan, token)
     args = cfg.training_args
     # Rewards are found (and their columns checked) before the model loads: mistakes stay cheap.
-    reward_funcs = rewards.resolve(args.rewards or ["answer_match"], ready.train.column_names)
+    reward_funcs = rewards.resolve(args.rewards or list(GRPO_DEFAULT_REWARDS), ready.train.column_names)
     extra = {grpo: getattr(args, ours) for ours, grpo in GRPO_FIELDS.items() if getattr(args, ours) is not None}
     if args.eval_batch_size is None:  # an evaluation batch holds whole groups of completions too
         extra["per_device_eval_batch_size"] = eval_batch_size(args.batch_size, args.num_generations)
-    limit = args.max_prompt_length
-    valid = truncate_prompts(ready.valid, ready.tokenizer, limit) if ready.valid is not None else None
+    train, valid = truncated_splits(ready, args.max_prompt_length)
     return llm_trainer(
         GRPOTrainer,
         GRPOConfig,
@@ -48,7 +47,7 @@ def build_trainer(cfg: LLMConfig, plan: RunPlan, callbacks: list, token: str | N
         model=build_model(cfg, plan, token),
         reward_funcs=reward_funcs,
         args=extra,
-        train_dataset=truncate_prompts(ready.train, ready.tokenizer, limit),
+        train_dataset=train,
         eval_dataset=valid,
     )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotrain.config.llm import LLMConfig
-from autotrain.trainers.llm.base import llm_trainer, prepare, truncate_prompts
+from autotrain.trainers.llm.base import llm_trainer, prepare, truncated_splits
 from autotrain.trainers.llm.model import build_model
 from autotrain.training.plan import RunPlan
 
@@ -25,8 +25,7 @@ def build_preference_trainer(
     extra = {"max_length": args.max_length, **extra}
     if args.beta is not None:
         extra["beta"] = args.beta
-    limit = args.max_prompt_length
-    valid = truncate_prompts(ready.valid, ready.tokenizer, limit) if ready.valid is not None else None
+    train, valid = truncated_splits(ready, args.max_prompt_length)
     return llm_trainer(
         trainer_cls,
         args_cls,
@@ -36,7 +35,7 @@ def build_preference_trainer(
         callbacks,
         model=build_model(cfg, plan, token),
         args=extra,
-        train_dataset=truncate_prompts(ready.train, ready.tokenizer, limit),
+        train_dataset=train,
         eval_dataset=valid,
         **kwargs,
     )
