@@ -4,8 +4,10 @@
 
 Step times, on a ~21M-element mix (one 4096x4096 and one 2048x1024 matrix, four 4096 vectors): every
 candidate is built, compiled where it compiles, and stepped twice; then the candidates take turns step
-by step (rotating who goes first) for a number of rounds. Times are medians, and a ratio is the median
-over rounds of the within-round ratio, so load that changes between rounds cancels out.
+by step for a number of rounds, in an order shuffled each round (seeded), so that no candidate always
+runs right after the same one (one that sweeps memory leaves the caches cold for the next). Times are
+medians, and a ratio is the median over rounds of the within-round ratio, so load that changes between
+rounds cancels out.
 
 Also CAME8Bit against CAME alone (the two taking turns) on one 4096x4096 matrix and on SmolLM2-135M's
 matrix shapes (576 wide: blocks of whole rows).
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -94,11 +97,15 @@ def state_bytes_per_param(name: str, shape: tuple[int, ...], device: str) -> flo
 
 
 def step_times(names: list[str], shapes: list[tuple[int, ...]], device: str, rounds: int) -> dict:
-    """Per-round step times of each candidate; rounds interleave the candidates, rotating the order."""
+    """Per-round step times of each candidate; rounds interleave the candidates, in a shuffled order."""
     opts = {name: build(name, make_params(shapes, device)) for name in names}
     times: dict[str, list[float]] = {name: [] for name in names}
+    rng = random.Random(0)
     for rep in range(rounds + 2):  # two warmup steps create the state, compile, and warm the allocator
-        order = names[rep % len(names) :] + names[: rep % len(names)]  # no candidate always first
+        # A new order each round: a step that comes right after one sweeping hundreds of MB (the eager
+        # ones, came-pytorch) finds the caches cold, so a candidate with a fixed predecessor (as a
+        # rotation gives) would be measured cold, or warm, every time.
+        order = rng.sample(names, len(names))
         for name in order:
             sync(device)
             start = time.perf_counter()

@@ -187,7 +187,8 @@ def apply_step(
         codes, decode_scale, encode_scale, starts = moment
         m = _new_moment(grad, rf, cf, _decoded(codes, decode_scale, starts), beta1)[1]
         scaled = (m.abs() * _by_run(encode_scale, starts, m.shape)).sqrt().add(0.5)
-        codes.copy_(scaled.clamp(max=_LEVELS).copysign(m).to(torch.int8))
+        # |m| <= absmax, so a code is at most 127.5 before truncation: no clamp (nor in the eager step).
+        codes.copy_(scaled.copysign(m).to(torch.int8))
     target = param.float()
     if decay is not None:
         target = target + target * decay
@@ -370,16 +371,25 @@ def fused_came_update_(
         res_sums = run(first_moment, g3, rf, cf, (exp_avg,), res_row, **kw)
         last: tuple[Tensor, ...] = (exp_avg,)
     else:
-        codes, absmax = flat_view(moment[0], lead), moment[1]
-        starts, blocks = block_runs(lead[0] * lead[1], lead[2], moment[0].shape[-1], param.device)
-        blocks = blocks.clamp(max=absmax.numel() - 1)  # a last row's empty runs may point past the end
-        decode = (absmax.sqrt() / _LEVELS)[blocks]  # per-block factors once per block, not per element
-        if aligned_runs(lead[2], moment[0].shape[-1]):
-            starts = moment[0].shape[-1]  # runs are whole blocks: found by division, not by comparisons
+        codes, absmax, block = flat_view(moment[0], lead), moment[1], moment[0].shape[-1]
+        rows = lead[0] * lead[1]
+        if aligned_runs(lead[2], block):
+            # Each row is whole blocks, in order: run s of row r is block r * runs + s, and it is found by
+            # division, not by comparisons. Blocks past the rows (padding to the largest shard) stay zero.
+            starts, used = block, absmax[: rows * (lead[2] // block)]
+            decode = (used.sqrt() / _LEVELS).view(rows, lead[2] // block)
+        else:
+            starts, blocks = block_runs(rows, lead[2], block, param.device)
+            blocks = blocks.clamp(max=absmax.numel() - 1)  # a last row's empty runs may point past the end
+            decode = (absmax.sqrt() / _LEVELS)[blocks]  # per-block factors once per block, not per element
         *res_sums, run_max = run(first_moment, g3, rf, cf, (codes, decode, starts), res_row, **kw)
-        # A block's scale is the largest |m| of its runs (the zero tail and padding blocks: the minimum).
-        absmax.zero_().scatter_reduce_(0, blocks.flatten(), run_max.flatten(), "amax").clamp_(min=_MIN_ABSMAX)
-        last = (codes, decode, (_LEVELS**2 / absmax)[blocks], starts)
+        if isinstance(starts, int):
+            encode = (_LEVELS**2 / used.copy_(run_max.view(-1)).clamp_(min=_MIN_ABSMAX)).view(decode.shape)
+        else:
+            # A block's scale is the largest |m| of its runs (the zero tail and padding blocks: the minimum).
+            absmax.zero_().scatter_reduce_(0, blocks.flatten(), run_max.flatten(), "amax").clamp_(min=_MIN_ABSMAX)
+            encode = (_LEVELS**2 / absmax)[blocks]
+        last = (codes, decode, encode, starts)
     res_sums = shards.all_sum(*res_sums) if shards.splits_columns else list(res_sums)
     res_rf, res_cf, _, _ = _factors(res_row, res_col, res_sums, beta3, group["eps"][1], shards)
     lr, wd = group["lr"], group["weight_decay"]
