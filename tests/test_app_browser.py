@@ -140,3 +140,31 @@ def screenshot(browser, tmp_path: Path) -> None:
     docs.mkdir(exist_ok=True)
     shutil.copyfile(path, docs / "app-screenshot.png")
     print(f"\nscreenshot: {path} (copied to {docs / 'app-screenshot.png'})")
+
+
+def test_a_typed_value_survives_a_reply_that_lands_before_it_is_sent(browser, app_server, tmp_path):
+    """Typing in one field and moving straight on: a validation reply drawn before the typed value's
+    (debounced) edit is sent must neither overwrite the field nor make the edit carry the old value."""
+    from selenium.webdriver.common.by import By
+
+    url, _ = app_server(tmp_path / "runs")
+    browser.get(url)
+    wait(browser, lambda b: b.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1", what="page ready")
+    wait(browser, lambda b: "valid config" in b.find_element(By.ID, "status").text, what="template validated")
+    assert "max_steps: 77" not in yaml_text(browser)
+    shown = browser.execute_async_script(
+        """
+        const done = arguments[arguments.length - 1];
+        const box = document.getElementById("f-training_args.max_steps");
+        box.focus();
+        box.value = "77";
+        box.dispatchEvent(new Event("input", { bubbles: true }));
+        box.blur();
+        const { validateNow } = await import("/static/js/editor.js");
+        await validateNow();  // its reply shows the YAML as it was before the edit
+        done(box.value);
+        """
+    )
+    assert shown == "77"
+    wait(browser, lambda b: "max_steps: 77" in yaml_text(b), timeout=30, what="edit written to the YAML")
+    assert browser.find_element(By.ID, "f-training_args.max_steps").get_attribute("value") == "77"

@@ -141,10 +141,19 @@ export class SchemaForm {
     const error = document.createElement("div");
     error.className = "error";
     box.append(label, input, help, error);
-    this.fields.set(dotted, { input, box, kind: k, nullable });
-    const send = () => this.onEdit(path, parse(k, input.value, nullable));
+    // `pending`: typed but not yet sent. A reply to an earlier edit must not overwrite it: the field has
+    // lost focus by then when the user moves on quickly, and the send would carry the old value back.
+    const entry = { input, box, kind: k, nullable, pending: false };
+    this.fields.set(dotted, entry);
+    const send = () => {
+      entry.pending = false;
+      this.onEdit(path, parse(k, input.value, nullable));
+    };
     if (input.tagName === "SELECT") input.addEventListener("change", send);
-    else input.addEventListener("input", debounce(send, 120));
+    else {
+      const later = debounce(send, 120);
+      input.addEventListener("input", () => { entry.pending = true; later(); });
+    }
     return box;
   }
 
@@ -185,12 +194,13 @@ export class SchemaForm {
     this.schema = saved;
   }
 
-  // Show the values of `data` (the parsed YAML); the field being typed in keeps what the user typed.
+  // Show the values of `data` (the parsed YAML); the field being typed in, and any with an edit not yet
+  // sent, keep what the user typed.
   setData(data) {
     const training = (data && data.training_args) || {};
     this.optimizerArgs(training.optimizer || "adamw_torch");
     for (const [dotted, f] of this.fields) {
-      if (f.input === document.activeElement) continue;
+      if (f.input === document.activeElement || f.pending) continue;
       let value = data;
       for (const key of dotted.split(".")) value = value && typeof value === "object" ? value[key] : undefined;
       if (f.input.tagName === "SELECT") f.input.value = value === undefined ? "" : JSON.stringify(value);
