@@ -1,5 +1,6 @@
-"""SFT batching: length-grouped batches by default (decided in the plan), padding-free batches where the
-attention kernel keeps samples apart, and an option to turn both off."""
+"""SFT batching: padding-free by default (a batch's samples packed into rows, or one sequence with flash
+attention on CUDA) with the same loss as padded batches, length-grouped batches on request, and an option to
+turn both off."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch
 
 from autotrain.config.load import load_data
 from autotrain.config.yaml_source import Locator
-from autotrain.training.batching import TokenBudgetBatches, length_grouped_batches
+from autotrain.training.batching import TokenBudgetBatches, length_grouped_batches, pack_rows
 from autotrain.training.plan import padding_free, resolve_plan
 from autotrain.training.precision import Precision
 
@@ -39,19 +40,21 @@ def _config(tmp_path: Path, trainer: str = "sft", data: Path | None = None, **tr
     return load_data(raw, Locator("config.yml"), environ={}).config
 
 
-def test_sft_groups_by_length_by_default(tmp_path):
+def test_sft_drops_padding_by_default_and_keeps_random_batches(tmp_path):
     plan = resolve_plan(_config(tmp_path), device="cpu")
-    assert plan.length_grouped and plan.record()["length_grouped_batches"] is True
-    assert not plan.padding_free  # CPU: padding-free would cost a block-diagonal mask as long as the batch
+    assert plan.padding_free == "rows" and plan.record()["padding_free"] == "rows"
+    assert not plan.length_grouped and plan.record()["length_grouped_batches"] is False
+    assert resolve_plan(_config(tmp_path, length_grouping=True), device="cpu").length_grouped
 
 
 @pytest.mark.parametrize(
     "trainer, training",
-    [("sft", {"length_grouping": False}), ("sft", {"packing": True}), ("dpo", {}), ("clm", {})],
+    [("sft", {"padding_free": False}), ("sft", {"packing": True}), ("dpo", {}), ("clm", {})],
     ids=["turned-off", "packing", "dpo", "clm"],
 )
-def test_random_batches_where_grouping_does_not_apply(tmp_path, trainer, training):
-    assert not resolve_plan(_config(tmp_path, trainer, **training), device="cpu").length_grouped
+def test_padded_batches_where_padding_free_does_not_apply(tmp_path, trainer, training):
+    plan = resolve_plan(_config(tmp_path, trainer, **training), device="cpu")
+    assert plan.padding_free == "" and not plan.length_grouped
 
 
 def _lengths(n: int = 500) -> list[int]:
@@ -86,14 +89,29 @@ def test_a_sample_longer_than_the_budget_is_a_batch_of_its_own():
     assert sorted(map(sorted, batches)) == [[0], [1, 2, 3]]
 
 
-def test_padding_free_only_with_flash_attention_on_cuda(tmp_path):
+def test_one_sequence_with_flash_attention_on_cuda_rows_elsewhere(tmp_path):
     cuda = Precision("bf16", "cuda")
     flash = _config(tmp_path).model_copy(update={"attn_implementation": "flash_attention_2"})
-    assert padding_free(flash, cuda)
-    assert not padding_free(flash, Precision("no", "cpu"))
-    assert not padding_free(_config(tmp_path), cuda)  # sdpa
-    off = _config(tmp_path, length_grouping=False).model_copy(update={"attn_implementation": "flash_attention_2"})
-    assert not padding_free(off, cuda)
+    assert padding_free(flash, cuda) == "one sequence"
+    assert padding_free(flash, Precision("no", "cpu")) == "rows"
+    assert padding_free(_config(tmp_path), cuda) == "rows"  # sdpa
+    off = _config(tmp_path, padding_free=False).model_copy(update={"attn_implementation": "flash_attention_2"})
+    assert padding_free(off, cuda) == ""
+
+
+@pytest.mark.parametrize(
+    "lengths, rows",
+    [
+        ([5, 3, 2, 9], [[3], [0, 1], [2]]),  # rows of 9: 9 | 5+3 | 2 (first fit, longest first)
+        ([4, 4, 4], [[0], [1], [2]]),  # equal lengths: the padded batch itself
+        ([10, 1, 2, 3, 4], [[0], [4, 3, 2, 1]]),
+        ([7], [[0]]),
+    ],
+)
+def test_pack_rows_first_fit_longest_first(lengths, rows):
+    assert pack_rows(lengths) == rows
+    for row in pack_rows(lengths):
+        assert sum(lengths[i] for i in row) <= max(lengths)
 
 
 def _varied_chat(path: Path, rows: int = 160) -> Path:
@@ -121,7 +139,8 @@ def _trainer(tmp_path: Path, **training):
 
 
 def test_grouped_batches_hold_less_padding_in_as_many_steps(tmp_path):
-    grouped, random = _trainer(tmp_path), _trainer(tmp_path, length_grouping=False)
+    grouped = _trainer(tmp_path, length_grouping=True, padding_free=False)
+    random = _trainer(tmp_path, padding_free=False)
     grouped_batches, random_batches = list(grouped.get_train_dataloader()), list(random.get_train_dataloader())
     assert len(grouped_batches) <= len(random_batches)
     assert sum(len(b["input_ids"]) for b in grouped_batches) == len(grouped.train_dataset)  # each sample once
@@ -137,7 +156,7 @@ def test_padding_free_batches_keep_samples_apart(tmp_path):
     """The same samples flattened into one sequence give the same loss as padded: no attention across them."""
     from autotrain.trainers.llm.sft import use_padding_free_batches
 
-    trainer = _trainer(tmp_path, length_grouping=False)
+    trainer = _trainer(tmp_path, padding_free=False)
     samples = [trainer.train_dataset[i] for i in range(4)]
     padded = trainer.data_collator(samples)
     use_padding_free_batches(trainer)
@@ -150,3 +169,82 @@ def test_padding_free_batches_keep_samples_apart(tmp_path):
         loss_padded = model(**padded).loss
         loss_flat = model(**{k: v for k, v in flat.items() if k in ("input_ids", "labels", "position_ids")}).loss
     torch.testing.assert_close(loss_flat, loss_padded, rtol=1e-5, atol=1e-6)
+
+
+def _inputs(batch: dict) -> dict:
+    return {k: v for k, v in batch.items() if k in ("input_ids", "labels", "position_ids", "attention_mask")}
+
+
+@pytest.mark.parametrize("completion_only", [None, False], ids=["trl-default", "whole-sequence"])
+def test_row_packed_batches_give_the_padded_loss_and_gradients(tmp_path, completion_only):
+    """The default: the same samples, packed into rows without padding, give the loss and gradients of the
+    padded batch (no attention across samples, the same tokens labelled), in fewer token slots."""
+    from autotrain.training.batching import RowPackingCollator
+
+    extra = {} if completion_only is None else {"completion_only_loss": completion_only}
+    trainer = _trainer(tmp_path, **extra)
+    assert isinstance(trainer.data_collator, RowPackingCollator)  # the default, checked on this model
+    samples = [trainer.train_dataset[i] for i in range(8)]
+    rows = trainer.data_collator(samples)
+    padded = trainer.data_collator.inner(samples)
+    assert "attention_mask" not in rows and rows["input_ids"].shape[0] < 8
+    assert rows["input_ids"].shape[1] == max(len(s["input_ids"]) for s in samples)  # rows as long as the longest
+    assert rows["input_ids"].numel() < padded["input_ids"].numel()
+    assert int(rows["num_tokens"]) == sum(len(s["input_ids"]) for s in samples)
+    assert int((rows["position_ids"] == 0).sum()) >= 8  # every sample counts its positions from 0
+
+    model = trainer.model.train()
+    torch.manual_seed(0)
+
+    def loss_and_grads(batch):
+        model.zero_grad(set_to_none=True)
+        loss = model(**_inputs(batch), use_cache=False).loss
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    dropout = [m for m in model.modules() if isinstance(m, torch.nn.Dropout) and m.p > 0]
+    assert not dropout  # the fixture has no dropout: the two passes are comparable
+    loss_rows, grads_rows = loss_and_grads(rows)
+    loss_padded, grads_padded = loss_and_grads(padded)
+    torch.testing.assert_close(loss_rows, loss_padded, rtol=1e-5, atol=1e-6)
+    for a, b in zip(grads_rows, grads_padded, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+class _AttendsAcross(torch.nn.Module):
+    """A 'model' whose outputs mix every earlier token, whatever the position ids say."""
+
+    def __init__(self):
+        super().__init__()
+        self.config = type("Config", (), {"vocab_size": 32})()
+        self.embed = torch.nn.Embedding(32, 32)
+
+    def forward(self, input_ids, position_ids=None, use_cache=False):
+        logits = self.embed(input_ids).cumsum(1)
+        return type("Out", (), {"logits": logits})()
+
+
+def test_a_model_that_attends_across_samples_keeps_padded_batches(tmp_path, capsys):
+    from autotrain.trainers.llm.sft import use_row_packed_batches
+    from autotrain.training.batching import RowPackingCollator, keeps_packed_samples_apart
+
+    assert not keeps_packed_samples_apart(_AttendsAcross())
+    trainer = _trainer(tmp_path, padding_free=False)
+    assert keeps_packed_samples_apart(trainer.model)
+    collator = trainer.data_collator
+    trainer.model = _AttendsAcross()
+    assert use_row_packed_batches(trainer) is False
+    assert trainer.data_collator is collator and not isinstance(collator, RowPackingCollator)
+    assert "batches stay padded" in capsys.readouterr().err
+
+
+def test_training_on_row_packed_batches_counts_every_token(tmp_path):
+    trainer = _trainer(tmp_path, max_steps=3, logging_steps=1, lr=1e-3)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    loader = trainer.get_train_dataloader()
+    expected = sum(int(b["num_tokens"]) for _, b in zip(range(3), loader, strict=False))
+    trainer.train()
+    logged = [h for h in trainer.state.log_history if "loss" in h]
+    assert logged and all(torch.isfinite(torch.tensor(h["loss"])) for h in logged)
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters(), strict=True))
+    assert logged[-1]["num_tokens"] == expected  # every row counted, no padding

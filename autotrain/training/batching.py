@@ -85,3 +85,86 @@ def length_grouped_batches(lengths: Sequence[int], batch_size: int, seed: int) -
         else:
             low = middle + 1
     return TokenBudgetBatches(lengths, high, seed)
+
+
+def pack_rows(lengths: Sequence[int]) -> list[list[int]]:
+    """Indices of a batch's samples, laid end to end in rows no longer than its longest sample.
+
+    First fit, longest first: the longest sample fills a row of its own, shorter ones share rows. A row is
+    never longer than the padded batch's rows, so attention costs no more than with padding, and the
+    tokens of the batch are computed once each instead of once per padded slot.
+    """
+    capacity = max(lengths, default=0)
+    rows: list[list[int]] = []
+    room: list[int] = []
+    for index in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        row = next((r for r, free in enumerate(room) if free >= lengths[index]), None)
+        if row is None:
+            rows.append([])
+            room.append(capacity)
+            row = len(rows) - 1
+        rows[row].append(index)
+        room[row] -= lengths[index]
+    return rows
+
+
+class RowPackingCollator:
+    """A batch's samples packed into rows (`pack_rows`), each sample's positions counted from 0.
+
+    Wraps TRL's language-modelling collator: each row goes to it as one packed example (its `seq_lengths`),
+    so labels and padding follow TRL's rules. No attention mask is returned: transformers then reads the
+    sample boundaries from the position ids and keeps the samples of a row apart (see
+    `keeps_packed_samples_apart`), and the first token of each sample is not predicted from the one before.
+    The loss is the mean over the same labelled tokens as the padded batch's. `num_tokens` (the batch's
+    tokens without padding) is for the trainer's token count; it is not a model input.
+    """
+
+    def __init__(self, inner) -> None:
+        import dataclasses
+
+        self.inner = inner
+        self._rows = dataclasses.replace(inner, padding_free=False, return_position_ids=True)
+        self.pad_token_id = inner.pad_token_id
+        self.pad_to_multiple_of = inner.pad_to_multiple_of
+
+    def __call__(self, examples: list[dict]) -> dict:
+        rows = []
+        for members in pack_rows([len(e["input_ids"]) for e in examples]):
+            parts = [examples[i] for i in members]
+            rows.append(
+                {
+                    "input_ids": [t for e in parts for t in e["input_ids"]],
+                    "labels": [t for e in parts for t in e.get("labels", e["input_ids"])],
+                    "seq_lengths": [len(e["input_ids"]) for e in parts],
+                }
+            )
+        batch = self._rows(rows)
+        batch.pop("attention_mask", None)
+        batch["labels"][batch["position_ids"] == 0] = -100
+        batch["num_tokens"] = torch.tensor(sum(len(e["input_ids"]) for e in examples))  # for the trainer's metric
+        return batch
+
+
+def keeps_packed_samples_apart(model) -> bool:
+    """Whether `model`, given two samples in one row with position ids and no attention mask, computes
+    the second exactly as on its own (transformers' masks read packed samples from the position ids; older
+    model code attends across them). One forward pass of 12 tokens, without gradients."""
+    device = next((p.device for p in model.parameters() if p.device.type != "meta"), torch.device("cpu"))
+    vocab = int(getattr(model.config, "vocab_size", 0) or 0)
+    if vocab < 8:
+        return False
+    first, second = torch.arange(1, 8) % vocab, torch.arange(3, 8) % vocab
+    row = torch.cat([first, second])[None].to(device)
+    positions = torch.cat([torch.arange(len(first)), torch.arange(len(second))])[None].to(device)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            packed = model(input_ids=row, position_ids=positions, use_cache=False).logits[0, len(first) :]
+            alone = model(input_ids=second[None].to(device), use_cache=False).logits[0]
+    except Exception:  # an architecture that does not take position ids like this: keep padding
+        return False
+    finally:
+        model.train(was_training)
+    scale = alone.float().abs().max().clamp_min(1e-6)
+    return bool(((packed.float() - alone.float()).abs().max() / scale) < 1e-2)

@@ -70,7 +70,7 @@ class RunPlan:
     training_args: dict[str, Any]  # TrainingArguments fields; a builder adds only its trainer's own
     problems: tuple[str, ...] = ()  # what this machine cannot do as asked (see `preflight`)
     length_grouped: bool = False  # sft: batches of similar length in random order (see `groups_by_length`)
-    padding_free: bool = False  # sft: flatten each batch into one sequence (see `padding_free`)
+    padding_free: str = ""  # sft: "rows", "one sequence" or "" (padded; see `padding_free`)
 
     @property
     def world_size(self) -> int:
@@ -194,13 +194,18 @@ def groups_by_length(cfg: TaskConfig) -> bool:
     return cfg.task == "llm" and cfg.trainer == "sft" and args.length_grouping and not args.packing
 
 
-def padding_free(cfg: TaskConfig, precision: Precision) -> bool:
-    """SFT flattens each batch into one sequence where the attention kernel keeps its samples apart.
+def padding_free(cfg: TaskConfig, precision: Precision) -> str:
+    """How SFT batches drop their padding: "one sequence", "rows", or "" (padded batches).
 
-    flash_attention_2 on CUDA takes the sequence boundaries from the position ids and computes no padding at
-    all. Other kernels would get a block-diagonal mask as long as the whole batch, costing more than padding.
+    flash_attention_2 on CUDA takes the sample boundaries of one flattened sequence from the position ids
+    and computes no padding at all. Other kernels get a mask built from the position ids, as long as the
+    sequence it covers: the samples are packed into rows as long as the batch's longest sample
+    (autotrain.training.batching.pack_rows), so attention costs no more than with padding.
     """
-    return groups_by_length(cfg) and precision.device == "cuda" and cfg.attn_implementation == "flash_attention_2"
+    args = cfg.training_args
+    if not (cfg.task == "llm" and cfg.trainer == "sft" and args.padding_free and not args.packing):
+        return ""
+    return "one sequence" if precision.device == "cuda" and cfg.attn_implementation == "flash_attention_2" else "rows"
 
 
 def _keep_best_model(cfg: TaskConfig, kwargs: dict[str, Any]) -> None:

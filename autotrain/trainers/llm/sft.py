@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from autotrain.config.llm import LLMConfig
 from autotrain.trainers.llm.base import llm_trainer, prepare
 from autotrain.trainers.llm.model import build_model
@@ -18,10 +20,49 @@ def build_trainer(cfg: LLMConfig, plan: RunPlan, callbacks: list, token: str | N
         extra["completion_only_loss"] = args.completion_only_loss
     model = build_model(cfg, plan, token)
     trainer_cls = length_grouped(SFTTrainer) if plan.length_grouped else SFTTrainer
+    if plan.padding_free == "rows":
+        trainer_cls = counting_row_tokens(trainer_cls)
     trainer = llm_trainer(trainer_cls, SFTConfig, cfg, plan, ready, callbacks, model=model, args=extra)
-    if plan.padding_free:
+    if plan.padding_free == "one sequence":
         use_padding_free_batches(trainer)
+    elif plan.padding_free == "rows":
+        use_row_packed_batches(trainer)
     return trainer
+
+
+def use_row_packed_batches(trainer) -> bool:
+    """Pack each batch's samples into rows without padding (autotrain.training.batching.RowPackingCollator)
+    where this model keeps packed samples apart; otherwise keep padded batches and say so once."""
+    from autotrain.errors import eprint
+    from autotrain.training.batching import RowPackingCollator, keeps_packed_samples_apart
+
+    if not keeps_packed_samples_apart(trainer.model):
+        eprint(
+            "note: padding_free: this model attends across samples laid end to end, so batches stay padded "
+            "(`padding_free: false` says so up front)"
+        )
+        return False
+    trainer.data_collator = RowPackingCollator(trainer.data_collator)
+    return True
+
+
+def counting_row_tokens(trainer_cls: type) -> type:
+    """`trainer_cls` whose `num_tokens` metric counts every row of a row-packed batch (TRL counts the tokens of
+    a batch without an attention mask as one flattened sequence: a single row)."""
+
+    class RowPackedTrainer(trainer_cls):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            tokens = inputs.pop("num_tokens", None)
+            result = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            if tokens is not None and model.training and hasattr(self, "_total_train_tokens"):
+                counted = torch.tensor([inputs["position_ids"].size(1), tokens], device=inputs["position_ids"].device)
+                counted = self.accelerator.gather_for_metrics(counted[None]).sum(0)
+                self._total_train_tokens += int(counted[1] - counted[0]) // self._tp_size
+                self._metrics["train"]["num_tokens"] = [self._total_train_tokens]
+            return result
+
+    RowPackedTrainer.__name__ = RowPackedTrainer.__qualname__ = f"RowPacked{trainer_cls.__name__}"
+    return RowPackedTrainer
 
 
 def length_grouped(trainer_cls: type) -> type:
