@@ -1,4 +1,4 @@
-"""SFT tokens/s on chat data of widely varying length: `autotrain llm` (length-grouped batches, its default)
+"""SFT tokens/s on chat data of widely varying length: `autotrain llm` (padding-free batches, its default)
 against a bare TRL `SFTTrainer` script on the same model, data and hyper-parameters, in the same run.
 
     python benchmarks/sft_throughput.py [--reps 3] [--rows 1024] [--epochs 3] [--threads 1]
@@ -10,7 +10,8 @@ train 3 epochs (until the loss flattens; after one epoch the tiny model is still
 SFTConfig values: batch 8, lr, linear schedule, seed, max_length 512, fp32
 (no bf16: TRL's default is bf16 where available, set off explicitly) and no gradient checkpointing (TRL's
 default is on, set off explicitly). The TRL script keeps TRL's random batches, padded to each batch's
-longest sample; autotrain uses its default, length-grouped batches (autotrain.training.batching).
+longest sample; autotrain uses its default: the same random batches, each packed into rows as long as its
+longest sample with no padding, the samples kept apart by their position ids (autotrain.training.batching).
 
 * tokens/s: the training set's tokens (after truncation to max_length, no padding; the same number for
   both) times the epochs / the Trainer's `train_runtime`. Ratio target >= 1.3.
@@ -118,6 +119,12 @@ def write_data(folder: Path, rows: int, tokenizer_dir: Path) -> tuple[Path, Path
 
 EPOCHS = [3.0]  # --epochs
 TRAIN_SEED = [SEED]  # --seeds: the training seed (shuffling, initialisation); the data stay the same
+BATCHING = {  # --batching: autotrain's batching settings
+    "default": {},
+    "grouped": {"length_grouping": True, "padding_free": False},  # padded, length-grouped batches
+    "padded": {"padding_free": False},  # TRL's own padded random batches
+}
+BATCHING_USED = ["default"]
 
 
 def shared_settings() -> dict:
@@ -136,6 +143,7 @@ def shared_settings() -> dict:
         "optimizer": "adamw_torch",
         "logging_steps": 10,
         "save_total_limit": 1,
+        **BATCHING[BATCHING_USED[0]],
     }
     trl = {
         "num_train_epochs": EPOCHS[0],
@@ -286,7 +294,13 @@ def main() -> int:
     parser.add_argument(
         "--seeds", default=str(SEED), help="training seeds, comma-separated: the figures once per seed (same data)"
     )
+    parser.add_argument(
+        "--batching", choices=list(BATCHING), default="default",
+        help="autotrain's batching: its default (padding-free rows), grouped (length_grouping: true, padded), or "
+        "padded (padding_free: false, TRL's own batches)",
+    )  # fmt: skip
     args = parser.parse_args()
+    BATCHING_USED[0] = args.batching
     seeds = [int(s) for s in args.seeds.split(",")]
     if args.threads:
         ENV["OMP_NUM_THREADS"] = str(args.threads)

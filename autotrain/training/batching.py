@@ -148,7 +148,7 @@ class RowPackingCollator:
 def keeps_packed_samples_apart(model) -> bool:
     """Whether `model`, given two samples in one row with position ids and no attention mask, computes
     the second exactly as on its own (transformers' masks read packed samples from the position ids; older
-    model code attends across them). One forward pass of 12 tokens, without gradients."""
+    model code attends across them). Two forward passes, of 12 and 5 tokens, without gradients."""
     device = next((p.device for p in model.parameters() if p.device.type != "meta"), torch.device("cpu"))
     vocab = int(getattr(model.config, "vocab_size", 0) or 0)
     if vocab < 8:

@@ -38,8 +38,8 @@ def use_row_packed_batches(trainer) -> bool:
 
     if not keeps_packed_samples_apart(trainer.model):
         eprint(
-            "note: padding_free: this model attends across samples laid end to end, so batches stay padded "
-            "(`padding_free: false` says so up front)"
+            "note: padding_free: this model was not seen to keep samples laid end to end apart (one check "
+            "when training starts), so batches stay padded; `padding_free: false` skips the check"
         )
         return False
     trainer.data_collator = RowPackingCollator(trainer.data_collator)
