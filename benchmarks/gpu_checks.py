@@ -12,6 +12,9 @@
 3. CAME8Bit's compiled step (Triton) against its eager step on the same model: step time, compile time,
    and how far the parameters are apart after 5 steps.
 4. QLoRA through `autotrain llm` (4-bit base, LoRA, 5 steps) if bitsandbytes is installed.
+5. SFT's padding-free batches on CUDA: one batch of 8 samples of mixed length on a small Llama, padded
+   (sdpa) against packed into rows (sdpa, autotrain's default) and, with flash-attn installed, flattened
+   into one sequence (flash_attention_2, bf16): loss, gradient difference and ms per forward + backward.
 
 Each check prints its own lines as it finishes; a check that fails prints the error and the others still
 run. Without CUDA (and without --cpu-smoke) the script says so and exits 0.
@@ -284,10 +287,65 @@ def qlora(device: str, sizes: dict) -> None:
             print("  " + done.stdout[-2000:].replace("\n", "\n  ") + done.stderr[-2000:].replace("\n", "\n  "))
 
 
+def padding_free_batches(device: str, sizes: dict) -> None:
+    import importlib.util
+
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+    from autotrain.training.batching import RowPackingCollator, keeps_packed_samples_apart
+
+    print("\n== 5. SFT padding-free batches: padded vs rows (sdpa) vs one sequence (flash_attention_2)")
+    gen = torch.Generator().manual_seed(0)
+    top = sizes["seq"] * 4
+    lengths = [int(16 * (top / 16) ** torch.rand((), generator=gen).item()) for _ in range(8)]
+    examples = [{"input_ids": torch.randint(3, sizes["vocab"], (n,), generator=gen).tolist()} for n in lengths]
+    padded_collator = DataCollatorForLanguageModeling(pad_token_id=0)
+    batches = {"padded": padded_collator(examples), "rows": RowPackingCollator(padded_collator)(examples)}
+    flat = DataCollatorForLanguageModeling(pad_token_id=0, padding_free=True)(examples)
+    batches["one sequence"] = {k: flat[k] for k in ("input_ids", "labels", "position_ids")}
+
+    def run(model, batch, reps=5):
+        batch = {
+            k: v.to(device) for k, v in batch.items() if k in ("input_ids", "labels", "position_ids", "attention_mask")
+        }
+        times = []
+        for _ in range(reps):
+            model.zero_grad(set_to_none=True)
+            sync(device)
+            t0 = time.perf_counter()
+            loss = model(**batch, use_cache=False).loss
+            loss.backward()
+            sync(device)
+            times.append(time.perf_counter() - t0)
+        grads = torch.cat([p.grad.float().flatten() for p in model.parameters() if p.grad is not None])
+        return loss.item(), grads, statistics.median(times[1:]) * 1000
+
+    model = llama(sizes["hidden"], sizes["layers"], sizes["vocab"], device).train()
+    print(f"  lengths {lengths}; rows layout kept apart: {keeps_packed_samples_apart(model)}")
+    base_loss, base_grads, base_ms = run(model, batches["padded"])
+    for name in ("padded", "rows"):
+        loss, grads, ms = run(model, batches[name])
+        gap = ((grads - base_grads).norm() / base_grads.norm()).item()
+        shape = tuple(batches[name]["input_ids"].shape)
+        print(
+            f"  sdpa fp32 {name:>12} {shape}: loss {loss:.6f} (padded {base_loss:.6f}), "
+            f"grad rel diff {gap:.1e}, {ms:.1f} ms"
+        )
+    if device != "cuda" or importlib.util.find_spec("flash_attn") is None:
+        print("  flash_attention_2: skipped (needs CUDA and the flash-attn package)")
+        return
+    for attn in ("sdpa", "flash_attention_2"):
+        model = llama(sizes["hidden"], sizes["layers"], sizes["vocab"], device, torch.bfloat16).train()
+        model.config._attn_implementation = attn
+        for name in ("padded", "one sequence"):
+            loss, _, ms = run(model, batches[name])
+            print(f"  {attn} bf16 {name:>12}: loss {loss:.4f}, {ms:.1f} ms")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on the CPU: the code paths only")
-    parser.add_argument("--checks", default="1,2,3,4", help="which checks to run, e.g. 2,3")
+    parser.add_argument("--checks", default="1,2,3,4,5", help="which checks to run, e.g. 2,3")
     parser.add_argument("--params", type=float, default=1.0, help="billions of parameters of check 2/3's model")
     args = parser.parse_args()
     if not torch.cuda.is_available() and not args.cpu_smoke:
@@ -303,7 +361,7 @@ def main() -> int:
     start = time.perf_counter()
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu (smoke)"
     print(f"device {name}, torch {torch.__version__}")
-    checks = (precision_runs, eight_bit_against_bnb, compiled_against_eager, qlora)
+    checks = (precision_runs, eight_bit_against_bnb, compiled_against_eager, qlora, padding_free_batches)
     for check in [checks[int(n) - 1] for n in args.checks.split(",")]:
         try:
             check(device, {**small, **big})
