@@ -57,7 +57,7 @@ def counting_row_tokens(trainer_cls: type) -> type:
             if tokens is not None and model.training and hasattr(self, "_total_train_tokens"):
                 counted = torch.tensor([inputs["position_ids"].size(1), tokens], device=inputs["position_ids"].device)
                 counted = self.accelerator.gather_for_metrics(counted[None]).sum(0)
-                self._total_train_tokens += int(counted[1] - counted[0]) // self._tp_size
+                self._total_train_tokens += int(counted[1] - counted[0]) // getattr(self, "_tp_size", 1)
                 self._metrics["train"]["num_tokens"] = [self._total_train_tokens]
             return result
 
