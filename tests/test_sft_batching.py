@@ -248,3 +248,29 @@ def test_training_on_row_packed_batches_counts_every_token(tmp_path):
     assert logged and all(torch.isfinite(torch.tensor(h["loss"])) for h in logged)
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters(), strict=True))
     assert logged[-1]["num_tokens"] == expected  # every row counted, no padding
+
+
+def test_a_run_whose_model_fails_the_check_trains_padded_and_records_it(tmp_path, monkeypatch):
+    import yaml
+    from typer.testing import CliRunner
+
+    import autotrain.training.batching as batching
+    from autotrain.cli.main import app
+
+    monkeypatch.setattr(batching, "keeps_packed_samples_apart", lambda model: False)
+    raw = {
+        "task": "llm",
+        "trainer": "sft",
+        "base_model": TINY,
+        "project_name": str(tmp_path / "run"),
+        "data": {"path": str(ASSETS / "data" / "text.jsonl")},
+        "training_args": {"max_steps": 2, "batch_size": 4, "max_length": 48, "mixed_precision": "no"},
+    }
+    path = tmp_path / "run.yml"
+    path.write_text(yaml.safe_dump(raw))
+    result = CliRunner().invoke(app, ["llm", "--config", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "batches stay padded" in result.output
+    manifest = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert manifest["plan"]["padding_free"] == ""
+    assert "padding_free: ''" in (tmp_path / "run" / "autotrain.yaml").read_text()

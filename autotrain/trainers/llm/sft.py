@@ -25,8 +25,8 @@ def build_trainer(cfg: LLMConfig, plan: RunPlan, callbacks: list, token: str | N
     trainer = llm_trainer(trainer_cls, SFTConfig, cfg, plan, ready, callbacks, model=model, args=extra)
     if plan.padding_free == "one sequence":
         use_padding_free_batches(trainer)
-    elif plan.padding_free == "rows":
-        use_row_packed_batches(trainer)
+    elif plan.padding_free == "rows" and not use_row_packed_batches(trainer):
+        trainer.autotrain_padding_free = ""  # what the run records (the plan said rows)
     return trainer
 
 
