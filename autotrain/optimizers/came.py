@@ -19,35 +19,6 @@ _HALF_DTYPES = (torch.float16, torch.bfloat16)
 _STATISTICS = ("exp_avg_sq_row", "exp_avg_sq_col", "exp_avg_res_row", "exp_avg_res_col", "exp_avg_sq")
 
 
-def _ema_factored_(
-    row: Tensor, col: Tensor, sq: Tensor, beta: float, eps: float, shards: Shards, *extra: Tensor, weigh: bool = False
-) -> tuple[Tensor, Tensor, list[Tensor]]:
-    """EMA of the row and column means of ``sq`` (plus ``eps``) into ``row`` and ``col``.
-
-    Returns the factors r and c whose outer product is rsqrt of the factored moment (``row / mean(row)``
-    times ``col``), and ``extra`` summed over the shards; ``weigh`` puts sum(sq * r^2 c^2) first in
-    it. Means divide by global counts. What spans the shards goes into one all-reduce: when dim 0 of
-    a 2-D tensor is sharded, the column sums, the sum of ``row`` and (``weigh``) the column sums of
-    ``sq / row``, since sum(sq r^2 c^2) = mean(row) * sum_j (sum_i sq_ij / row_i) / col_j; else,
-    factoring within each dim-0 slice, only the scalars.
-    """
-    rows, cols = shards.shape[-2], shards.shape[-1]
-    row.mul_(beta).add_(sq.sum(dim=-1).div_(cols).add_(eps), alpha=1.0 - beta)
-    sums = [sq.sum(dim=-2), row.sum(dim=-1, keepdim=True)]
-    if weigh:
-        sums.append((row.reciprocal().unsqueeze(-2) @ sq).squeeze(-2))
-    if shards.splits_columns:
-        reduced = shards.all_sum(*sums, *extra)
-        sums, extra = reduced[: len(sums)], reduced[len(sums) :]
-    col.mul_(beta).add_(sums[0].div_(rows).add_(eps), alpha=1.0 - beta)
-    row_mean = sums[1].div_(rows)
-    if weigh:
-        extra = [(row_mean * sums[2].div_(col).sum(dim=-1, keepdim=True)).sum(), *extra]
-    if not shards.splits_columns:
-        extra = shards.all_sum(*extra)
-    return row.div(row_mean).rsqrt_().unsqueeze(-1), col.rsqrt().unsqueeze(-2), list(extra)
-
-
 def _sum_sq(tensor: Tensor) -> Tensor:
     # A norm, not tensor.square().sum(): no full-size temporary.
     return torch.linalg.vector_norm(tensor).square()
@@ -81,45 +52,79 @@ def came_update_(
     eps1, eps2 = eps
     shards = shards or Shards(param.shape)
     numel = prod(shards.shape)
-    factored = len(shards.shape) >= 2
     # Half-precision params are updated through an fp32 copy and rounded once.
     target = param.float() if param.dtype in _HALF_DTYPES else param
     param_sq = _sum_sq(target)
+    keep, neg_lr = came_fused.step_scalars(lr, weight_decay, param.device)
 
-    # Clipping divides by a 0-d tensor (no host synchronisation).
-    if factored:
-        # One full-size buffer serves in turn as G^2, the update, the instability and the step.
-        grad_sq = torch.mul(grad, grad, out=out)
-        row, col = stats["exp_avg_sq_row"], stats["exp_avg_sq_col"]
-        # RMS(u) of u = G * r * c comes without materialising u. It only sets the clipping scale,
-        # so TF32 matmul precision on GPUs is harmless there.
-        row_factor, col_factor, (update_sq, param_sq) = _ema_factored_(
-            row, col, grad_sq, beta2, eps1, shards, param_sq, weigh=True
-        )
-        row_factor.div_((update_sq.div_(numel).sqrt_() / clip_threshold).clamp_(min=1.0))
-        update = torch.mul(grad, row_factor, out=grad_sq).mul_(col_factor)
-    else:
+    if len(shards.shape) < 2:
         exp_avg_sq = stats["exp_avg_sq"]
         exp_avg_sq.mul_(beta2).add_(grad.square().add_(eps1), alpha=1.0 - beta2)
         update = exp_avg_sq.rsqrt().mul_(grad)
         update_sq, param_sq = shards.all_sum(_sum_sq(update), param_sq)
+        # Clipping divides by a 0-d tensor (no host synchronisation).
         update.div_((update_sq.div_(numel).sqrt_() / clip_threshold).clamp_(min=1.0))
-
-    exp_avg.lerp_(update, 1.0 - beta1)
-    if weight_decay != 0:
-        target.add_(target, alpha=-weight_decay * lr)
-
-    if factored:
-        residual = update.sub_(exp_avg).square_()
-        res_row, res_col = stats["exp_avg_res_row"], stats["exp_avg_res_col"]
-        row_factor, col_factor, _ = _ema_factored_(res_row, res_col, residual, beta3, eps2, shards)
-        # p -= lr * (m * r * c), the column factor applied on the fly.
-        target.addcmul_(torch.mul(exp_avg, row_factor, out=residual), col_factor, value=-lr)
-    else:
+        exp_avg.lerp_(update, 1.0 - beta1)
+        if keep is not None:
+            target.mul_(keep)
         target.add_(exp_avg, alpha=-lr)
+    else:
+        _factored_update_(target, grad, exp_avg, stats, shards, param_sq, keep, neg_lr, out, betas, eps, clip_threshold)
     if target is not param:
         param.copy_(target)
     return param_sq.div_(numel).sqrt_()
+
+
+def _factored_update_(
+    target: Tensor,
+    grad: Tensor,
+    exp_avg: Tensor,
+    stats: dict[str, Tensor],
+    shards: Shards,
+    param_sq: Tensor,
+    keep: Tensor | None,
+    neg_lr: Tensor,
+    out: Tensor | None,
+    betas: tuple[float, float, float],
+    eps: tuple[float, float],
+    clip_threshold: float,
+) -> None:
+    """came_update_ of a factored param: the operations of came_fused's three passes, in their order and
+    with their sums (so that on the CPU the compiled step computes this m, and these 8-bit codes, bit for
+    bit), in place on one full-size buffer that holds in turn G^2, G^2 / row, the change of m, the
+    instability and the step."""
+    beta1, beta2, beta3 = betas
+    shape = target.shape
+    lead = (prod(shape[:-2]), shape[-2], shape[-1])  # factored within each slice of the leading dims
+    grad, m = grad.reshape(lead), exp_avg.view(lead)
+    buffer = (torch.empty_like(grad) if out is None else out).view(lead)
+    row, col = stats["exp_avg_sq_row"].view(lead[:2]), stats["exp_avg_sq_col"].view(lead[0], lead[2])
+    res_row, res_col = stats["exp_avg_res_row"].view(lead[:2]), stats["exp_avg_res_col"].view(lead[0], lead[2])
+
+    chunk = came_fused.row_chunk(lead[1], target.device)
+    sq = torch.mul(grad, grad, out=buffer)
+    came_fused.ema_(row, came_fused.row_sums(sq), lead[2], beta2, eps[0])
+    sums = [came_fused.col_sums(sq, chunk), came_fused.row_sums(row, keepdim=True)]
+    sums += [came_fused.col_sums(sq.div_(row.unsqueeze(-1)), chunk), param_sq]
+    group = dict(betas=betas, eps=eps, clip_threshold=clip_threshold)
+    rf, cf, param_sq_total = came_fused.update_factors(sums, row, col, shards, group)
+    param_sq.copy_(param_sq_total)
+
+    # step = (G * r * c - m) * (1 - beta1); m <- m + step; instability = (step * beta1 / (1 - beta1))^2
+    step = torch.mul(grad, rf, out=buffer).mul_(cf).sub_(m).mul_(1.0 - beta1)
+    m.add_(step)
+    residual = step.mul_(beta1 / (1.0 - beta1))
+    residual.mul_(residual)
+    came_fused.ema_(res_row, residual.sum(-1), lead[2], beta3, eps[1])
+    res_sums = [residual.sum(-2), res_row.sum(-1, keepdim=True)]
+    if shards.splits_columns:
+        res_sums = shards.all_sum(*res_sums)
+    res_rf, res_cf, _, _ = came_fused.factors(res_row, res_col, res_sums, beta3, eps[1], shards)
+
+    target = target.view(lead)
+    if keep is not None:
+        target.mul_(keep)
+    target.add_(torch.mul(m, res_rf, out=buffer).mul_(res_cf).mul_(neg_lr))
 
 
 def _zeros(shape: torch.Size, like: Tensor) -> Tensor:
@@ -180,8 +185,9 @@ class CAME(Optimizer):
     passes plus the small math between them launch more than the eager step does (on an H200, a
     0.83B-parameter Llama: 251 ms compiled against 158 ms eager). ``True`` compiles every matrix,
     ``False`` none; 1-D params always take the eager step. If compiling fails, one
-    line on stderr says so and the eager step runs. The two paths agree up to rounding (an 8-bit
-    code on a rounding boundary may round the other way).
+    line on stderr says so and the eager step runs. On the CPU the two paths compute the same first
+    moment bit for bit (CAME8Bit: the same codes) and parameters within a few fp32 roundings (under
+    1e-7 relative after 100 steps); on CUDA they agree up to rounding.
 
     Args:
         params: parameters or param groups.

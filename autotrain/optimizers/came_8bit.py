@@ -13,6 +13,22 @@ from autotrain.optimizers.sharding import local, shards_of
 
 _LEVELS = 127  # signed codes -127..127; -128 is never produced, so the map is symmetric
 _MIN_ABSMAX = 1e-30  # keeps 1/absmax * 127**2 finite; blocks below it are numerically zero anyway
+_SQRT_CHUNK = 1 << 18  # elements per fp64 copy in sqrt_
+
+
+def sqrt_(x: Tensor) -> Tensor:
+    """``x.sqrt_()``, correctly rounded.
+
+    On the CPU, ATen's float sqrt goes through MKL's vector math, which is an ulp off for about 0.7% of
+    inputs, while compiled code (came_fused) uses the exact instruction: a code whose sqrt lands near a
+    half-integer would round differently. fp64 sqrt rounded to fp32 is the correctly rounded result, so
+    the CPU takes that, a slice at a time.
+    """
+    if x.device.type != "cpu":
+        return x.sqrt_()
+    for part in x.view(-1).split(_SQRT_CHUNK):
+        part.copy_(part.double().sqrt_())
+    return x
 
 
 def quantize_blockwise_(x: Tensor, codes: Tensor, absmax: Tensor, scratch: Tensor | None = None) -> None:
@@ -25,7 +41,7 @@ def quantize_blockwise_(x: Tensor, codes: Tensor, absmax: Tensor, scratch: Tenso
     torch.amax(scratch, dim=1, out=absmax)
     absmax.clamp_(min=_MIN_ABSMAX)
     # Truncation toward zero after +0.5 on the magnitude rounds half away from zero.
-    scratch.mul_((_LEVELS**2 / absmax).unsqueeze(1)).sqrt_().add_(0.5).copysign_(x)
+    sqrt_(scratch.mul_((_LEVELS**2 / absmax).unsqueeze(1))).add_(0.5).copysign_(x)
     codes.copy_(scratch)
 
 
@@ -83,11 +99,12 @@ class CAME8Bit(CAME):
     decodes to ``absmax`` (to an ulp or two), so constant blocks round-trip.
 
     The eager step works on two full-size fp32 buffers per quantized param, one after the other:
-    the dequantized ``m``, and one buffer that holds in turn ``G^2``, the update, the instability,
-    the step and the requantization scratch (plus fp32 copies of the grad and param when those
+    the dequantized ``m``, and one buffer that holds in turn ``G^2``, the change of ``m``, the
+    instability, the step and the requantization scratch (plus fp32 copies of the grad and param when those
     are fp16/bf16; math is fp32 and the result is written back in the param dtype). The compiled
     step (``compile``, see :class:`CAME`) decodes, updates and re-encodes ``m`` inside its fused
-    passes and allocates nothing full-size; it writes the same codes up to rounding. Codes and
+    passes and allocates nothing full-size; on the CPU it writes the eager step's codes bit for bit
+    (on CUDA, up to rounding). Codes and
     scales are plain tensors in ``optimizer.state`` and keep their dtypes through
     ``load_state_dict`` (also for bf16 params).
     With ``min_8bit_size`` larger than every param this is exactly :class:`CAME`.

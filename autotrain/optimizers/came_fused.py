@@ -1,22 +1,23 @@
 """CAME's step on one matrix as three fused passes, each a function that torch.compile turns into a
 few loops per shape (C++ on CPU, Triton on CUDA), as torchao's low-bit optimizers do.
 
-The eager step (``came.came_update_``) makes a dozen passes over a matrix and its state, through
-full-size temporaries; the passes here read what they need and allocate nothing full-size:
+The eager step (``came.came_update_``) makes a dozen passes over a matrix and its state, through a
+full-size buffer; the passes here read what they need and allocate nothing full-size:
 
 1. ``second_moment_sums``: the row EMA of ``G^2``, its column sums (plain, and weighted by the new row
    statistics, for the update's RMS) and the squared weights;
-2. ``first_moment``: ``u = G * r * c``, ``m <- lerp(m, u, 1 - beta1)``, the row EMA and the column sums
-   of the instability ``(u - m)^2``. An fp32 ``m`` is written back; an 8-bit ``m`` is decoded on the
+2. ``first_moment``: ``u = G * r * c``, ``m <- m + (u - m) * (1 - beta1)``, the row EMA and the column
+   sums of the instability ``(u - m)^2``. An fp32 ``m`` is written back; an 8-bit ``m`` is decoded on the
    fly, and only the largest ``|m|`` of each block (its new scale) comes out;
-3. ``apply_step``: ``p <- p - lr*wd*p - lr * m * R * C``. An 8-bit ``m`` is recomputed from the grad
+3. ``apply_step``: ``p <- p * (1 - lr*wd) - lr * m * R * C``. An 8-bit ``m`` is recomputed from the grad
    and the old codes (a few operations, where a full-size fp32 copy between the passes would cost a
    write, a read and a fresh allocation) and encoded with the new scales in the same loop.
 
 Between the passes run the small per-row and per-column formulas and, for an FSDP2 shard, the
 all-reduces: those of the eager step, in the same order, so that ranks may even mix the two paths.
-The math is plain torch: without compiling, the same functions run eagerly (``eager``), with the same
-results up to rounding.
+The math is plain torch: without compiling, the same functions run eagerly (``eager``). On the CPU the
+compiled passes and the eager step compute m, and so the 8-bit codes, bit for bit alike (see "Sums"
+below), and the parameters within a few fp32 roundings.
 """
 
 from __future__ import annotations
@@ -43,20 +44,95 @@ AUTO_COMPILE_MIN_NUMEL = 1 << 20
 # --- the math (plain functions; torch.compile fuses each one) -----------------------------------------
 
 
-def _col_sums(x: Tensor, chunk: int) -> Tensor:
-    """Sum over dim -2 of ``x`` (lead, rows, cols), ``chunk`` rows at a time first.
+# --- sums ----------------------------------------------------------------------------------------------
+# On the CPU, the sums that decide the first moment (and so the 8-bit codes) come out the same in the
+# eager step and in the compiled passes, although each adds in its own order: fp32 sums in two orders
+# differ in their last bits, which moves a code that sits on a rounding boundary, and such a flip
+# carries forward. These are the sums of G^2 (over rows and columns), of the row statistics and of
+# G^2 / row (the update's RMS, for clipping). Each is taken as a fixed tree of fp32 adds (the same
+# operations in both paths) down to a sixteenth of the row or column, then in fp64, rounded to fp32
+# once: an fp64 sum of fp32 terms is exact to far below fp32's resolution, so both orders round to the
+# same value (short of a tie within ~1e-13 relative). Element-wise, both paths spell the same
+# operations in the same order (no lerp, no add with alpha: eager CPU kernels fuse those into an FMA,
+# inductor's C++ code does not). So the compiled step writes the eager step's codes bit for bit. The
+# instability's sums set only the step's factors, not m: they stay plain fp32 sums, which spares the
+# second pass the exact sums' cost, and leaves parameters within a few fp32 roundings of the eager ones.
+# On CUDA all sums are plain fp32 (eager fp64 sums would copy the tensor), so there the two paths
+# agree up to rounding.
+_EAGER_SUM_CHUNK = 1 << 18  # elements per slice of the eager step's sums (its fp64 copies)
 
-    Inductor's C++ code for a column sum walks each strip of 16 columns down all the rows, a page per
-    load; summing groups of ``chunk`` rows first streams ``chunk`` rows side by side (4x faster on CPU).
+
+def _exact(x: Tensor) -> bool:
+    return x.device.type == "cpu"
+
+
+def _slices(x: Tensor, multiple: int = 1) -> tuple[Tensor, ...]:
+    """Slices of rows (dim -2) of about _EAGER_SUM_CHUNK elements, each a multiple of ``multiple`` rows."""
+    per_row = max(1, x.numel() // max(1, x.shape[-2]))
+    rows = max(multiple, _EAGER_SUM_CHUNK // per_row // multiple * multiple)
+    return x.split(rows, dim=-2)
+
+
+def _halves(x: Tensor) -> Tensor:
+    """``x`` (..., cols) folded onto its first cols / k columns by adding halves, k = gcd(cols, 16): a
+    fixed tree of fp32 adds, the same in both paths."""
+    for _ in range(gcd(x.shape[-1], 16).bit_length() - 1):
+        half = x.shape[-1] // 2
+        x = x[..., :half] + x[..., half:]
+    return x
+
+
+def row_sums(x: Tensor, keepdim: bool = False) -> Tensor:
+    """``x.sum(-1)``, on the CPU as a fixed fp32 tree down to a sixteenth of the row, then in fp64,
+    rounded once (see above)."""
+    if not _exact(x):
+        return x.sum(-1, keepdim=keepdim)
+    if torch.compiler.is_compiling() or x.numel() <= _EAGER_SUM_CHUNK or x.ndim < 2:
+        return _halves(x).double().sum(-1, keepdim=keepdim).float()
+    # A slice of rows at a time: the tree's temporaries and the fp64 copy stay small.
+    parts = [_halves(part).double().sum(-1, keepdim=keepdim) for part in _slices(x)]
+    return torch.cat(parts, dim=-1 - keepdim).float()
+
+
+def _group_sums(x: Tensor, chunk: int) -> Tensor:
+    """Sums of each ``chunk`` (a power of 2) consecutive rows of ``x`` (lead, rows, cols), as a pairwise
+    tree of fp32 adds: (lead, rows // chunk, cols)."""
+    groups = x.unflatten(-2, (x.shape[-2] // chunk, chunk))
+    parts = [groups[:, :, i] for i in range(chunk)]
+    while len(parts) > 1:
+        parts = [a + b for a, b in zip(parts[::2], parts[1::2], strict=True)]
+    return parts[0]
+
+
+def col_sums(x: Tensor, chunk: int) -> Tensor:
+    """``x.sum(-2)`` of ``x`` (lead, rows, cols), rows a multiple of ``chunk``; on the CPU, groups of
+    ``chunk`` rows in fp32 (a fixed tree), then the groups in fp64, rounded once (see above).
+
+    Inductor's C++ code for a plain column sum walks each strip of 16 columns down all the rows, a page
+    per load; adding groups of ``chunk`` rows first streams them side by side (4x faster).
     """
-    if chunk == 1:
+    if not _exact(x):
+        return x.sum(-2)
+    if torch.compiler.is_compiling() or x.numel() <= _EAGER_SUM_CHUNK:
+        return _group_sums(x, chunk).double().sum(-2).float()
+    total = None
+    for part in _slices(x, chunk):
+        partial = _group_sums(part, chunk).double().sum(-2)
+        total = partial if total is None else total.add_(partial)
+    return total.float()
+
+
+def _plain_col_sums(x: Tensor, chunk: int) -> Tensor:
+    """``x.sum(-2)`` in fp32, ``chunk`` rows at a time first when compiled on the CPU (see col_sums)."""
+    if chunk == 1 or not torch.compiler.is_compiling():
         return x.sum(-2)
     lead, rows, cols = x.shape
     return x.view(lead, rows // chunk, chunk, cols).sum(2).sum(1)
 
 
-def _ema_(stat: Tensor, mean: Tensor, beta: float, eps: float) -> None:
-    stat.mul_(beta).add_(mean.add(eps), alpha=1.0 - beta)
+def ema_(stat: Tensor, total: Tensor, count: int, beta: float, eps: float) -> None:
+    """``stat <- beta * stat + (1 - beta) * (total / count + eps)``, the same operations in both paths."""
+    stat.mul_(beta).add_(total.div(count).add_(eps).mul_(1.0 - beta))
 
 
 def second_moment_sums(
@@ -69,8 +145,8 @@ def second_moment_sums(
     """
     g = grad.float()
     sq = g * g
-    _ema_(row, sq.sum(-1).div(g.shape[-1]), beta2, eps1)
-    sums = (_col_sums(sq, chunk), row.sum(-1, keepdim=True), _col_sums(sq / row.unsqueeze(-1), chunk))
+    ema_(row, row_sums(sq), g.shape[-1], beta2, eps1)
+    sums = (col_sums(sq, chunk), row_sums(row, keepdim=True), col_sums(sq / row.unsqueeze(-1), chunk))
     # Per row first, so that this reduction shares the loop over the rows with the one of G^2.
     weights = param.float()
     return (*sums, (weights * weights).sum(-1).sum())
@@ -126,10 +202,19 @@ def _decoded(codes: Tensor, decode_scale: Tensor, starts: Tensor | int) -> Tenso
     return scaled.abs() * scaled
 
 
-def _new_moment(grad: Tensor, rf: Tensor, cf: Tensor, old: Tensor, beta1: float) -> tuple[Tensor, Tensor]:
-    """The update ``u = (G * r) * c`` and ``lerp(m, u, 1 - beta1)``, in the eager step's order."""
-    update = grad.float() * rf * cf
-    return update, torch.lerp(old, update, 1.0 - beta1)
+def new_moment(grad: Tensor, rf: Tensor, cf: Tensor, old: Tensor, beta1: float) -> tuple[Tensor, Tensor]:
+    """The update ``u = (G * r) * c``; returns ``d = (u - m) * (1 - beta1)`` and the new ``m = m + d``.
+
+    The instability ``u - m_new`` is then ``d * beta1 / (1 - beta1)``.
+    """
+    step = (grad.float() * rf * cf - old) * (1.0 - beta1)
+    return step, old + step
+
+
+def instability(step: Tensor, beta1: float) -> Tensor:
+    """``(u - m_new)^2`` from ``step`` = ``(u - m_old) * (1 - beta1)``."""
+    residual = step * (beta1 / (1.0 - beta1))
+    return residual * residual
 
 
 def first_moment(
@@ -152,10 +237,11 @@ def first_moment(
     and, for codes, the largest ``|m|`` of each run, from which the new block scales come.
     """
     old = moment[0] if len(moment) == 1 else _decoded(*moment)
-    update, m = _new_moment(grad, rf, cf, old, beta1)
-    residual = (update - m).square()
-    _ema_(res_row, residual.sum(-1).div(grad.shape[-1]), beta3, eps2)
-    sums = (_col_sums(residual, chunk), res_row.sum(-1, keepdim=True))
+    step, m = new_moment(grad, rf, cf, old, beta1)
+    residual = instability(step, beta1)
+    # Plain fp32 sums: the instability sets only the step's factors, not m (see above).
+    ema_(res_row, residual.sum(-1), grad.shape[-1], beta3, eps2)
+    sums = (_plain_col_sums(residual, chunk), res_row.sum(-1, keepdim=True))
     if len(moment) == 1:
         moment[0].copy_(m)
         return sums
@@ -167,15 +253,15 @@ def apply_step(
     grad: Tensor,
     factors: tuple[Tensor, Tensor, Tensor, Tensor],
     moment: tuple[Tensor, ...],
-    decay: Tensor | None,
+    keep: Tensor | None,
     neg_lr: Tensor,
     *,
     beta1: float,
 ) -> None:
-    """Pass 3: ``p <- p - lr*wd*p - lr * (m * R) * C``.
+    """Pass 3: ``p <- p * (1 - lr*wd) + ((m * R) * C) * -lr``.
 
-    ``factors`` are (r, c, R, C); ``decay`` = -lr*wd (None without weight decay, as the eager step skips
-    it) and ``neg_lr`` = -lr are 0-d tensors, so that a schedule's new lr needs no recompilation.
+    ``factors`` are (r, c, R, C); ``keep`` = 1 - lr*wd (None without weight decay, as the eager step
+    skips it) and ``neg_lr`` = -lr are 0-d tensors, so that a schedule's new lr needs no recompilation.
     ``moment`` is ``(exp_avg,)`` (already updated), or ``(codes, decode scales, encode scales
     127^2 / new absmax, starts)`` per run: ``m`` is recomputed from the grad and the old codes, exactly
     as in pass 2, and encoded into the codes with the operations of came_8bit.quantize_blockwise_.
@@ -185,15 +271,14 @@ def apply_step(
         m = moment[0]
     else:
         codes, decode_scale, encode_scale, starts = moment
-        m = _new_moment(grad, rf, cf, _decoded(codes, decode_scale, starts), beta1)[1]
+        m = new_moment(grad, rf, cf, _decoded(codes, decode_scale, starts), beta1)[1]
         scaled = (m.abs() * _by_run(encode_scale, starts, m.shape)).sqrt().add(0.5)
         # |m| <= absmax, so a code is at most 127.5 before truncation: no clamp (nor in the eager step).
         codes.copy_(scaled.copysign(m).to(torch.int8))
     target = param.float()
-    if decay is not None:
-        target = target + target * decay
-    target = target + neg_lr * (m * res_rf) * res_cf
-    param.copy_(target)
+    if keep is not None:
+        target = target * keep
+    param.copy_(target + m * res_rf * res_cf * neg_lr)
 
 
 @lru_cache(maxsize=256)
@@ -216,7 +301,7 @@ def block_runs(rows: int, cols: int, block_size: int, device: torch.device) -> t
 # --- the small math between the passes (per row / column), and the all-reduces ------------------------
 
 
-def _factors(
+def factors(
     row: Tensor, col: Tensor, sums: list[Tensor], beta: float, eps: float, shards: Shards
 ) -> tuple[Tensor, Tensor, Tensor, list[Tensor]]:
     """Column EMA from the column sums, and the factors r, c of rsqrt(row/mean(row)) x rsqrt(col).
@@ -225,12 +310,12 @@ def _factors(
     r (lead, rows, 1), c (lead, 1, cols), mean(row) and the rest of ``sums``.
     """
     rows = shards.shape[-2]
-    _ema_(col, sums[0].div(rows), beta, eps)
+    ema_(col, sums[0], rows, beta, eps)
     row_mean = sums[1].div(rows)
     return row.div(row_mean).rsqrt_().unsqueeze(-1), col.rsqrt().unsqueeze(-2), row_mean, sums[2:]
 
 
-def _update_factors(
+def update_factors(
     sums: tuple[Tensor, ...], row: Tensor, col: Tensor, shards: Shards, group: dict[str, Any]
 ) -> tuple[Tensor, Tensor, Tensor]:
     """r and c of the update, r divided by the clipping scale, and the sum of squared weights.
@@ -242,12 +327,21 @@ def _update_factors(
     sums = list(sums)
     if shards.splits_columns:
         sums = shards.all_sum(*sums)
-    rf, cf, row_mean, (weighted, param_sq) = _factors(row, col, sums, group["betas"][1], group["eps"][0], shards)
+    rf, cf, row_mean, (weighted, param_sq) = factors(row, col, sums, group["betas"][1], group["eps"][0], shards)
     update_sq = (row_mean * weighted.div(col).sum(dim=-1, keepdim=True)).sum()
     if not shards.splits_columns:
         update_sq, param_sq = shards.all_sum(update_sq, param_sq)
     rf.div_((update_sq.div(numel).sqrt() / group["clip_threshold"]).clamp(min=1.0))
     return rf, cf, param_sq
+
+
+def step_scalars(lr: float, weight_decay: float, device: torch.device) -> tuple[Tensor | None, Tensor]:
+    """``1 - lr*wd`` (None without weight decay) and ``-lr`` as fp32 0-d tensors.
+
+    Filled on the device: no host-to-device copy, no synchronisation.
+    """
+    keep = torch.full((), 1.0 - lr * weight_decay, dtype=torch.float32, device=device) if weight_decay else None
+    return keep, torch.full((), -lr, dtype=torch.float32, device=device)
 
 
 # --- compiling, once per shape, with an eager fallback ----------------------------------------------
@@ -334,7 +428,7 @@ def eager(fn: Callable, *args: Any, **kwargs: Any) -> Any:
 # --- one step --------------------------------------------------------------------------------------
 
 
-def _row_chunk(rows: int, device: torch.device) -> int:
+def row_chunk(rows: int, device: torch.device) -> int:
     return gcd(rows, 16) if device.type == "cpu" else 1
 
 
@@ -362,9 +456,9 @@ def fused_came_update_(
     row, col = stats["exp_avg_sq_row"].view(lead[:2]), stats["exp_avg_sq_col"].view(lead[0], lead[2])
     res_row, res_col = stats["exp_avg_res_row"].view(lead[:2]), stats["exp_avg_res_col"].view(lead[0], lead[2])
     beta1, beta2, beta3 = group["betas"]
-    chunk = _row_chunk(lead[1], param.device)
+    chunk = row_chunk(lead[1], param.device)
     sums = run(second_moment_sums, g3, p3, row, beta2=beta2, eps1=group["eps"][0], chunk=chunk)
-    rf, cf, param_sq = _update_factors(sums, row, col, shards, group)
+    rf, cf, param_sq = update_factors(sums, row, col, shards, group)
     kw = dict(beta1=beta1, beta3=beta3, eps2=group["eps"][1], chunk=chunk)
     if len(moment) == 1:
         exp_avg = moment[0].view(lead)
@@ -391,10 +485,7 @@ def fused_came_update_(
             encode = (_LEVELS**2 / absmax)[blocks]
         last = (codes, decode, encode, starts)
     res_sums = shards.all_sum(*res_sums) if shards.splits_columns else list(res_sums)
-    res_rf, res_cf, _, _ = _factors(res_row, res_col, res_sums, beta3, group["eps"][1], shards)
-    lr, wd = group["lr"], group["weight_decay"]
-    # Filled on the device (no host-to-device copy, no synchronisation); rounded to fp32 as eager alphas are.
-    decay, neg_lr = (torch.full((), v, dtype=torch.float32, device=param.device) for v in (-wd * lr, -lr))
-    decay = decay if wd != 0 else None
-    run(apply_step, p3, g3, (rf, cf, res_rf, res_cf), last, decay, neg_lr, beta1=beta1)
+    res_rf, res_cf, _, _ = factors(res_row, res_col, res_sums, beta3, group["eps"][1], shards)
+    keep, neg_lr = step_scalars(group["lr"], group["weight_decay"], param.device)
+    run(apply_step, p3, g3, (rf, cf, res_rf, res_cf), last, keep, neg_lr, beta1=beta1)
     return param_sq.div(prod(shards.shape)).sqrt()
