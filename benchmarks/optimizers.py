@@ -83,6 +83,33 @@ def build(name: str, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
     return builders[name]()
 
 
+# Compiled against eager: widths of whole blocks (1024: two rows per 2048-block), of whole rows per
+# block (576-wide: blocks of 1728) and a prime width (blocks cut the rows).
+PARITY_SHAPES = [(1024, 1024), (1536, 576), (300, 257)]
+
+
+def compiled_vs_eager(cls: type, lr: float, device: str, steps: int = 100) -> tuple[float, int, int]:
+    """Free-running ``steps`` of ``cls`` with compile=True and compile=False from the same params and the
+    same gradients (nothing copied between the runs): the largest relative difference of a parameter
+    (||compiled - eager|| / ||eager||), and how many 8-bit codes differ, of how many."""
+    runs = [make_params(PARITY_SHAPES, device) for _ in range(2)]
+    opts = [cls(params, lr=lr, weight_decay=0.1, compile=on) for params, on in zip(runs, (True, False), strict=True)]
+    for step in range(steps):
+        gen = torch.Generator().manual_seed(1000 + step)
+        grads = [torch.randn(p.shape, generator=gen).to(device) for p in runs[0]]
+        for params, opt in zip(runs, opts, strict=True):
+            for p, g in zip(params, grads, strict=True):
+                p.grad = g.clone()
+            opt.step()
+    worst = max(((p - q).norm() / q.norm()).item() for p, q in zip(*runs, strict=True))
+    differ = total = 0
+    for p, q in zip(*runs, strict=True):
+        if "exp_avg_codes" in opts[0].state[p]:
+            codes, eager_codes = opts[0].state[p]["exp_avg_codes"], opts[1].state[q]["exp_avg_codes"]
+            differ, total = differ + int((codes != eager_codes).sum()), total + codes.numel()
+    return worst, differ, total
+
+
 def sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
@@ -246,6 +273,16 @@ def main() -> None:
         pair_ms = {name: f"{statistics.median(pair[name]) * 1e3:.1f} ms" for name in pair}
         figure = f"CAME8Bit compiled / CAME compiled, {label} (the two taking turns)"
         rows.append((figure, pair_ms["came_8bit"], pair_ms["came"], paired_ratio(pair, "came_8bit", "came"), None))
+    for cls in (CAME8Bit, CAME):
+        for lr in (1e-2, 1e-3):
+            worst, differ, total = compiled_vs_eager(cls, lr, device)
+            codes = f" ({differ} of {total:,} codes differ)" if total else ""
+            figure = (
+                f"{cls.__name__} compiled vs eager, 100 free-running steps, lr {lr:g}, wd 0.1 "
+                f"({', '.join('x'.join(map(str, s)) for s in PARITY_SHAPES)}): max relative param difference"
+            )
+            target = 1e-6 if device == "cpu" else None
+            rows.append((figure, f"{worst:.1e}{codes}", "eager", worst, target))
     if not args.quick:
         rows += _memory_rows(device, args.threads)
 
@@ -256,7 +293,7 @@ def main() -> None:
     for figure, measured, baseline, ratio, target in rows:
         verdict = "(info)" if target is None else ("yes" if ratio <= target else "NO")
         target_text = "" if target is None else f"<= {target}"
-        ratio_text = "" if ratio is None else f"{ratio:.3f}"
+        ratio_text = "" if ratio is None else (f"{ratio:.3f}" if ratio == 0 or ratio >= 1e-3 else f"{ratio:.1e}")
         print(f"| {figure} | {measured} | {baseline} | {ratio_text} | {target_text} | {verdict} |")
 
 
