@@ -72,7 +72,7 @@ def make_command(task: str):
 
 
 def _dry_run(loaded, sets: list[str]) -> None:
-    """Resolve the plan and run every check that needs no weights; print it, or every problem (exit 2)."""
+    """Resolve the plan and run every check that needs no weights; print the plan, then every problem (exit 2)."""
     from autotrain.errors import UserInputError
     from autotrain.run.dry_run import print_plan
     from autotrain.training.plan import preflight, resolve_plan
@@ -82,9 +82,7 @@ def _dry_run(loaded, sets: list[str]) -> None:
     except UserInputError as exc:  # early stopping without evaluations, ...
         raise fail(str(exc), EXIT_BAD_INPUT) from None
     problems = preflight(loaded.config, plan)
-    if problems:
-        for problem in problems:
-            eprint(f"error: {problem}")
-        raise typer.Exit(EXIT_BAD_INPUT)
-    print_plan(loaded, plan, sets)
-    raise typer.Exit(0)
+    print_plan(loaded, plan, sets, problems)
+    for problem in problems:
+        eprint(f"error: {problem}")
+    raise typer.Exit(EXIT_BAD_INPUT if problems else 0)

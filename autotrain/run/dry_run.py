@@ -1,4 +1,8 @@
-"""`--dry-run`: print the resolved config and plan, without loading a model or touching the project folder."""
+"""`--dry-run`: print the resolved config and plan, without loading a model or touching the project folder.
+
+The plan is printed even when the machine has problems with the config (they follow it on stderr), so that
+what would run is never hidden behind what stops it.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,9 @@ from autotrain.config.load import LoadedConfig
 from autotrain.training.plan import RunPlan
 
 
-def print_plan(loaded: LoadedConfig, plan: RunPlan, argv_sets: Sequence[str] = ()) -> None:
+def print_plan(
+    loaded: LoadedConfig, plan: RunPlan, argv_sets: Sequence[str] = (), problems: Sequence[str] = ()
+) -> None:
     from autotrain.config.interpolate import redact
 
     cfg = loaded.config
@@ -24,12 +30,37 @@ def print_plan(loaded: LoadedConfig, plan: RunPlan, argv_sets: Sequence[str] = (
         f"effective batch size: {plan.effective_batch_size} = batch_size {args.batch_size} x gradient_accumulation "
         f"{args.gradient_accumulation} x processes {plan.world_size}"
     )
+    print(
+        f"processes: {plan.processes_per_machine} per machine x {plan.num_machines} machine(s)"
+        + (f", strategy {cfg.distributed.strategy}" if plan.world_size > 1 else "")
+    )
     print(f"precision: {plan.precision.mode} on {plan.precision.device} (asked: {plan.asked_precision})")
     optimizer = plan.optimizer.record()
     print(f"optimizer: {optimizer['name']}" + (f" ({optimizer['class']})" if "class" in optimizer else ""))
+    settings = optimizer.get("kwargs") or optimizer.get("training_arguments") or {}
+    if settings:
+        print("optimizer arguments: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
     print(f"output folder: {loaded.redacted()['project_name']}")
     if plan.world_size > 1:
         from autotrain.run.launch import display_command
 
         print("launch: " + display_command(loaded, plan, list(argv_sets)))
-    print(redact("dry run: nothing was trained or written.", loaded.secrets))
+    trainer_args = {k: v for k, v in plan.record()["training_arguments"].items() if k not in settings}
+    print(redact(_block("training arguments (what the config fields became)", trainer_args), loaded.secrets), end="")
+    for extra in _extra_blocks(loaded, plan):
+        print(redact(extra, loaded.secrets), end="")
+    if problems:
+        count = len(problems)
+        print(f"dry run: nothing was trained or written; {count} problem{'s' if count != 1 else ''} follow (stderr).")
+    else:
+        print(redact("dry run: nothing was trained or written.", loaded.secrets))
+
+
+def _block(title: str, data: dict) -> str:
+    body = yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+    return f"{title}:\n" + "".join(f"  {line}\n" for line in body.splitlines())
+
+
+def _extra_blocks(loaded: LoadedConfig, plan: RunPlan) -> list[str]:
+    """Further blocks (memory estimate, data preview) that need more than the config; none yet."""
+    return []
