@@ -18,7 +18,8 @@ def test_plan_is_printed_before_the_problems(cli):
     assert "effective batch size: 8 = batch_size 2 x gradient_accumulation 4 x processes 1" in plan
     assert "optimizer: adamw_torch" in plan and "adam_beta2=0.999" in plan
     assert "processes: 1 per machine x 1 machine(s)" in plan
-    fields = yaml.safe_load(plan.split("training arguments (what the config fields became):\n", 1)[1].split("\ndry")[0])
+    block = plan.split("training arguments (what the config fields became):\n", 1)[1]
+    fields = yaml.safe_load(block.split("\nmemory estimate")[0])
     assert fields["gradient_accumulation_steps"] == 4 and fields["gradient_checkpointing"] is True
     assert "problems follow" in plan
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]

@@ -58,3 +58,13 @@ ResumeOption = typer.Option(
     metavar="[PATH]",
 )
 OverwriteOption = typer.Option(False, "--overwrite", help="Replace an existing run in project_name.")
+PreviewOption = typer.Option(
+    None,
+    "--preview",
+    help="Print the first N training examples as the trainer sees them (loss marks, truncation) and exit "
+    "(N defaults to 5).",
+    show_default=False,
+    metavar="[N]",
+    min=1,
+    max=1000,
+)

@@ -66,13 +66,16 @@ def root(
     train.run_training(config, set_, dry_run, resume, overwrite, expected_task=None)
 
 
+BARE_VALUES = {"--resume": "latest", "--preview": "5"}  # what these options mean standing alone
+
+
 def _resume_value(argv: list[str]) -> list[str]:
-    """Let `--resume` stand alone (= latest checkpoint) as well as take a PATH."""
+    """Let `--resume` stand alone (= latest checkpoint) as well as take a PATH; `--preview` alone is 5."""
     out = []
     for i, arg in enumerate(argv):
         out.append(arg)
-        if arg == "--resume" and (i + 1 == len(argv) or argv[i + 1].startswith("-")):
-            out.append("latest")
+        if arg in BARE_VALUES and (i + 1 == len(argv) or argv[i + 1].startswith("-")):
+            out.append(BARE_VALUES[arg])
     return out
 
 

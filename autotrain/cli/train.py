@@ -10,6 +10,7 @@ from autotrain.cli.common import (
     ConfigOption,
     DryRunOption,
     OverwriteOption,
+    PreviewOption,
     ResumeOption,
     SetOption,
     fail,
@@ -25,6 +26,7 @@ def run_training(
     resume: str | None = None,
     overwrite: bool = False,
     expected_task: str | None = None,
+    preview: int | None = None,
 ) -> None:
     """Shared body of every training command; raises typer.Exit with the documented code."""
     from autotrain.config.load import load_config
@@ -39,6 +41,8 @@ def run_training(
     for notice in loaded.notices:
         eprint(f"note: {notice}")
 
+    if preview is not None:
+        _preview(loaded, preview)
     if dry_run:
         _dry_run(loaded, sets or [])
 
@@ -60,8 +64,9 @@ def make_command(task: str):
         dry_run: bool = DryRunOption,
         resume: str = ResumeOption,
         overwrite: bool = OverwriteOption,
+        preview: int = PreviewOption,
     ) -> None:
-        run_training(config, set_, dry_run, resume, overwrite, expected_task=task)
+        run_training(config, set_, dry_run, resume, overwrite, expected_task=task, preview=preview)
 
     command.__doc__ = {
         "llm": "Fine-tune a causal language model (sft, orpo, dpo, reward, grpo or clm trainer).",
@@ -86,3 +91,19 @@ def _dry_run(loaded, sets: list[str]) -> None:
     for problem in problems:
         eprint(f"error: {problem}")
     raise typer.Exit(EXIT_BAD_INPUT if problems else 0)
+
+
+def _preview(loaded, count: int) -> None:
+    """Print the first `count` training examples as the trainer will see them; exit 0 (2: bad data)."""
+    from autotrain.config.interpolate import redact
+    from autotrain.errors import UserInputError
+    from autotrain.run.preview import preview_lines, preview_record
+    from autotrain.training.plan import resolve_plan
+
+    cfg = loaded.config
+    try:
+        record = preview_record(cfg, resolve_plan(cfg), count, cfg.hub.token)
+    except UserInputError as exc:
+        raise fail(redact(str(exc), loaded.secrets), EXIT_BAD_INPUT) from None
+    print(redact("\n".join(preview_lines(record)), loaded.secrets))
+    raise typer.Exit(0)

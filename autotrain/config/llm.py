@@ -14,8 +14,9 @@ LLMTrainer = Literal["sft", "orpo", "dpo", "reward", "grpo", "clm"]
 
 # Columns each trainer reads, after `column_mapping` renames the dataset's columns onto them.
 TRAINER_COLUMNS: dict[str, tuple[tuple[str, ...], ...]] = {
-    # sft: either plain text or chat messages
-    "sft": (("text",), ("messages",)),
+    # sft: plain text, chat messages, or a prompt and its completion (strings or message lists; the loss is
+    # on the completion unless `completion_only_loss: false`)
+    "sft": (("text",), ("messages",), ("prompt", "completion")),
     "orpo": (("prompt", "chosen", "rejected"),),
     "dpo": (("prompt", "chosen", "rejected"),),
     "reward": (("chosen", "rejected"),),

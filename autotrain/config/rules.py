@@ -233,6 +233,8 @@ def _llm_columns(cfg) -> Iterator[Issue]:
     present = [group for group in groups if any(c in mapping for c in group)]
     if trainer == "sft" and len(present) > 1:
         yield ("data", "column_mapping"), "`trainer: sft` takes `text` or `messages` in `data.column_mapping`, not both"
+    elif trainer == "sft" and present == [("prompt", "completion")] and len(mapping) == 1:
+        yield ("data", "column_mapping"), "`trainer: sft` needs `prompt` and `completion` together"
     elif len(groups) == 1:
         missing = [c for c in groups[0] if c not in mapping]
         if missing:

@@ -47,6 +47,8 @@ def load_llm_split(cfg: LLMConfig, split: str, token: str | None = None):
         dataset = _preference_format(dataset, cfg, name)
     elif cfg.trainer == "grpo":
         dataset = _prompt_format(dataset, cfg, name)
+    elif "completion" in dataset.column_names:
+        dataset = _completion_format(dataset, cfg, name)
     elif "messages" in dataset.column_names:
         _check_messages(dataset, "messages", name)
         if cfg.data.chat_template == "none":
@@ -99,6 +101,22 @@ def _prompt_format(dataset, cfg: LLMConfig, name: str):
     if cfg.data.chat_template == "none":
         return dataset
     return dataset.map(lambda row: {"prompt": _as_messages(row["prompt"], "user")})
+
+
+def _completion_format(dataset, cfg: LLMConfig, name: str):
+    """SFT prompt/completion rows: under a chat template, plain strings become one user and one assistant
+    message (TRL's conversational prompt-completion format); `chat_template: none` keeps plain text."""
+    conversational = isinstance(dataset[0]["prompt"], list)
+    if cfg.data.chat_template == "none":
+        if conversational:
+            raise UserInputError(f"{name}: message-list prompts need a chat template, not `chat_template: none`")
+        return dataset
+    return dataset.map(
+        lambda row: {
+            "prompt": _as_messages(row["prompt"], "user"),
+            "completion": _as_messages(row["completion"], "assistant"),
+        }
+    )
 
 
 # Rows of a finished run's inputs (predict, evaluate) ---------------------------------------------------

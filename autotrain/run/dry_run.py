@@ -15,8 +15,10 @@ from autotrain.training.plan import RunPlan
 
 
 def print_plan(
-    loaded: LoadedConfig, plan: RunPlan, argv_sets: Sequence[str] = (), problems: Sequence[str] = ()
+    loaded: LoadedConfig, plan: RunPlan, argv_sets: Sequence[str] = (), problems: list | None = None
 ) -> None:
+    """Print the plan, the memory estimate and the data preview; problems the preview meets join `problems`."""
+    problems = [] if problems is None else problems
     from autotrain.config.interpolate import redact
 
     cfg = loaded.config
@@ -47,7 +49,7 @@ def print_plan(
         print("launch: " + display_command(loaded, plan, list(argv_sets)))
     trainer_args = {k: v for k, v in plan.record()["training_arguments"].items() if k not in settings}
     print(redact(_block("training arguments (what the config fields became)", trainer_args), loaded.secrets), end="")
-    for extra in _extra_blocks(loaded, plan):
+    for extra in extra_blocks(loaded, plan, problems):
         print(redact(extra, loaded.secrets), end="")
     if problems:
         count = len(problems)
@@ -61,6 +63,25 @@ def _block(title: str, data: dict) -> str:
     return f"{title}:\n" + "".join(f"  {line}\n" for line in body.splitlines())
 
 
-def _extra_blocks(loaded: LoadedConfig, plan: RunPlan) -> list[str]:
-    """Further blocks (memory estimate, data preview) that need more than the config; none yet."""
-    return []
+def extra_blocks(loaded: LoadedConfig, plan: RunPlan, problems: list[str]) -> list[str]:
+    """The memory estimate and, for data on this machine, the data preview; a data problem the preview
+    meets (a missing column, ...) joins `problems`."""
+    from autotrain.errors import UserInputError
+    from autotrain.run.fit import memory_lines, memory_record
+    from autotrain.run.preview import local_data, preview_lines, preview_record
+
+    cfg = loaded.config
+    blocks = ["\n".join(memory_lines(memory_record(cfg, plan, cfg.hub.token))) + "\n"]
+    if not local_data(cfg):
+        blocks.append("# data preview: data.path is not on this machine; `--preview` downloads it and shows it\n")
+        return blocks
+    try:
+        blocks.append("\n".join(preview_lines(preview_record(cfg, plan, PREVIEW_COUNT, cfg.hub.token))) + "\n")
+    except UserInputError as exc:
+        problems.append(str(exc))
+    except Exception as exc:  # noqa: BLE001 - the preview is a courtesy: the dry run's answer stands without it
+        blocks.append(f"# data preview: unavailable ({type(exc).__name__}: {exc})\n")
+    return blocks
+
+
+PREVIEW_COUNT = 3

@@ -53,6 +53,32 @@ def write_model_card(loaded: LoadedConfig, folder: Path, metrics: dict, plots: l
     (folder / "README.md").write_text("\n".join(lines), encoding="utf-8")
 
 
+def add_memory_to_card(folder: Path, memory: dict) -> None:
+    """A "Memory" section in the model card: the estimate beside the peak the run measured."""
+    from autotrain.training.memory import gib
+
+    card = folder / "README.md"
+    if "measured" not in memory or not card.is_file():
+        return
+    measured = memory["measured"]
+    what = "max_memory_allocated" if "max_memory_allocated" in measured else "peak_above_baseline"
+    lines = [
+        "## Memory",
+        "",
+        "| | per device |",
+        "|---|---|",
+        f"| estimated before the run | {gib(memory['bytes_per_device'])} |",
+        f"| measured ({what.replace('_', ' ')}) | {gib(measured[what])} |",
+    ]
+    if what == "peak_above_baseline":
+        lines.append(f"| process before the model loaded (left out above) | {gib(measured['rss_before_model'])} |")
+    text = card.read_text(encoding="utf-8")
+    marker = "The full resolved config is in"
+    block = "\n".join(lines) + "\n\n"
+    text = text.replace(marker, block + marker, 1) if marker in text else text + "\n" + block
+    card.write_text(text, encoding="utf-8")
+
+
 def save_final(trainer, loaded: LoadedConfig, plan: RunPlan, metrics: dict) -> None:
     """Model (or adapter), tokenizer/processor, merged model on request, config, metrics, card."""
     cfg = loaded.config

@@ -159,6 +159,10 @@ def _train(this: _Run, resume: str | None, stop) -> int:
     if checkpoint:
         this.say(f"resuming from {checkpoint}")
     quiet_libraries()
+    memory = _memory_estimate(this)
+    from autotrain.training.memory import current_rss, mark_baseline
+
+    before_model = current_rss()
     progress = ProgressCallback()
     trainer = build_trainer(cfg, this.plan, [progress, stop], token=cfg.hub.token)
     used = getattr(trainer, "autotrain_padding_free", this.plan.padding_free)
@@ -171,8 +175,9 @@ def _train(this: _Run, resume: str | None, stop) -> int:
     trainer.add_callback(MetricsLog(folder, trainer))  # logs/metrics.jsonl: live charts in `autotrain app`
     if trainer.args.world_size > 1:
         this.say(f"processes: {trainer.args.world_size} (world size)")
-    _start_manifest(this)
+    _start_manifest(this, memory)
     this.started = True
+    mark_baseline(trainer.model, before_model)  # the measured peak leaves out what is not the model's
     try:
         result = trainer.train(resume_from_checkpoint=checkpoint)
     finally:
@@ -184,7 +189,19 @@ def _train(this: _Run, resume: str | None, stop) -> int:
     return _completed(this, trainer, dict(result.metrics))
 
 
-def _start_manifest(this: _Run) -> None:
+def _memory_estimate(this: _Run) -> dict | None:
+    """The memory estimate for run.json (main process only), shown when the run would not fit."""
+    if not this.main_process:
+        return None
+    from autotrain.run.fit import memory_lines, memory_record
+
+    record = memory_record(this.cfg, this.plan, token=this.cfg.hub.token)
+    if record.get("fits") is False:
+        this.say("\n".join(memory_lines(record)))
+    return record
+
+
+def _start_manifest(this: _Run, memory: dict | None = None) -> None:
     """run.json, written once the data and model are known good (so a refused run leaves none)."""
     if not this.main_process:
         return
@@ -193,7 +210,18 @@ def _start_manifest(this: _Run) -> None:
 
     argv = [redact(a, this.loaded.secrets) for a in sys.argv]
     this.manifest = RunManifest(this.loaded, this.plan, this.folder, argv)
+    if memory is not None:
+        this.manifest.data["memory"] = memory
     this.manifest.write()
+
+
+def _record_memory(this: _Run) -> None:
+    """The measured peak beside the estimate in run.json (and then the model card)."""
+    if this.manifest is None or "memory" not in this.manifest.data:
+        return
+    from autotrain.run.fit import add_measured
+
+    this.manifest.data["memory"] = add_measured(this.manifest.data["memory"], this.plan.precision.device)
 
 
 def _interrupted(this: _Run, trainer, signum: int) -> int:
@@ -214,7 +242,12 @@ def _completed(this: _Run, trainer, metrics: dict) -> int:
     if getattr(trainer, "skipped_batches", 0):
         metrics["skipped_batches"] = trainer.skipped_batches
         this.say(f"warning: skipped {trainer.skipped_batches} batch(es) with a non-finite loss")
+    _record_memory(this)  # before saving: the peak of training, not of writing the model
     save_final(trainer, this.loaded, this.plan, metrics)
+    if this.manifest is not None and "memory" in this.manifest.data:
+        from autotrain.run.outputs import add_memory_to_card
+
+        add_memory_to_card(this.folder, this.manifest.data["memory"])
     this.say(f"done: model saved to {this.folder}/ (train loss {metrics.get('train_loss', float('nan')):.4f})")
     if this.cfg.hub.push_to_hub and trainer.is_world_process_zero():
         from autotrain.run.outputs import push_to_hub

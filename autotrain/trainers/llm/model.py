@@ -21,13 +21,21 @@ CHAT_TEMPLATES = {
 
 def build_tokenizer(cfg: LLMConfig, token: str | None = None):
     tokenizer = common.build_tokenizer(cfg, token)
+    use_chat_template(tokenizer, cfg)
+    return tokenizer
+
+
+def use_chat_template(tokenizer, cfg: LLMConfig) -> bool:
+    """Set the config's chat template on `tokenizer`; True when the tokenizer has none of its own and chatml
+    stands in for it (`chat_template: tokenizer`)."""
     tokenizer.padding_side = "right"
     template = cfg.data.chat_template
     if template in CHAT_TEMPLATES:
         tokenizer.chat_template = CHAT_TEMPLATES[template]
     elif template == "tokenizer" and cfg.trainer != "clm" and not tokenizer.chat_template:
         tokenizer.chat_template = CHAT_TEMPLATES["chatml"]
-    return tokenizer
+        return True
+    return False
 
 
 def load_dtype(cfg: LLMConfig, precision: Precision):

@@ -14,10 +14,7 @@ def build_trainer(cfg: LLMConfig, plan: RunPlan, callbacks: list, token: str | N
     from trl import SFTConfig, SFTTrainer
 
     ready = prepare(cfg, plan, token)
-    args = cfg.training_args
-    extra = {"max_length": args.max_length, "packing": args.packing, "dataset_text_field": "text"}
-    if args.completion_only_loss is not None:
-        extra["completion_only_loss"] = args.completion_only_loss
+    extra = sft_arguments(cfg)
     model = build_model(cfg, plan, token)
     trainer_cls = length_grouped(SFTTrainer) if plan.length_grouped else SFTTrainer
     if plan.padding_free == "rows":
@@ -28,6 +25,15 @@ def build_trainer(cfg: LLMConfig, plan: RunPlan, callbacks: list, token: str | N
     elif plan.padding_free == "rows" and not use_row_packed_batches(trainer):
         trainer.autotrain_padding_free = ""  # what the run records (the plan said rows)
     return trainer
+
+
+def sft_arguments(cfg: LLMConfig) -> dict:
+    """SFTConfig's own fields, beside the planned TrainingArguments (the data preview reads them too)."""
+    args = cfg.training_args
+    extra = {"max_length": args.max_length, "packing": args.packing, "dataset_text_field": "text"}
+    if args.completion_only_loss is not None:
+        extra["completion_only_loss"] = args.completion_only_loss
+    return extra
 
 
 def use_row_packed_batches(trainer) -> bool:

@@ -1,0 +1,184 @@
+"""The training data as the trainer will see it, before any weight is loaded: the first examples after the
+chat template and truncation, each token marked as carrying loss or not.
+
+SFT examples go through TRL's own preparation (`SFTTrainer._prepare_dataset`: chat template, tokenization,
+completion / assistant masks, labels) and its collator (padding), so the marks are the labels the trainer
+trains on (tests/test_preview.py compares them with a built trainer's). Preference pairs show the prompt
+(no loss) and each answer (loss) after the chat template; GRPO shows the prompts it will generate from;
+clm the blocks it cuts. Needs the tokenizer and the data, not the model.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from autotrain.config.llm import LLMConfig
+from autotrain.trainers.llm.model import use_chat_template
+from autotrain.training.plan import RunPlan
+
+SCANNED = 1000  # rows whose length is measured for the truncation figures
+
+
+def preview_llm(cfg: LLMConfig, plan: RunPlan, count: int, token: str | None = None) -> dict[str, Any]:
+    """`{"kind", "examples", "summary", "warnings"}` for the first `count` training rows (plain JSON data)."""
+    from autotrain.data.llm import load_llm_split
+    from autotrain.trainers.common import build_tokenizer
+
+    tokenizer = build_tokenizer(cfg, token)
+    fallback = use_chat_template(tokenizer, cfg)
+    dataset = load_llm_split(cfg, cfg.data.train_split, token)
+    chat = any(isinstance(value, list) for value in dataset[0].values())
+    warnings = [_MISSING] if fallback and chat else []
+    rows = dataset.select(range(min(len(dataset), SCANNED)))
+    if cfg.trainer == "sft":
+        record = _sft(cfg, plan, tokenizer, rows, count)
+    elif cfg.trainer in ("orpo", "dpo", "reward"):
+        record = _pairs(cfg, tokenizer, rows, count)
+    elif cfg.trainer == "grpo":
+        record = _prompts(cfg, tokenizer, rows, count)
+    else:
+        record = _blocks(cfg, tokenizer, rows, count)
+    record["summary"]["rows"] = len(dataset)
+    record["summary"]["rows_scanned"] = len(rows)
+    return {**record, "warnings": warnings}
+
+
+_MISSING = (
+    "data.chat_template: the tokenizer of base_model has no chat template, so chatml is used: a base model that "
+    "never saw chatml learns the format from scratch. Set `data.chat_template: chatml` (or zephyr) to say so, "
+    "or use a model with its own template"
+)
+
+
+def _segments(tokenizer, ids: list[int], labels: list[int]) -> list[list]:
+    """[[text, carries loss], ...]: runs of tokens with the same mark, decoded."""
+    out: list[list] = []
+    start = 0
+    for i in range(1, len(ids) + 1):
+        if i == len(ids) or (labels[i] != -100) != (labels[start] != -100):
+            out.append([tokenizer.decode(ids[start:i]), labels[start] != -100])
+            start = i
+    return out
+
+
+def sft_prepared(cfg: LLMConfig, plan: RunPlan, tokenizer, rows, max_length: int | None):
+    """`rows` tokenized and labelled by TRL's SFT preparation, cut to `max_length` (None: uncut)."""
+    from trl import SFTConfig, SFTTrainer
+
+    from autotrain.trainers.llm.sft import sft_arguments
+
+    settings = {**plan.training_args, **sft_arguments(cfg), "max_length": max_length, "dataset_num_proc": None}
+    args = SFTConfig(**settings)
+    sample = rows[0]
+    owner = SimpleNamespace(  # what _prepare_dataset reads from the trainer; set as SFTTrainer.__init__ does
+        _tokenizer=tokenizer,
+        chat_template=None,
+        completion_only_loss=(
+            args.completion_only_loss
+            if args.completion_only_loss is not None
+            else "prompt" in sample and "completion" in sample
+        ),
+    )
+    return SFTTrainer._prepare_dataset(owner, rows, tokenizer, args, False, None, "preview")
+
+
+def _sft(cfg: LLMConfig, plan: RunPlan, tokenizer, rows, count: int) -> dict[str, Any]:
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+    limit = cfg.training_args.max_length
+    full = sft_prepared(cfg, plan, tokenizer, rows, None)
+    lengths = [len(ids) for ids in full["input_ids"]]
+    cut = [n - limit for n in lengths if n > limit]
+    # what the trainer keeps: each example cut to max_length, those left without a trained token dropped
+    kept = [i for i, labels in enumerate(full["labels"]) if any(label != -100 for label in labels[:limit])]
+    shown = full.select(kept[:count])
+    examples = []
+    for i, ids, labels in zip(kept, shown["input_ids"], shown["labels"], strict=False):
+        examples.append(
+            {
+                "segments": _segments(tokenizer, ids[:limit], labels[:limit]),
+                "input_ids": ids[:limit],
+                "loss_mask": [int(label != -100) for label in labels[:limit]],
+                "tokens": min(len(ids), limit),
+                "trained_tokens": sum(label != -100 for label in labels[:limit]),
+                "cut_tokens": max(0, lengths[i] - limit),
+            }
+        )
+    batch = min(cfg.training_args.batch_size, len(shown))
+    collator = DataCollatorForLanguageModeling(pad_token_id=tokenizer.pad_token_id)
+    first = collator([{"input_ids": e["input_ids"][:limit], "labels": e["labels"][:limit]} for e in shown][:batch])
+    padding = int((first["attention_mask"] == 0).sum()) if batch else 0
+    trained_each = [sum(label != -100 for label in labels[:limit]) for labels in full["labels"]]
+    trained = sum(trained_each)
+    return {
+        "kind": "sft",
+        "examples": examples,
+        "summary": {
+            "max_length": limit,
+            "trained_tokens": trained,
+            "tokens": sum(min(lengths[i], limit) for i in kept),
+            "cut_examples": len(cut),
+            "cut_tokens_max": max(cut, default=0),
+            "cut_tokens_mean": round(sum(cut) / len(cut), 1) if cut else 0,
+            "dropped_examples": sum(n == 0 for n in trained_each),  # nothing trained left after the cut
+            "padding_in_first_batch": padding if not plan.padding_free else 0,
+            "batches": "padding-free (rows)" if plan.padding_free else "padded to the longest sample",
+        },
+    }
+
+
+def _render(tokenizer, value, generation_prompt: bool) -> str:
+    if isinstance(value, list):
+        return tokenizer.apply_chat_template(value, tokenize=False, add_generation_prompt=generation_prompt)
+    return value
+
+
+def _pairs(cfg: LLMConfig, tokenizer, rows, count: int) -> dict[str, Any]:
+    """Chosen and rejected after the template: the prompt carries no loss, each answer does."""
+    args = cfg.training_args
+    examples, cut = [], 0
+    for row in rows:
+        prompt = row.get("prompt")
+        prompt_text = _render(tokenizer, prompt, True) if prompt is not None else ""
+        sides = {}
+        for side in ("chosen", "rejected"):
+            whole = _render(tokenizer, (prompt or []) + row[side] if isinstance(row[side], list) else None, False)
+            answer = (
+                whole[len(prompt_text) :]
+                if whole and whole.startswith(prompt_text)
+                else _render(tokenizer, row[side], False)
+            )
+            ids = tokenizer(answer, add_special_tokens=False)["input_ids"]
+            sides[side] = {"text": answer, "tokens": len(ids)}
+        prompt_tokens = len(tokenizer(prompt_text, add_special_tokens=False)["input_ids"]) if prompt_text else 0
+        longest = prompt_tokens + max(s["tokens"] for s in sides.values())
+        over = longest > args.max_length or (args.max_prompt_length and prompt_tokens > args.max_prompt_length)
+        cut += bool(over)
+        if len(examples) < count:
+            examples.append({"prompt": prompt_text, "prompt_tokens": prompt_tokens, **sides})
+    return {
+        "kind": "pairs",
+        "examples": examples,
+        "summary": {"max_length": args.max_length, "max_prompt_length": args.max_prompt_length, "cut_examples": cut},
+    }
+
+
+def _prompts(cfg: LLMConfig, tokenizer, rows, count: int) -> dict[str, Any]:
+    examples = []
+    for row in rows.select(range(min(count, len(rows)))):
+        text = _render(tokenizer, row["prompt"], True)
+        examples.append({"prompt": text, "tokens": len(tokenizer(text, add_special_tokens=False)["input_ids"])})
+    return {"kind": "prompts", "examples": examples, "summary": {"note": "completions are generated while training"}}
+
+
+def _blocks(cfg: LLMConfig, tokenizer, rows, count: int) -> dict[str, Any]:
+    """clm: the texts joined and cut into blocks of max_length tokens, every token trained."""
+    size = cfg.training_args.max_length
+    ids: list[int] = []
+    for text in rows["text"]:
+        ids += tokenizer(text)["input_ids"] + ([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])
+    blocks = [ids[i : i + size] for i in range(0, len(ids) - size + 1, size)]
+    examples = [{"segments": [[tokenizer.decode(b), True]], "tokens": len(b), "trained_tokens": len(b)} for b in blocks]
+    summary = {"max_length": size, "blocks": len(blocks), "dropped_tail_tokens": len(ids) - len(blocks) * size}
+    return {"kind": "blocks", "examples": examples[:count], "summary": summary}

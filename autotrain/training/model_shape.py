@@ -1,0 +1,208 @@
+"""What a model's size and activations are, from its `config.json` alone: built on the meta device (no
+weights are read or allocated) and run forward once there, so every architecture transformers knows is
+counted as it really computes, not from a formula for one family.
+
+The forward pass records the tensors autograd keeps for the backward pass (`saved_tensors_hooks`): their
+bytes per token are what a batch costs on top of the weights. On the meta device `scaled_dot_product_attention`
+would take its math path (attention probabilities: length^2 per head); the fused kernels that run on real
+devices (flash / memory-efficient on CUDA, the flash kernel on the CPU) keep only q, k, v, the output and
+one log-sum-exp per head and query, and that is what the trace records for them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+from torch import nn
+
+from autotrain.training.memory import ModelShape
+
+
+class _FusedAttention(torch.autograd.Function):
+    """Stands in for a fused attention kernel on the meta device: keeps what the kernel keeps for backward."""
+
+    @staticmethod
+    def forward(ctx, query, key, value):
+        out = torch.empty_like(query)
+        lse = query.new_empty(query.shape[:-1], dtype=torch.float32)
+        ctx.save_for_backward(query, key, value, out, lse)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):  # never run: the trace only goes forward
+        raise NotImplementedError
+
+
+def _fused_sdpa(query, key, value, *args, **kwargs):
+    return _FusedAttention.apply(query, key, value)
+
+
+@dataclass
+class _Tally:
+    """Saved-tensor bytes, by the decoder layer (or `None`: outside the layers) that saved them."""
+
+    current: int | None = None
+
+    def __post_init__(self):
+        self.seen: dict[int, tuple[int | None, int]] = {}
+        self.weights: set[int] = set()  # parameters saved for backward are weights, counted as such
+
+    def pack(self, tensor):
+        storage = tensor.untyped_storage()
+        if storage._cdata not in self.weights:
+            self.seen.setdefault(storage._cdata, (self.current, storage.nbytes()))  # views share a storage
+        return tensor
+
+    def by_layer(self) -> tuple[dict[int, int], int]:
+        layers: dict[int, int] = {}
+        rest = 0
+        for where, nbytes in self.seen.values():
+            if where is None:
+                rest += nbytes
+            else:
+                layers[where] = layers.get(where, 0) + nbytes
+        return layers, rest
+
+
+def _decoder_layers(model: nn.Module) -> nn.ModuleList | None:
+    lists = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) > 0]
+    return max(lists, key=lambda m: sum(p.numel() for p in m.parameters()), default=None)
+
+
+def _lora_wrap(model: nn.Module, r: int, targets: str | list[str], dropout: float) -> int:
+    """Freeze the model and add LoRA branches the way PEFT's `lora.Linear` computes them
+    (base(x) + B(A(dropout(x))) * scale); returns the adapter's parameter count.
+
+    `all-linear` means every Linear layer but the output layer, as in PEFT.
+    """
+    model.requires_grad_(False)
+    output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    chosen = []
+    for name, module in model.named_modules():
+        if not isinstance(module, nn.Linear) or module is output:
+            continue
+        if targets == "all-linear" or name.rsplit(".", 1)[-1] in targets:
+            chosen.append((name, module))
+    count = 0
+    for name, module in chosen:
+        parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
+        setattr(parent, name.rsplit(".", 1)[-1], _LoraLinear(module, r, dropout))
+        count += r * (module.in_features + module.out_features)
+    return count
+
+
+class _LoraLinear(nn.Module):
+    def __init__(self, base: nn.Linear, r: int, dropout: float):
+        super().__init__()
+        self.base = base
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.lora_a = nn.Linear(base.in_features, r, bias=False, dtype=base.weight.dtype)
+        self.lora_b = nn.Linear(r, base.out_features, bias=False, dtype=base.weight.dtype)
+
+    def forward(self, x):
+        return self.base(x) + self.lora_b(self.lora_a(self.dropout(x))) * 2.0
+
+
+def _auto_class(task: str):
+    import transformers
+
+    return {
+        "llm": transformers.AutoModelForCausalLM,
+        "text-classification": transformers.AutoModelForSequenceClassification,
+        "image-classification": transformers.AutoModelForImageClassification,
+    }[task]
+
+
+def _inputs(task: str, config, length: int, with_loss: bool) -> dict:
+    if task == "image-classification":
+        size = getattr(config, "image_size", 224)
+        size = size if isinstance(size, int) else size[0]
+        channels = getattr(config, "num_channels", 3)
+        return {"pixel_values": torch.zeros((1, channels, size, size), device="meta"), "labels": None}
+    ids = torch.zeros((1, length), dtype=torch.long, device="meta")
+    if task != "llm":
+        return {"input_ids": ids, "labels": torch.zeros((1,), dtype=torch.long, device="meta")}
+    return {"input_ids": ids, "labels": ids if with_loss else None}
+
+
+@lru_cache(maxsize=16)
+def trace_model(
+    config_json: str,
+    task: str,
+    length: int,
+    dtype: str,
+    attention: str,
+    lora: tuple[int, str | tuple[str, ...], float] | None,
+    with_loss: bool = True,
+) -> ModelShape:
+    """Count parameters and trace one training forward pass of one sample `length` tokens long.
+
+    `config_json`: the model's config as a JSON string (hashable, for the cache); `dtype`: the dtype the
+    activations are computed in ("float32", "bfloat16", "float16"); `lora`: (r, target modules, dropout);
+    `with_loss`: the model computes its own loss from full logits (False: a trainer's chunked head does, which
+    keeps no logits for backward).
+    """
+    import json
+
+    from transformers import AutoConfig
+
+    raw = json.loads(config_json)
+    config = AutoConfig.for_model(**raw)
+    config._attn_implementation = "eager" if attention == "eager" else "sdpa"
+    if task != "llm":
+        config.num_labels = max(2, getattr(config, "num_labels", 2))
+    with torch.device("meta"):
+        model = _auto_class(task).from_config(config, dtype=getattr(torch, dtype))
+    model.train()
+    params = sum(p.numel() for p in model.parameters())
+    layers = _decoder_layers(model)
+    linear = sum(m.weight.numel() for m in (layers or nn.ModuleList()).modules() if isinstance(m, nn.Linear))
+    largest_layer = max((sum(p.numel() for p in layer.parameters()) for layer in layers or ()), default=0)
+    largest_param = max(p.numel() for p in model.parameters())
+    adapter = 0
+    if lora is not None:
+        r, targets, dropout = lora
+        adapter = _lora_wrap(model, r, targets if targets == "all-linear" else list(targets), dropout)
+    tally = _Tally()
+    tally.weights = {t.untyped_storage()._cdata for t in (*model.parameters(), *model.buffers())}
+    _mark_layers(layers, tally)
+    patch = torch.nn.functional, "scaled_dot_product_attention", _fused_sdpa
+    with contextlib.ExitStack() as stack:
+        if attention != "eager":
+            stack.enter_context(_patched(*patch))
+        stack.enter_context(torch.autograd.graph.saved_tensors_hooks(tally.pack, lambda t: t))
+        model(**_inputs(task, config, length, with_loss))
+    per_layer, rest = tally.by_layer()
+    tokens = 1 if task == "image-classification" else length
+    return ModelShape(
+        params=params,
+        linear_params=linear,
+        lora_params=adapter,
+        largest_param=largest_param,
+        largest_layer_params=largest_layer,
+        layers=len(layers) if layers is not None else 0,
+        hidden=int(getattr(config, "hidden_size", 0) or 0),
+        vocab=int(getattr(config, "vocab_size", 0) or 0) if task == "llm" else 0,
+        layer_bytes_per_token=max(per_layer.values(), default=0) / tokens,
+        rest_bytes_per_token=rest / tokens,
+        activation_bytes=torch.finfo(getattr(torch, dtype)).bits // 8,
+    )
+
+
+def _mark_layers(layers: nn.ModuleList | None, tally: _Tally) -> None:
+    for index, layer in enumerate(layers or ()):
+        layer.register_forward_pre_hook(lambda module, args, i=index: setattr(tally, "current", i))
+        layer.register_forward_hook(lambda module, args, out: setattr(tally, "current", None))
+
+
+@contextlib.contextmanager
+def _patched(owner, name: str, value):
+    saved = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, saved)
