@@ -66,6 +66,9 @@ def create_app(runs_dir: str | Path, workdir: str | Path | None = None, token: s
     _config_routes(app, runs)
     _saved_config_routes(app, runs)
     _run_routes(app, runs)
+    from autotrain.app import preview  # the memory estimate and the Data tab
+
+    preview.add_routes(app)
     return app
 
 

@@ -1,6 +1,7 @@
 // Tabs, and the two halves of the page.
 
 import { notice } from "./api.js";
+import "./fit.js"; // the memory estimate and the Data tab (adds its tab before the tabs are wired)
 import { initEditor } from "./editor.js";
 import { initRuns, select } from "./runs.js";
 
