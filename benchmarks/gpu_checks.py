@@ -342,10 +342,58 @@ def padding_free_batches(device: str, sizes: dict) -> None:
             print(f"  {attn} bf16 {name:>12}: loss {loss:.4f}, {ms:.1f} ms")
 
 
+def memory_estimates(device: str, sizes: dict) -> None:
+    """Check 6: the memory estimate (run.json) against torch.cuda.max_memory_allocated for bf16, bf16 with
+    gradient checkpointing and QLoRA, 2 steps each through `autotrain llm` on a random Llama (target +-15%)."""
+    print("\n== 6. memory estimate against the measured peak")
+    from transformers import AutoTokenizer
+
+    cases = {
+        "bf16 full": {"training_args": {"mixed_precision": "bf16" if device == "cuda" else "no"}},
+        "bf16 full ckpt": {"training_args": {"mixed_precision": "bf16" if device == "cuda" else "no",
+                                             "gradient_checkpointing": True}},
+        "qlora int4": {"peft": {"enabled": True, "quantization": "int4"},
+                       "training_args": {"mixed_precision": "bf16", "gradient_checkpointing": True}},
+    }  # fmt: skip
+    if device != "cuda":
+        cases.pop("qlora int4")  # bitsandbytes needs CUDA
+    with tempfile.TemporaryDirectory(prefix="autotrain-memory-") as name:
+        tmp = Path(name)
+        hidden, layers = (1024, 8) if device == "cuda" else (sizes["hidden"], sizes["layers"])
+        llama(hidden, layers, 32000 if device == "cuda" else 320, "cpu").save_pretrained(tmp / "base")
+        AutoTokenizer.from_pretrained(ROOT / "tests/assets/tiny-llama").save_pretrained(tmp / "base")
+        text = " ".join(["the quick brown fox jumps over the lazy dog"] * 120)
+        (tmp / "data.jsonl").write_text("".join(json.dumps({"text": text}) + "\n" for _ in range(32)))
+        for label, change in cases.items():
+            run = tmp / label.replace(" ", "-")
+            training = {"batch_size": 4, "max_length": 512, "max_steps": 2, "save_steps": 1000, "padding_free": False}
+            config = {
+                "task": "llm", "trainer": "sft", "base_model": str(tmp / "base"), "project_name": str(run),
+                "log": "none", "data": {"path": str(tmp / "data.jsonl"), "chat_template": "none"},
+                "peft": change.get("peft", {"enabled": False}),
+                "training_args": {**training, **change["training_args"]},
+            }  # fmt: skip
+            (tmp / "c.json").write_text(json.dumps(config))
+            done = subprocess.run(
+                [sys.executable, "-m", "autotrain.cli.main", "llm", "--config", str(tmp / "c.json")],
+                capture_output=True, text=True, cwd=ROOT,
+            )  # fmt: skip
+            if done.returncode != 0:
+                print(f"  {label}: FAILED (exit {done.returncode}) {done.stderr[-800:]}")
+                continue
+            memory = json.loads((run / "run.json").read_text())["memory"]
+            measured = memory["measured"].get("max_memory_allocated", memory["measured"].get("peak_above_baseline"))
+            ratio = memory["estimate_over_measured"]
+            print(
+                f"  {label}: estimate {memory['bytes_per_device'] / 2**20:.0f} MiB, measured {measured / 2**20:.0f} "
+                f"MiB, ratio {ratio:.2f} {'ok' if 0.85 <= ratio <= 1.15 else 'OUTSIDE +-15%'}"
+            )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on the CPU: the code paths only")
-    parser.add_argument("--checks", default="1,2,3,4,5", help="which checks to run, e.g. 2,3")
+    parser.add_argument("--checks", default="1,2,3,4,5,6", help="which checks to run, e.g. 2,3")
     parser.add_argument("--params", type=float, default=1.0, help="billions of parameters of check 2/3's model")
     args = parser.parse_args()
     if not torch.cuda.is_available() and not args.cpu_smoke:
@@ -361,7 +409,14 @@ def main() -> int:
     start = time.perf_counter()
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu (smoke)"
     print(f"device {name}, torch {torch.__version__}")
-    checks = (precision_runs, eight_bit_against_bnb, compiled_against_eager, qlora, padding_free_batches)
+    checks = (
+        precision_runs,
+        eight_bit_against_bnb,
+        compiled_against_eager,
+        qlora,
+        padding_free_batches,
+        memory_estimates,
+    )
     for check in [checks[int(n) - 1] for n in args.checks.split(",")]:
         try:
             check(device, {**small, **big})
