@@ -109,3 +109,33 @@ def test_a_port_in_use_on_machine_0_is_refused(tmp_path):
     assert f"distributed.main_process_port: port {port} on this machine (machine 0) is already in use" in err
     assert "Traceback" not in err and seconds < 60
     assert not (tmp_path / "run").exists(), "a refused run leaves no project folder"
+
+
+@pytest.mark.slow
+def test_a_wrong_interface_fails_every_rank_with_the_setting_named(tmp_path):
+    # The processes meet (one machine), but gloo is told to use an interface this host does not have:
+    # the all-reduce each rank does before loading the model reports it instead of the first training step.
+    import os
+    import subprocess
+    import sys
+
+    from test_distributed import cli_env
+
+    config = write_config(tmp_path, {"num_processes": 2, "rendezvous_timeout": TIMEOUT})
+    env = {**cli_env(), "GLOO_SOCKET_IFNAME": "nosuch0"}
+    began = time.monotonic()
+    process = subprocess.run(
+        [sys.executable, "-m", "autotrain.cli.main", "llm", "--config", str(config)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=os.fspath(tmp_path),
+    )
+    seconds = time.monotonic() - began
+    assert process.returncode == 2, process.stderr
+    line = next(x for x in process.stderr.splitlines() if x.startswith("error: rank") and "gloo group" in x)
+    assert "Unable to find address for: nosuch0" in line and "GLOO_SOCKET_IFNAME=nosuch0" in line, line
+    assert "Traceback" not in process.stderr and seconds < 60
+    assert not (tmp_path / "run" / "model.safetensors").exists()
+    print(f"\n{seconds:5.1f} s  {line}")

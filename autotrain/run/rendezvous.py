@@ -22,6 +22,7 @@ import datetime
 import json
 import os
 import socket
+import sys
 import time
 from dataclasses import asdict, dataclass
 
@@ -196,3 +197,96 @@ def _failure(
         f"{me.num_machines} machines (nodes 0-{me.num_machines - 1}); arrived: {came}; {problem}; "
         f"network: {network_env()}"
     )
+
+
+# --- every process: one all-reduce over the transport training will use ---------------------------------
+
+
+def check_ranks(timeout: int, environ=os.environ) -> None:
+    """In each process the launcher started (WORLD_SIZE > 1), before the model loads: write who this rank
+    is to the launcher's store, then all-reduce one number over NCCL (CUDA) or gloo (CPU) in a group of
+    its own (the default group stays accelerate's to make). A transport that cannot connect (a wrong
+    NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME, InfiniBand that is not there, a blocked port range) ends the
+    process with exit code 2 and one line within `timeout` seconds, instead of a watchdog after 30 min.
+    """
+    import threading
+
+    import torch
+    import torch.distributed as dist
+
+    rank, world = int(environ["RANK"]), int(environ["WORLD_SIZE"])
+    host, port = environ["MASTER_ADDR"], int(environ["MASTER_PORT"])
+    prefix = (
+        f"autotrain/ranks/{environ.get('TORCHELASTIC_RUN_ID', '')}/{environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
+    )
+    me = {
+        "node": int(environ.get("GROUP_RANK", "0")),
+        "host": socket.gethostname(),
+        "address": local_address(host, port),
+    }
+    store = dist.TCPStore(host, port, None, False, datetime.timedelta(seconds=timeout))
+    store.set(f"{prefix}{rank}", json.dumps(me))
+    cuda = torch.cuda.is_available()
+    backend = "nccl" if cuda else "gloo"
+
+    def give_up(problem: str) -> None:
+        came = _ranks_seen(host, port, prefix, world)
+        print(
+            f"error: rank {rank} of {world} (node {me['node']}, {me['host']}, {me['address']}): {problem}; "
+            f"ranks at the store: {came}; network: {network_env(environ)}",
+            flush=True,
+            file=sys.stderr,
+        )
+        os._exit(2)  # a thread cannot interrupt a collective: the process ends, the launcher reports code 2
+
+    watchdog = threading.Timer(
+        timeout,
+        give_up,
+        [
+            f"the {backend} all-reduce over {world} processes did not finish "
+            f"within {timeout} s (distributed.rendezvous_timeout)"
+        ],
+    )
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        _all_reduce_once(dist.PrefixStore(prefix + "group", store), rank, world, timeout, cuda, environ)
+    except RuntimeError as exc:
+        watchdog.cancel()
+        give_up(f"the {backend} group could not form: {str(exc).strip().splitlines()[0]}")
+    watchdog.cancel()
+
+
+def _all_reduce_once(store, rank: int, world: int, timeout: int, cuda: bool, environ) -> None:
+    import torch
+    import torch.distributed as dist
+
+    if cuda:
+        device = torch.device("cuda", int(environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+        group = dist.ProcessGroupNCCL(store, rank, world)
+    else:
+        device = torch.device("cpu")
+        group = dist.ProcessGroupGloo(store, rank, world, datetime.timedelta(seconds=timeout))
+    value = torch.ones(1, device=device)
+    group.allreduce([value]).wait()
+    if cuda:
+        torch.cuda.synchronize(device)
+    if int(value.item()) != world:
+        raise RuntimeError(f"the all-reduce summed to {int(value.item())}, not {world}")
+    with contextlib.suppress(Exception):
+        group.shutdown()  # frees the NCCL communicator; the run makes its own group
+
+
+def _ranks_seen(host: str, port: int, prefix: str, world: int) -> str:
+    """`0-1 (node 0 from 10.0.0.1), 2 (node 1 from 10.0.0.2); missing 3` from a fresh store client."""
+    import torch.distributed as dist
+
+    try:
+        store = dist.TCPStore(host, port, None, False, datetime.timedelta(seconds=5))
+        found = {r: json.loads(store.get(f"{prefix}{r}")) for r in range(world) if store.check([f"{prefix}{r}"])}
+    except RuntimeError as exc:
+        return f"unreadable ({str(exc).strip().splitlines()[0]})"
+    shown = [f"{r} (node {v['node']} from {v['address']})" for r, v in sorted(found.items())]
+    missing = [str(r) for r in range(world) if r not in found]
+    return ", ".join(shown) + (f"; missing {', '.join(missing)}" if missing else "")

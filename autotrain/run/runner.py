@@ -97,6 +97,10 @@ def run(loaded: LoadedConfig, resume: str | None = None, overwrite: bool = False
         stop = GracefulStop()
         stop.install()
         this.plan = _resolve(this)
+        if this.launched and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            from autotrain.run.rendezvous import check_ranks
+
+            check_ranks(this.cfg.distributed.rendezvous_timeout)  # before the model loads
         if not this.launched and this.plan.world_size > 1:
             from autotrain.run.launch import relaunch
 
