@@ -23,6 +23,7 @@ COMMANDS = [
     ["predict"],
     ["evaluate"],
     ["app"],
+    ["launch"],
 ]
 
 

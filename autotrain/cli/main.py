@@ -9,7 +9,7 @@ import typer
 
 from autotrain import __version__
 from autotrain.cli import app as webapp
-from autotrain.cli import env, inference, migrate, templates, train, validate
+from autotrain.cli import env, inference, launch, migrate, templates, train, validate
 from autotrain.cli.common import Command, ConfigOption, DryRunOption, Group, OverwriteOption, ResumeOption, SetOption
 from autotrain.errors import EXIT_FAILURE, debug_enabled, eprint
 
@@ -34,6 +34,7 @@ app.command("chat", cls=Command)(inference.chat)
 app.command("predict", cls=Command)(inference.predict)
 app.command("evaluate", cls=Command)(inference.evaluate)
 app.command("app", cls=Command)(webapp.app)
+app.command("launch", cls=Command)(launch.launch)
 
 
 def _version(value: bool) -> None:
