@@ -318,3 +318,12 @@ def test_num_processes_auto_validates_and_bounds_are_one_line(tmp_path, cli):
     assert cli("validate", config, "--set", "distributed.num_processes=auto").exit_code == 0
     result = cli("validate", config, "--set", "distributed.num_processes=0")
     assert result.exit_code == 2 and "distributed.num_processes: must be from 1 to 1024, or `auto`" in result.stderr
+
+
+def test_ray_backend_without_ray_is_one_line(tmp_path, cli, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
+    config = write_config(tmp_path, {"num_processes": 2, "backend": "ray"})
+    result = cli("llm", "--config", config)
+    assert result.exit_code == 2, result.output
+    assert "distributed.backend: ray needs Ray Train: pip install 'autotrain[ray]'" in result.stderr
+    assert not (tmp_path / "run").exists(), "a refused run leaves no project folder"

@@ -89,8 +89,8 @@ class DistributedConfig(StrictModel):
         60,
         ge=5,
         le=86_400,
-        description="Seconds (from each machine's start) for every machine to check in at main_process_ip:port "
-        "before the run stops with one line naming who came and who did not (multi-node), instead of hanging.",
+        description="Multi-node: seconds from each machine's start by which every machine has checked in at "
+        "main_process_ip:port, or this one has stopped with one line naming who came and who did not.",
     )
 
 
