@@ -133,3 +133,26 @@ def test_twenty_thousand_unknown_keys_are_reported_without_a_search_each(cli, tm
     few = "".join(f"  zq{i:05d}x: 1\n" for i in range(SUGGEST_LIMIT + 100))
     typo = cli("validate", write(tmp_path, HEAD + "training_args:\n  batch_sise: 4\n" + few))
     assert "batch_sise: unknown key (did you mean `batch_size`?)" in typo.stderr  # the first ones keep theirs
+
+
+# --- hostile configs: where the problem is ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("before", ["", "# a comment\n\n"], ids=["line-1", "line-3"])
+def test_a_bare_scalar_config_names_its_line(cli, tmp_path, before):
+    path = write(tmp_path, before + "hello world\n")
+    result = cli("validate", path)
+    line = before.count("\n") + 1
+    assert result.exit_code == 2
+    assert f"{path}:{line}:1: <root>: a config must be a YAML mapping" in result.stderr
+
+
+def test_a_null_key_names_its_line(cli, tmp_path):
+    lines = HEAD.splitlines() + ["training_args:"] + [f"  # note {i}" for i in range(7)] + ["  epochs: 1"]
+    assert len(lines) == 13
+    path = write(tmp_path, "\n".join(lines) + "\n~: 1\n")
+    nested = write(tmp_path, HEAD + "peft:\n  ~: 1\n", "nested.yml")
+    result = cli("validate", path, nested)
+    assert result.exit_code == 2
+    assert f"{path}:14:1: None: a key must be a name (got `None`)" in result.stderr
+    assert f"{nested}:6:3: peft.None: a key must be a name" in result.stderr

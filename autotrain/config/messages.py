@@ -27,6 +27,7 @@ PLAIN = {
     "bool_parsing": "expected `true` or `false`",
     "bool_type": "expected `true` or `false`",
     "string_type": "must be text",
+    "invalid_key": "a key must be a name",
     "dict_type": "must be a mapping of `key: value` lines",
     "model_type": "must be a mapping of `key: value` lines",
     "model_attributes_type": "must be a mapping of `key: value` lines",
