@@ -265,3 +265,57 @@ def test_the_go_template_renderer_handles_else_if_chains_and_trimming():
     template = '{{- range .Messages }}\n{{ if eq .Role "user" }}U:{{ .Content }}{{ else if eq .Role "system" }}S{{ else }}A{{ end }}\n{{- end }}'  # noqa: E501
     messages = [{"role": r, "content": c} for r, c in (("system", ""), ("user", "hi"), ("assistant", ""))]
     assert render_go(template, messages) == "\nS\nU:hi\nA"
+
+
+# --- the config's `export:` section -----------------------------------------------------------------------
+
+
+def test_the_export_section_is_checked_with_the_config(cli, tmp_path):
+    from autotrain.config.load import load_config
+
+    path = tmp_path / "c.yml"
+    base = {"task": "llm", "base_model": str(TINY), "project_name": "runs/x", "data": {"path": str(CHAT)}}
+    path.write_text(yaml.safe_dump({**base, "export": {"format": "ollama", "quant": "q4_0"}}))
+    assert load_config(path).config.export.quant == "q4_0"
+    path.write_text(yaml.safe_dump({**base, "export": {"format": "merged", "quant": "q4_0"}}))
+    result = cli("validate", path)
+    assert result.exit_code == 2 and "export.quant: unknown dtype `q4_0` for merged" in result.stderr
+
+
+def test_the_hook_exports_and_pushes_the_gguf_beside_the_model(tmp_path, monkeypatch):
+    """What training runs when it ends (run/outputs.py): the export, its card section, the GGUF uploaded."""
+    import huggingface_hub
+
+    from autotrain.config.load import load_config
+    from autotrain.run import outputs
+
+    run = make_run(tmp_path / "run", status="running")  # run.json says running until the hook returns
+    (run / "README.md").write_text("# run\n")
+    config = yaml.safe_load((run / "autotrain.yaml").read_text())
+    config.update(project_name=str(run), export={"format": "ollama", "quant": "q8_0"})
+    config["hub"] = {"push_to_hub": True, "repo_id": "me/model", "token": "${HF_TOKEN}"}
+    (tmp_path / "c.yml").write_text(yaml.safe_dump(config))
+    loaded = load_config(tmp_path / "c.yml", environ={"HF_TOKEN": "hf_secret"})
+    said = []
+    code, files = outputs.export_after_training(loaded, said.append)
+    assert code == 0 and [f.name for f in files] == ["run-q8_0.gguf", "Modelfile"], said
+    assert "## Export: ollama q8_0" in (run / "README.md").read_text()
+    uploads = []
+
+    class FakeApi:
+        def __init__(self, token=None):
+            pass
+
+        def create_repo(self, repo_id, private, exist_ok):
+            return f"https://hub.example/{repo_id}"
+
+        def upload_folder(self, folder_path, repo_id, ignore_patterns, commit_message):
+            uploads.append(("folder", ignore_patterns))
+
+        def upload_file(self, path_or_fileobj, path_in_repo, repo_id, commit_message):
+            uploads.append((path_in_repo, Path(path_or_fileobj).stat().st_size > 0))
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    outputs.push_to_hub(loaded, files)
+    assert "export-*/**" in uploads[0][1]  # the export folder itself is not uploaded twice
+    assert uploads[1:] == [("run-q8_0.gguf", True), ("Modelfile", True)]
