@@ -114,6 +114,7 @@ COMMANDS = [
     "chat",
     "predict",
     "evaluate",
+    "export",
     "app",
 ]
 

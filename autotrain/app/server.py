@@ -13,7 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from autotrain.app import configs, security
+from autotrain.app import configs, export_api, security
 from autotrain.app.paths import PathRejected, config_file, confine, project_folder, run_folder
 from autotrain.app.runs import RunConflict, Runs
 from autotrain.config.interpolate import redact
@@ -66,6 +66,7 @@ def create_app(runs_dir: str | Path, workdir: str | Path | None = None, token: s
     _config_routes(app, runs)
     _saved_config_routes(app, runs)
     _run_routes(app, runs)
+    export_api.register(app, runs)  # the Export action on a finished run
     return app
 
 

@@ -216,11 +216,16 @@ def _completed(this: _Run, trainer, metrics: dict) -> int:
         this.say(f"warning: skipped {trainer.skipped_batches} batch(es) with a non-finite loss")
     save_final(trainer, this.loaded, this.plan, metrics)
     this.say(f"done: model saved to {this.folder}/ (train loss {metrics.get('train_loss', float('nan')):.4f})")
+    code, exported = EXIT_OK, []
+    if getattr(this.cfg, "export", None) is not None and trainer.is_world_process_zero():
+        from autotrain.run.outputs import export_after_training
+
+        code, exported = export_after_training(this.loaded, this.say)
     if this.cfg.hub.push_to_hub and trainer.is_world_process_zero():
         from autotrain.run.outputs import push_to_hub
 
-        this.say(f"pushed to {push_to_hub(this.loaded)}")
-    return this.finish("completed", EXIT_OK, _last_checkpoint(this.folder))
+        this.say(f"pushed to {push_to_hub(this.loaded, exported)}")
+    return this.finish("completed", code, _last_checkpoint(this.folder))
 
 
 def _failure_code(this: _Run, exc: BaseException) -> int:
