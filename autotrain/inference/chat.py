@@ -68,7 +68,7 @@ def reply(run, conversation: Conversation, config) -> str:
     from autotrain.inference.generate import generate
 
     streamer = TextStreamer(run.processor, skip_prompt=True, skip_special_tokens=True)
-    text = generate(run, [conversation.prompt_ids()], config, streamer=streamer)[0]
+    text = generate(run, [conversation.prompt_ids()], config, streamer=streamer)[0].strip()
     conversation.messages.append({"role": "assistant", "content": text})
     return text
 
