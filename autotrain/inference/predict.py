@@ -31,6 +31,8 @@ def check_output(output: Path | None, force: bool) -> None:
         raise UserInputError(f"--output `{output}` already exists; add --force to replace it")
     if not output.parent.is_dir():
         raise UserInputError(f"--output `{output}`: the folder `{output.parent}` does not exist")
+    if not os.access(output.parent, os.W_OK | os.X_OK):
+        raise UserInputError(f"--output `{output}`: the folder `{output.parent}` is not writable")
 
 
 @contextlib.contextmanager
