@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -196,3 +197,81 @@ def test_lines_that_are_not_utf8_are_bad_input():
         assert next(lines) == "hello"
         with pytest.raises(UserInputError, match="stdin line 2 is not valid UTF-8"):
             next(lines)
+
+
+# --- damaged checkpoints ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def checkpointed(tmp_path_factory) -> Path:
+    """A finished 4-step SFT run with complete checkpoints at steps 2 and 4 (copied by each test)."""
+    from typer.testing import CliRunner
+
+    from autotrain.cli.main import app
+
+    root = tmp_path_factory.mktemp("checkpointed")
+    config = llm_config(root, trainer="sft", training_args={"max_steps": 4, "save_steps": 2, "save_total_limit": 3})
+    result = CliRunner().invoke(app, ["llm", "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (root / "run").glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    return root / "run"
+
+
+class _RunsCode:
+    """Unpickled without `weights_only`, this creates a file: proof that the pickle would have run code."""
+
+    def __init__(self, proof: Path):
+        self.proof = proof
+
+    def __reduce__(self):
+        return (open, (str(self.proof), "w"))
+
+
+def damage(path: Path, how: str) -> None:
+    """Cut `path` to half its size, or replace it by a torch file whose pickle would run code."""
+    if how == "truncate":
+        os.truncate(path, path.stat().st_size // 2)
+    else:
+        import torch
+
+        torch.save({"state": _RunsCode(path.parent.parent.parent / "PWNED")}, path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["model.safetensors", "optimizer.pt", "trainer_state.json"])
+def test_resume_passes_over_a_damaged_checkpoint(cli, checkpointed, tmp_path, name):
+    copy = tmp_path / "run"
+    shutil.copytree(checkpointed, copy)
+    damaged = copy / "checkpoint-4" / name
+    damage(damaged, "truncate")
+    config = llm_config(tmp_path, copy, trainer="sft", training_args={"max_steps": 6, "save_steps": 2})
+    result = cli("llm", "--config", config, "--resume", "latest")
+    assert result.exit_code == 0, result.output
+    assert f"warning: skipping damaged checkpoint {damaged.parent}: {damaged}" in result.stderr
+    assert f"resuming from {copy / 'checkpoint-2'}" in result.stderr
+    assert json.loads((copy / "trainer_state.json").read_text())["global_step"] == 6
+
+
+@pytest.mark.parametrize("how", ["truncate", "pickle"])
+def test_resume_from_a_named_damaged_checkpoint_is_bad_input(cli, tmp_path, how):
+    """A checkpoint as autotrain leaves one (markers, state, optimizer), its optimizer file damaged."""
+    import torch
+
+    from autotrain.run.project import MARKER
+    from autotrain.training.folder import COMPLETE_MARKER
+
+    run = tmp_path / "run"
+    checkpoint = run / "checkpoint-4"
+    checkpoint.mkdir(parents=True)
+    (run / MARKER).write_text("made by autotrain\n")
+    (checkpoint / COMPLETE_MARKER).write_text("complete\n")
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 4}))
+    torch.save({"state": {0: {"exp_avg": torch.zeros(64, 64)}}, "param_groups": []}, checkpoint / "optimizer.pt")
+    damage(checkpoint / "optimizer.pt", how)
+    config = llm_config(tmp_path, run, trainer="sft", training_args={"max_steps": 6})
+    result = cli("llm", "--config", config, "--resume", checkpoint)
+    line = one_error_line(result, f"--resume {checkpoint}: the checkpoint is damaged: {checkpoint / 'optimizer.pt'}")
+    assert "weights_only" not in result.output
+    if how == "pickle":
+        assert "could run code" in line
+        assert not (tmp_path / "PWNED").exists()
