@@ -227,14 +227,15 @@ class _RunsCode:
         return (open, (str(self.proof), "w"))
 
 
-def damage(path: Path, how: str) -> None:
-    """Cut `path` to half its size, or replace it by a torch file whose pickle would run code."""
+def damage(path: Path, how: str, proof: Path | None = None) -> None:
+    """Cut `path` to half its size, or replace it by a torch file whose pickle, fully unpickled, would
+    create `proof`."""
     if how == "truncate":
         os.truncate(path, path.stat().st_size // 2)
     else:
         import torch
 
-        torch.save({"state": _RunsCode(path.parent.parent.parent / "PWNED")}, path)
+        torch.save({"state": _RunsCode(proof)}, path)
 
 
 @pytest.mark.slow
@@ -267,7 +268,7 @@ def test_resume_from_a_named_damaged_checkpoint_is_bad_input(cli, tmp_path, how)
     (checkpoint / COMPLETE_MARKER).write_text("complete\n")
     (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 4}))
     torch.save({"state": {0: {"exp_avg": torch.zeros(64, 64)}}, "param_groups": []}, checkpoint / "optimizer.pt")
-    damage(checkpoint / "optimizer.pt", how)
+    damage(checkpoint / "optimizer.pt", how, tmp_path / "PWNED")
     config = llm_config(tmp_path, run, trainer="sft", training_args={"max_steps": 6})
     result = cli("llm", "--config", config, "--resume", checkpoint)
     line = one_error_line(result, f"--resume {checkpoint}: the checkpoint is damaged: {checkpoint / 'optimizer.pt'}")
@@ -275,3 +276,18 @@ def test_resume_from_a_named_damaged_checkpoint_is_bad_input(cli, tmp_path, how)
     if how == "pickle":
         assert "could run code" in line
         assert not (tmp_path / "PWNED").exists()
+
+
+def test_a_run_whose_weights_would_run_code_is_refused_without_advice(cli, tmp_path):
+    """A run folder (config, tokenizer) whose weights are a pickle that runs code when fully unpickled."""
+    run = tmp_path / "run"
+    shutil.copytree(TINY, run, ignore=shutil.ignore_patterns("*.safetensors"))
+    shutil.copy(llm_config(tmp_path, tmp_path / "elsewhere"), run / "autotrain.yaml")
+    weights = run / "pytorch_model.bin"
+    damage(weights, "pickle", tmp_path / "PWNED")
+    data = tmp_path / "rows.jsonl"
+    data.write_text('{"text": "the apple is"}\n')
+    result = cli("predict", run, "-i", data)
+    one_error_line(result, f"cannot load the model saved in `{run}`", "could run code")
+    assert "weights_only" not in result.output
+    assert not (tmp_path / "PWNED").exists()

@@ -77,10 +77,7 @@ def _torch_problem(path: Path) -> str | None:
         with _trainer_safe_globals():
             torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except pickle.UnpicklingError:
-        return (
-            f"{path} holds objects other than tensors and plain data; autotrain does not load it, "
-            "since loading it could run code"
-        )
+        return f"{path} {REFUSED_PICKLE}"
     except Exception as exc:  # a damaged archive: torch and zipfile raise several kinds
         return f"{path} is damaged ({type(exc).__name__}: {_first_line(exc)})"
     return None
@@ -95,6 +92,20 @@ def _trainer_safe_globals():
     except ImportError:
         return contextlib.nullcontext()
     return safe_globals()
+
+
+REFUSED_PICKLE = (
+    "holds objects other than tensors and plain data; autotrain does not load it, since loading it could run code"
+)
+
+
+def refused_pickle(exc: BaseException) -> str | None:
+    """For torch's refusal to unpickle a file with `weights_only=True`: what happened, without its advice
+    to load the file with `weights_only=False` (that runs whatever the file holds)."""
+    text = str(exc)
+    if "weights_only" not in text and "Weights only load failed" not in text:
+        return None
+    return f"a file {REFUSED_PICKLE}"
 
 
 def _first_line(exc: Exception) -> str:
