@@ -269,6 +269,9 @@ def _failure_code(this: _Run, exc: BaseException) -> int:
     if debug_enabled():
         traceback.print_exc()
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    from autotrain.training.verify import refused_pickle
+
+    first = refused_pickle(exc) or first  # never pass on torch's advice to load it with weights_only=False
     this.say(f"error: training failed: {type(exc).__name__}: {first}", every_rank=True)
     if log is not None:
         this.say(f"full traceback: {log}", every_rank=True)

@@ -82,7 +82,7 @@ class ProgressCallback(TrainerCallback):
             self.last["reward"] = logs["reward"]
         rate, eta = self._rate(state)
         loss, lr = self.last["loss"], self.last["lr"]
-        reward = f"  reward {self.last['reward']:.3f}" if "reward" in self.last else ""
+        reward = f"  reward {_number(self.last['reward'], '.3f')}" if "reward" in self.last else ""
         if self.progress is not None:
             self.progress.update(
                 self.task, completed=state.global_step, loss=f"{loss:.4f}", lr=f"{lr:.2e}", rate=rate, reward=reward
@@ -114,3 +114,8 @@ class ProgressCallback(TrainerCallback):
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
+
+
+def _number(value, spec: str) -> str:
+    """A logged value as text; a mean over nothing is logged as None (or NaN), shown as `n/a`."""
+    return format(value, spec) if isinstance(value, (int, float)) and math.isfinite(value) else "n/a"
