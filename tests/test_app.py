@@ -208,7 +208,7 @@ def test_a_token_is_required_when_the_app_is_reachable_from_elsewhere(runs):
     client = TestClient(create_app(runs, REPO_ROOT, token="s3cret-token"), base_url="http://192.0.2.1")
     assert client.get("/api/runs").status_code == 401
     assert client.get("/").status_code == 401
-    assert client.get("/api/runs", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert client.get("/api/runs", headers={"Authorization": "Bearer wrong"}).status_code == 403
     assert client.get("/api/runs", headers={"Authorization": "Bearer s3cret-token"}).status_code == 200
     assert client.get("/api/runs?token=s3cret-token").status_code == 200
     assert client.get("/static/app.css").status_code == 200  # the page's own code is no secret
