@@ -39,11 +39,16 @@ def _walk(root: yaml.Node | None, path: Path_) -> tuple[yaml.Node | None, int, t
     return node, depth, pair
 
 
+MAX_DEPTH = 64  # a config is never this deep; PyYAML's composer recurses once per level
+
+
 def _compose(text: str) -> yaml.Node | None:
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except RecursionError:
-        raise yaml.YAMLError("the YAML is nested too deeply (a config is never this deep)") from None
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):  # events come without recursion
+        depth += isinstance(event, yaml.CollectionStartEvent) - isinstance(event, yaml.CollectionEndEvent)
+        if depth > MAX_DEPTH:
+            raise yaml.YAMLError(f"the YAML is nested too deeply (over {MAX_DEPTH} levels; a config never is)")
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
     if root is not None and not isinstance(root, yaml.MappingNode):
         raise yaml.YAMLError("a config must be a YAML mapping")
     return root
