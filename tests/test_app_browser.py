@@ -123,9 +123,9 @@ def test_edit_start_and_watch_the_quick_start(browser, app_server, tmp_path):
     trainer = browser.find_element(By.ID, "trainer")
     assert "grpo" in [o.get_attribute("value") for o in trainer.find_elements(By.TAG_NAME, "option")]  # from the schema
     task = browser.find_element(By.ID, "task")
-    task.send_keys("t")  # text-classification, picked with the keyboard: it has no trainer
+    task.send_keys(Keys.ARROW_DOWN)  # text-classification, picked with the keyboard: it has no trainer
     wait(browser, lambda b: not trainer.is_enabled(), what="trainer disabled")
-    task.send_keys("l")  # back to llm: the trainer list comes back
+    task.send_keys(Keys.ARROW_UP)  # back to llm: the trainer list comes back
     wait(browser, lambda b: trainer.is_enabled(), what="trainer enabled again")
 
     # A wrong value is flagged at its field, with the CLI's message, while typing; the field says so too.
@@ -162,7 +162,7 @@ def test_edit_start_and_watch_the_quick_start(browser, app_server, tmp_path):
     badge = browser.find_element(By.ID, "run-status")
     wait(browser, lambda b: int(chart.get_attribute("data-points") or 0) >= 3, timeout=180, what="chart drawn")
     assert badge.text == "running"
-    wait(browser, lambda b: badge.text != "running", timeout=300, what="run finished")
+    wait(browser, lambda b: badge.text != "running", timeout=900, what="run finished")
     assert badge.text == "completed", browser.find_element(By.ID, "run-log").text
     wait(browser, lambda b: b.execute_script("const i = document.querySelector('#plots img'); return i && i.complete"))
     assert int(chart.get_attribute("data-last-step")) == STEPS
@@ -251,7 +251,7 @@ def test_a_typed_value_survives_a_reply_that_lands_before_it_is_sent(browser, ap
 
 
 def test_a_cleared_mapping_goes_and_a_reload_keeps_the_draft(browser, app_server, tmp_path):
-    """Clearing the only `column_mapping` entry removes the mapping (no null left); a reload keeps the
+    """Clearing the only optimizer argument removes `optimizer_args` (no null left); a reload keeps the
     unsaved draft and asks before leaving it; saving it ends the warning."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
@@ -260,16 +260,21 @@ def test_a_cleared_mapping_goes_and_a_reload_keeps_the_draft(browser, app_server
     browser.get(url)
     ready(browser)
     wait(browser, lambda b: "valid config" in b.find_element(By.ID, "status").text, what="template validated")
-    assert "column_mapping:\n    text: text" in yaml_text(browser)
-    type_into(browser, "data.column_mapping.text", "")
-    wait(browser, lambda b: "column_mapping" not in yaml_text(b), what="mapping removed")
+    original = yaml_text(browser)
+    type_into(browser, "training_args.optimizer_args.eps", "1e-7")
+    wait(browser, lambda b: "optimizer_args:\n    eps: 1.0e-07" in yaml_text(b), what="argument written")
+    type_into(browser, "training_args.optimizer_args.eps", "")
+    wait(browser, lambda b: "optimizer_args" not in yaml_text(b), what="mapping removed")
     wait(browser, lambda b: "valid config" in b.find_element(By.ID, "status").text, what="still valid")
+    assert yaml_text(browser) == original and not leaving_is_stopped(browser)  # back to the template, exactly
+    type_into(browser, "training_args.max_steps", "33")
+    wait(browser, lambda b: "max_steps: 33" in yaml_text(b), what="an edit to keep")
     assert leaving_is_stopped(browser)  # an unsaved edit
 
     browser.execute_script("window.onbeforeunload = null; location.reload()")  # the test's reload, not a user's
     ready(browser)
     wait(browser, lambda b: "valid config" in b.find_element(By.ID, "status").text, what="draft validated")
-    assert "column_mapping" not in yaml_text(browser) and "# Quick start" in yaml_text(browser)
+    assert "max_steps: 33" in yaml_text(browser) and "# Quick start" in yaml_text(browser)
     assert leaving_is_stopped(browser)
     browser.find_element(By.ID, "save").send_keys(Keys.ENTER)
     wait(browser, lambda b: "saved quickstart.yml" in b.find_element(By.ID, "notice").text, what="saved")
@@ -321,7 +326,7 @@ def drive_the_runs_tab(browser, url: str) -> None:
     press(browser, Keys.ENTER)
     wait(browser, lambda b: badge.text == "completed" and chart.get_attribute("data-points") == "3", what="old shown")
     assert not browser.find_element(By.ID, "resume").is_enabled()  # a completed run: nothing to resume
-    press(browser, Keys.ARROW_DOWN, Keys.SPACE)  # the next row: the run that trains
+    press(browser, Keys.ARROW_UP, Keys.SPACE)  # the row above (runs are listed by name): the run that trains
     assert focused(browser, "el.dataset.name === 'kb'")
     wait(browser, lambda b: badge.text == "running" and int(chart.get_attribute("data-points") or 0) >= 2, 180, "kb")
 

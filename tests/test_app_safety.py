@@ -72,6 +72,20 @@ def test_a_run_is_never_started_into_a_folder_of_the_users_own_files(client, run
     assert not (runs / "mine.yml").exists()  # nothing written anywhere
 
 
+def test_a_run_refused_before_training_can_be_started_again(client, runs, monkeypatch):
+    from autotrain.app.runs import Runs
+
+    monkeypatch.setattr(Runs, "_spawn", lambda self, name, config, resume: {"name": name, "config": config.name})
+    again = runs / "again"
+    (again / "logs").mkdir(parents=True)
+    state = {"config": "again.yml", "command": ["-m", "autotrain.cli.main", "--config", "again.yml"]}
+    (again / "logs" / "app.json").write_text(json.dumps(state))
+    (again / "logs" / "app.log").write_text("error: data.path ...\n")
+    (again / "logs" / "error.log").write_text("Traceback ...\n")
+    response = client.post("/api/runs", json={"yaml": config_for(again)})
+    assert response.status_code == 200, response.text
+
+
 def test_a_runs_own_config_is_neither_listed_nor_overwritten(client, runs):
     run = finished_run(runs)
     (runs / "other.yml").write_text("task: llm\n")

@@ -28,8 +28,7 @@ class RunConflict(Exception):
 
 # How a child that wrote no final run.json ended, by its exit code (the CLI's documented codes).
 EXIT_STATUS = {0: "completed", 1: "failed", 2: "bad input", 3: "diverged", 130: "interrupted", 143: "interrupted"}
-# What the app itself writes into a run's folder before the CLI starts (the CLI adds its marker and lock).
-APP_FILES = {runinfo.APP_LOG.as_posix(), runinfo.APP_STATE.as_posix()}
+# What the CLI leaves in a folder of a run refused before training, besides `logs/`.
 CLI_FILES = {".autotrain-run", ".autotrain.lock"}
 
 
@@ -112,7 +111,10 @@ class Runs:
             raise RunConflict(f"`{folder.name}` already holds a run: resume it, or change project_name")
         if folder.exists() and not folder.is_dir():
             raise RunConflict(f"`{folder.name}` is a file in the runs dir; change project_name")
-        foreign = sorted(_files(folder) - CLI_FILES - (APP_FILES if _started_here(folder) else set()))
+        found = _files(folder) - CLI_FILES
+        if _started_here(folder):  # an earlier start from here, refused before training: its logs only
+            found = {f for f in found if not f.startswith("logs/")}
+        foreign = sorted(found)
         if foreign:
             shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
             raise RunConflict(
