@@ -343,3 +343,53 @@ def drive_the_runs_tab(browser, url: str) -> None:
     ready(browser)
     assert browser.find_element(By.ID, "tab-runs").is_displayed()
     wait(browser, lambda b: b.find_element(By.ID, "run-name").text == "kb", what="kb kept across the reload")
+
+
+def test_token_mode_keeps_the_token_out_of_the_address_and_the_links(browser, tmp_path):
+    """Off loopback: the printed address opens the page once, then the address bar and the run's file
+    links hold no token, and the files still open (the cookie carries it); a wrong token is named."""
+    import re
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from selenium.webdriver.common.by import By
+
+    runs = tmp_path / "runs"
+    (runs / "old" / "logs").mkdir(parents=True)
+    (runs / "old" / "run.json").write_text('{"status": "completed"}')
+    (runs / "old" / "notes.md").write_text("the notes")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command = [sys.executable, "-m", "autotrain.cli.main", "app", "--host", "0.0.0.0", "--port", str(port)]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    proc = subprocess.Popen(
+        [*command, "--runs-dir", str(runs)], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        first = proc.stdout.readline()
+        token = re.search(r"\?token=(\S+)", first).group(1)
+        assert "0.0.0.0" not in first and f":{port}/?token=" in first, first
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/static/app.css").close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        browser.get(f"http://127.0.0.1:{port}/?token=wrong")
+        assert "wrong token" in browser.find_element(By.TAG_NAME, "body").text
+        browser.get(f"http://127.0.0.1:{port}/?token={token}#runs/old")
+        ready(browser)
+        assert browser.execute_script("return location.search") == ""
+        link = wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#run-files a[href$='notes.md']"), what="files")
+        href = link[0].get_attribute("href")
+        assert "token" not in href
+        text = browser.execute_async_script("fetch(arguments[0]).then(r => r.text()).then(arguments[1])", href)
+        assert text == "the notes"
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
