@@ -14,7 +14,7 @@ from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Res
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
-from autotrain.app import card, chat, configs, runinfo, security
+from autotrain.app import card, chat, configs, export_api, runinfo, security
 from autotrain.app.paths import (
     PathRejected,
     PathTaken,
@@ -98,6 +98,7 @@ def create_app(runs_dir: str | Path, workdir: str | Path | None = None, token: s
     _run_routes(app, runs)
     card.routes(app, runs)
     chat.routes(app, runs)
+    export_api.register(app, runs)  # the Export action on a finished run
     return app
 
 

@@ -85,8 +85,34 @@ def write_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
 
 
-def push_to_hub(loaded: LoadedConfig) -> str:
-    """Upload the finished project folder (not its checkpoints or logs) to `hub.repo_id`."""
+def export_after_training(loaded: LoadedConfig, say) -> tuple[int, list[Path]]:
+    """The config's `export:` section, run on the saved run as `autotrain export` runs it: (exit code, files to
+    push beside the model). A failed export leaves the trained model as it is and sets the run's exit code."""
+    from autotrain.errors import EXIT_BAD_INPUT, EXIT_PARITY, ParityError, UserInputError
+    from autotrain.export.pipeline import ExportRequest, export_run
+    from autotrain.export.report import card_section
+
+    spec, folder = loaded.config.export, Path(loaded.config.project_name)
+    out = Path(spec.output) if spec.output else None
+    request = ExportRequest(folder, spec.format, spec.quant, out, force=True, running_ok=True)
+    try:
+        result = export_run(request, say=say)
+    except (UserInputError, ParityError) as exc:
+        say(f"error: export: {exc}")
+        return (EXIT_PARITY if isinstance(exc, ParityError) else EXIT_BAD_INPUT), []
+    say(f"exported to {result.folder}/" + (f"; {result.ollama_command}" if result.ollama_command else ""))
+    card = folder / "README.md"
+    if card.is_file():
+        card.write_text(card.read_text(encoding="utf-8").rstrip() + "\n\n" + card_section(result.report), "utf-8")
+    pushed = [f for f in result.files if f.suffix == ".gguf"]
+    if result.ollama_command:
+        pushed.append(result.folder / "Modelfile")
+    return 0, pushed if spec.push_to_hub else []
+
+
+def push_to_hub(loaded: LoadedConfig, extra_files: list[Path] = ()) -> str:
+    """Upload the finished project folder (not its checkpoints, logs or exports) to `hub.repo_id`, and
+    `extra_files` (an exported GGUF file) beside the model."""
     from huggingface_hub import HfApi
 
     cfg = loaded.config
@@ -101,7 +127,13 @@ def push_to_hub(loaded: LoadedConfig) -> str:
             "logs/**",
             "run.json",
             "training_args.bin",
+            "export-*/**",
+            "*.failed/**",
         ],
         commit_message="Upload model trained with autotrain",
     )
+    for path in extra_files:
+        message = f"Add {path.name} (autotrain export)"
+        repo_id = cfg.hub.repo_id
+        api.upload_file(path_or_fileobj=str(path), path_in_repo=path.name, repo_id=repo_id, commit_message=message)
     return str(repo)
