@@ -86,3 +86,10 @@ def test_migrate_into_a_missing_folder_is_bad_usage(cli, tmp_path):
     assert result.exit_code == 2, result.output
     assert f"error: cannot write {target}: the folder {target.parent} does not exist" in result.stderr
     assert not target.parent.exists()
+
+
+def test_the_note_names_the_task_of_the_trainer_that_wins(cli, tmp_path):
+    sft = ORPO.replace("    rejected_text_column: rejected\n    prompt_text_column: prompt\n", "")
+    result = cli("migrate", write(tmp_path, sft.replace("chosen", "text") + "  trainer: default\n"))
+    assert result.exit_code == 0, result.output
+    assert "this trains `clm`, as AutoTrain Advanced would; set `task: llm-generic`" in result.stderr

@@ -274,11 +274,12 @@ def _trainer(value: Any, task_name: str, out: _Translation) -> str | None:
         return None
     trainer, of_task = ADVANCED_TRAINERS[value], ADVANCED_TASKS[task_name][1]
     if of_task is not None and trainer != of_task:
+        task_of_trainer = next(name for name, (_, t) in ADVANCED_TASKS.items() if t == trainer)
         out.notices.append(
             (
                 ("params", "trainer"),
                 f"`trainer: {value}` overrides `task: {task_name}`: this trains `{trainer}`, as AutoTrain "
-                f"Advanced would; set `task: llm-{trainer}` or drop `params.trainer` to say which you mean",
+                f"Advanced would; set `task: {task_of_trainer}` or drop `params.trainer` to say which you mean",
             )
         )
     return trainer
