@@ -102,7 +102,7 @@ class LLMTrainingArgs(TrainingArgs):
         description=(
             "sft: batch samples of similar length together, as many batches per epoch as batch_size gives, "
             "about as many tokens in each, in random order. Less padding, but the batches are no longer random: "
-            "on short fine-tunes it costs a few percent of held-out loss (see the README). Ignored with packing."
+            "on short fine-tunes it costs a few percent of held-out loss (see docs/configs.md). Ignored with packing."
         ),
     )
     completion_only_loss: Bool | None = Field(
