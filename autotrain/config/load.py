@@ -153,12 +153,9 @@ def _validate(model: type[TaskConfig], data: dict, task: str, locator: Locator, 
         unions = messages.union_members(errors)
         # A misspelt required key is one mistake: report the typo with its suggestion, not also the
         # "missing" field it was meant to be.
-        missing = {tuple(e["loc"]) for e in errors if e["type"] == "missing"}
-        typos = {
-            tuple(e["loc"][:-1]) + (_suggestion(e, model),)
-            for e in errors
-            if e["type"] == "extra_forbidden" and any(m[:-1] == tuple(e["loc"][:-1]) for m in missing)
-        }
+        with_missing = {tuple(e["loc"][:-1]) for e in errors if e["type"] == "missing"}
+        extra = [e for e in errors if e["type"] == "extra_forbidden"][:SUGGEST_LIMIT]
+        typos = {tuple(e["loc"][:-1]) + (_suggestion(e, model),) for e in extra if tuple(e["loc"][:-1]) in with_missing}
         unknown = 0
         for err in errors:
             loc = tuple(err["loc"])
