@@ -419,3 +419,12 @@ def test_token_mode_prints_addresses_another_machine_can_open(monkeypatch):
     assert listen.addresses("::", 80) == ["http://trainbox:80/", "http://192.0.2.7:80/"]
     assert listen.addresses("192.0.2.9", 7860) == ["http://192.0.2.9:7860/"]
     assert listen.addresses("::1", 7860) == ["http://[::1]:7860/"]
+
+
+def test_a_secret_in_a_streamed_reply_is_redacted_even_split_across_pieces():
+    from autotrain.app.chat import redacted
+
+    pieces = ["the tok", "en is hf_sec", "ret_value, ", "done hf_secret_v", "alue"]
+    out = list(redacted(iter(pieces), {"hf_secret_value", ""}))
+    assert "".join(out) == "the token is ***, done ***" and len(out) > 1
+    assert list(redacted(iter(["a", "b"]), set())) == ["a", "b"]

@@ -50,6 +50,7 @@ def browser(tmp_path, monkeypatch):
     options.binary_location = chromium
     for flag in [*FLAGS, f"--user-data-dir={tmp_path / 'chromium-profile'}"]:
         options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "SEVERE"})  # CSP violations are logged there
     session = webdriver.Chrome(service=Service(driver), options=options)
     yield session
     session.quit()
@@ -343,6 +344,8 @@ def drive_the_runs_tab(browser, url: str) -> None:
     ready(browser)
     assert browser.find_element(By.ID, "tab-runs").is_displayed()
     wait(browser, lambda b: b.find_element(By.ID, "run-name").text == "kb", what="kb kept across the reload")
+    blocked = [e["message"] for e in browser.get_log("browser") if "Content Security Policy" in e["message"]]
+    assert not blocked  # the page's own code runs under its strict policy
 
 
 def test_token_mode_keeps_the_token_out_of_the_address_and_the_links(browser, tmp_path):

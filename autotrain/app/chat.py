@@ -22,6 +22,25 @@ MAX_TURNS = 40  # messages in one request (the prompt budget trims older ones fu
 ROLES = ("user", "assistant")
 
 
+def redacted(pieces: Iterator[str], secrets: set[str]) -> Iterator[str]:
+    """`pieces` with every secret replaced by `***`, even one split across pieces: the last characters
+    (one fewer than the longest secret) wait for the next piece before they are sent."""
+    from autotrain.config.interpolate import REDACTED
+
+    secrets = {s for s in secrets if s}
+    hold = max(map(len, secrets), default=1) - 1
+    buffer = ""
+    for piece in pieces:
+        buffer += piece
+        for secret in secrets:
+            buffer = buffer.replace(secret, REDACTED)
+        if len(buffer) > hold:
+            yield buffer[: len(buffer) - hold]
+            buffer = buffer[len(buffer) - hold :]
+    if buffer:
+        yield buffer
+
+
 def checked_messages(body: dict) -> list[dict]:
     """The conversation from a request, or UserInputError saying what is wrong with it."""
     messages = body.get("messages")
@@ -110,5 +129,5 @@ def routes(app: FastAPI, runs) -> None:
             return error(400, str(exc))
         except (OSError, ValueError) as exc:  # a run folder whose model files cannot be read
             return error(400, f"cannot load run `{name}`: {str(exc).splitlines()[0] if str(exc) else exc!r}")
-        reply = engine.stream(run, messages, tokens)
+        reply = redacted(engine.stream(run, messages, tokens), app.state.secrets())
         return StreamingResponse(reply, media_type="text/plain; charset=utf-8", headers={"Cache-Control": "no-store"})

@@ -54,6 +54,7 @@ def create_app(runs_dir: str | Path, workdir: str | Path | None = None, token: s
     app.state.token = token
     app.state.error = lambda status, message, **more: Redacted({"error": message, **more}, status_code=status)
     app.state.text = lambda text: PlainTextResponse(redact(text, secrets()))
+    app.state.secrets = secrets
 
     @app.middleware("http")
     async def guard(request: Request, call_next):

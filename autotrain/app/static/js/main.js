@@ -1,12 +1,13 @@
 // Tabs, and the two halves of the page. The tab (and the selected run) live in the address:
-// #config, #runs or #runs/NAME, so a reload, or the back button, shows the same place.
+// #config, #runs or #runs/NAME, so a reload, or the back button, shows the same place. A tab is a
+// `nav button[data-tab=NAME]` with its `section#tab-NAME`: one more needs no change here.
 
 import { notice } from "./api.js";
 import { initEditor } from "./editor.js";
 import { initFinished } from "./finished.js";
 import { initRuns, select } from "./runs.js";
 
-const tabs = () => [...document.querySelectorAll("nav [role=tab]")];
+const tabs = () => [...document.querySelectorAll("nav button[data-tab]")];
 
 function showTab(name, run) {
   for (const b of tabs()) {
@@ -22,12 +23,15 @@ function showTab(name, run) {
 
 function fromAddress() {
   const [tab, run] = location.hash.slice(1).split("/");
-  if (tab !== "runs") return showTab("config");
-  showTab("runs", run && decodeURIComponent(run));
-  if (run) select(decodeURIComponent(run));
+  if (!tabs().some((b) => b.dataset.tab === tab)) return showTab("config");
+  if (tab !== "runs" || !run) return showTab(tab);
+  showTab("runs", decodeURIComponent(run));
+  select(decodeURIComponent(run));
 }
 
 for (const b of tabs()) {
+  b.setAttribute("role", "tab");
+  b.setAttribute("aria-controls", "tab-" + b.dataset.tab);
   b.addEventListener("click", () => showTab(b.dataset.tab));
   // the tab list is one tab stop; arrow keys move between its tabs (and show them)
   b.addEventListener("keydown", (e) => {
