@@ -22,6 +22,7 @@ COMMANDS = [
     ["chat"],
     ["predict"],
     ["evaluate"],
+    ["export"],
     ["app"],
     ["launch"],
 ]

@@ -202,7 +202,9 @@ class TaskConfig(StrictModel):
     project_name: str = Field(
         description="Output folder for checkpoints, the model and logs (`~` expands); a folder of its own."
     )
-    log: Literal["none", "tensorboard", "wandb"] = Field("none", description="Where metrics are reported.")
+    log: Literal["none", "tensorboard", "wandb", "mlflow", "trackio"] = Field(
+        "none", description="Where metrics are reported (transformers' report_to; needs that package)."
+    )
     revision: str | None = Field(None, description="Hub revision (branch, tag or commit) of base_model.")
     trust_remote_code: Bool = Field(False, description="Run model code from the hub repo. Off unless you ask.")
     distributed: DistributedConfig = Field(default_factory=DistributedConfig, description="Multi-GPU / multi-node.")

@@ -232,12 +232,25 @@ def _completed(this: _Run, trainer, metrics: dict) -> int:
         metrics["skipped_batches"] = trainer.skipped_batches
         this.say(f"warning: skipped {trainer.skipped_batches} batch(es) with a non-finite loss")
     save_final(trainer, this.loaded, this.plan, metrics)
-    this.say(f"done: model saved to {this.folder}/ (train loss {metrics.get('train_loss', float('nan')):.4f})")
+    this.say(f"done: model saved to {this.folder}/ ({_losses(trainer, metrics)})")
+    code, exported = EXIT_OK, []
+    if getattr(this.cfg, "export", None) is not None and trainer.is_world_process_zero():
+        from autotrain.run.outputs import export_after_training
+
+        code, exported = export_after_training(this.loaded, this.say)
     if this.cfg.hub.push_to_hub and trainer.is_world_process_zero():
         from autotrain.run.outputs import push_to_hub
 
-        this.say(f"pushed to {push_to_hub(this.loaded)}")
-    return this.finish("completed", EXIT_OK, _last_checkpoint(this.folder))
+        this.say(f"pushed to {push_to_hub(this.loaded, exported)}")
+    return this.finish("completed", code, _last_checkpoint(this.folder))
+
+
+def _losses(trainer, metrics: dict) -> str:
+    """`final loss 1.6312 at step 50; mean train loss over the run 2.9229`: the Trainer's `train_loss` is the mean of
+    every step, far above where the progress display ended; both are said, each by its name."""
+    logged = [e for e in trainer.state.log_history if isinstance(e.get("loss"), (int, float))]
+    mean = f"mean train loss over the run {metrics.get('train_loss', float('nan')):.4f}"
+    return f"final loss {logged[-1]['loss']:.4f} at step {logged[-1]['step']}; {mean}" if logged else mean
 
 
 def _failure_code(this: _Run, exc: BaseException) -> int:
@@ -263,6 +276,9 @@ def _failure_code(this: _Run, exc: BaseException) -> int:
     if debug_enabled():
         traceback.print_exc()
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    from autotrain.training.verify import refused_pickle
+
+    first = refused_pickle(exc) or first  # never pass on torch's advice to load it with weights_only=False
     this.say(f"error: training failed: {type(exc).__name__}: {first}", every_rank=True)
     if log is not None:
         this.say(f"full traceback: {log}", every_rank=True)
