@@ -23,13 +23,45 @@ pytestmark = pytest.mark.slow
 ray = pytest.importorskip("ray", reason="needs Ray Train: pip install -e '.[ray]'")
 
 
+# Loaded by every Ray worker process this module's Ray starts (sitecustomize on their PYTHONPATH): where the
+# run's folder holds HOLD, a worker in step 3 says so (held-RANK) and waits for the stop file before going
+# on: the SIGTERM test signals once both wait, so the run stops at step 3 however fast the machine trains.
+HOLD = "hold-after-step-2"
+SITECUSTOMIZE = f"""
+import os, sys, time
+if any("default_worker" in arg for arg in sys.argv):
+    import transformers
+    _step = transformers.Trainer.training_step
+    def _held_step(self, *args, **kwargs):
+        out = _step(self, *args, **kwargs)
+        stop = os.environ.get("AUTOTRAIN_STOP_FILE")
+        if stop and os.path.exists("{HOLD}") and self.state.global_step >= 2:
+            open("held-" + os.environ["RANK"], "w").close()
+            deadline = time.time() + 600
+            while not os.path.exists(stop) and time.time() < deadline:
+                time.sleep(0.05)
+        return out
+    transformers.Trainer.training_step = _held_step
+"""
+
+
 @pytest.fixture(scope="module")
-def ray_address():
+def ray_address(tmp_path_factory):
+    import os
+
+    hooks = tmp_path_factory.mktemp("worker-hooks")
+    (hooks / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    previous = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(hooks), previous) if p)  # inherited by the workers
     ray.init(num_cpus=4, include_dashboard=False, configure_logging=False)
     try:
         yield ray.get_runtime_context().gcs_address
     finally:
         ray.shutdown()
+        if previous is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = previous
 
 
 def run(config: Path, *args: str, timeout: int = 900) -> tuple[int, str, float]:
@@ -79,7 +111,8 @@ def test_sigterm_to_a_ray_run_leaves_a_checkpoint_that_resumes(tmp_path, ray_add
     data.write_text("\n".join(rows) + "\n")
     dist = {"num_processes": 2, "backend": "ray", "ray_address": ray_address}
     config = write_config(tmp_path, dist, data_path=str(data), save_steps=1000)  # 24 steps; no periodic save
-    metrics = tmp_path / "run" / "logs" / "metrics.jsonl"
+    (tmp_path / HOLD).write_text("")
+    held = [tmp_path / "held-0", tmp_path / "held-1"]  # both workers wait inside step 3
     process = subprocess.Popen(
         [sys.executable, "-m", "autotrain.cli.main", "llm", "--config", str(config)],
         cwd=tmp_path,
@@ -90,7 +123,7 @@ def test_sigterm_to_a_ray_run_leaves_a_checkpoint_that_resumes(tmp_path, ray_add
     )
     try:
         deadline = time.monotonic() + 600
-        while not (metrics.is_file() and metrics.read_text().strip()) and time.monotonic() < deadline:
+        while not all(p.exists() for p in held) and time.monotonic() < deadline:
             assert process.poll() is None, process.communicate()[0][-4000:]
             time.sleep(0.2)
         process.send_signal(signal.SIGTERM)
@@ -101,9 +134,9 @@ def test_sigterm_to_a_ray_run_leaves_a_checkpoint_that_resumes(tmp_path, ray_add
     assert process.returncode == 143, output[-4000:]
     checkpoints = sorted((tmp_path / "run").glob("checkpoint-*"))
     assert checkpoints and (checkpoints[-1] / ".autotrain-complete").is_file(), output[-4000:]
-    stopped_at = int(checkpoints[-1].name.split("-")[1])
-    assert 1 <= stopped_at < 24, "the run was not stopped early"
+    assert checkpoints[-1].name == "checkpoint-3", "every worker stops after the step it was in"
     assert not (tmp_path / "run" / ".autotrain-stop").exists()
+    (tmp_path / HOLD).unlink()
 
     code, output, _ = run(config, "--resume")
     assert code == 0, output[-4000:]
