@@ -150,7 +150,16 @@ def _connect(host: str, port: int, deadline: float, me: Arrival, timeout: int):
         except OSError as exc:
             reason = exc.strerror or type(exc).__name__
             time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
-    return TCPStore(host, port, None, False, datetime.timedelta(seconds=max(1.0, deadline - time.monotonic())))
+    try:
+        return TCPStore(host, port, None, False, datetime.timedelta(seconds=max(1.0, deadline - time.monotonic())))
+    except RuntimeError as exc:  # something answers on that port, but not machine 0's store
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise _failure(
+            f"{host}:{port} answers but is not machine 0's rendezvous ({first}); is the port right?",
+            me,
+            f"{host}:{port}",
+            timeout,
+        ) from None
 
 
 def _read(store, seen: list[Arrival]) -> list[Arrival]:
