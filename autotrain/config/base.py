@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from autotrain.config.trainers import columns_help
 from autotrain.fields import Bool, Float, Int, NoWord
 from autotrain.optimizers.table import DEFAULT as DEFAULT_OPTIMIZER
 from autotrain.optimizers.table import OPTIMIZERS
@@ -42,8 +43,8 @@ class DataConfig(StrictModel):
     )
     column_mapping: dict[str, str] = Field(
         default_factory=dict,
-        description="Task columns -> dataset columns. llm sft: text | messages; orpo/dpo/reward: prompt, chosen, "
-        "rejected; clm: text; classification: text | image, target.",
+        description=f"Task columns -> dataset columns. llm, by trainer: {columns_help()}; classification: "
+        "text | image, target.",
     )
 
 

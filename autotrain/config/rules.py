@@ -16,8 +16,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
-from autotrain.config.llm import OPTIONAL_COLUMNS, TRAINER_COLUMNS
 from autotrain.config.suggest import did_you_mean
+from autotrain.config.trainers import TRAINERS, trainer_fields, used_by
 from autotrain.optimizers.table import OPTIMIZERS
 
 Path = tuple[str, ...]
@@ -225,14 +225,14 @@ def _merge_needs_whole_weights(cfg) -> Iterator[Issue]:
 @rule("trainer", "data.column_mapping", task="llm")
 def _llm_columns(cfg) -> Iterator[Issue]:
     trainer, mapping = cfg.trainer, cfg.data.column_mapping
-    groups = TRAINER_COLUMNS[trainer]
-    allowed = tuple(dict.fromkeys(c for group in groups for c in group)) + OPTIONAL_COLUMNS.get(trainer, ())
-    yield from _mapping_rules(mapping, allowed, f"`trainer: {trainer}`")
+    groups = TRAINERS[trainer].columns
+    yield from _mapping_rules(mapping, TRAINERS[trainer].all_columns, f"`trainer: {trainer}`")
     if not mapping:
         return
     present = [group for group in groups if any(c in mapping for c in group)]
-    if trainer == "sft" and len(present) > 1:
-        yield ("data", "column_mapping"), "`trainer: sft` takes `text` or `messages` in `data.column_mapping`, not both"
+    if len(present) > 1:
+        either = " or ".join(f"`{'`, `'.join(group)}`" for group in groups)
+        yield ("data", "column_mapping"), f"`trainer: {trainer}` takes {either} in `data.column_mapping`, not both"
     elif len(groups) == 1:
         missing = [c for c in groups[0] if c not in mapping]
         if missing:
@@ -272,20 +272,6 @@ def _gguf_file(cfg) -> Iterator[Issue]:
         )
 
 
-# Which LLM trainers use each trainer-specific field of training_args.
-TRAINER_FIELDS = {
-    "max_prompt_length": ("orpo", "dpo", "reward", "grpo"),
-    "beta": ("orpo", "dpo", "reward", "grpo"),
-    "max_completion_length": ("orpo", "dpo", "grpo"),
-    "packing": ("sft",),
-    "completion_only_loss": ("sft",),
-    "num_generations": ("grpo",),
-    "temperature": ("grpo",),
-    "top_p": ("grpo",),
-    "top_k": ("grpo",),
-    "rewards": ("grpo",),
-    "reward_weights": ("grpo",),
-}
 # GRPO's built-in reward functions (autotrain/trainers/llm/rewards.py), each with the column it reads.
 BUILTIN_REWARDS = {"answer_match": "answer", "exact_match": "answer"}
 GRPO_DEFAULT_GENERATIONS = 8  # TRL's GRPOConfig default
@@ -294,15 +280,18 @@ GRPO_DEFAULT_REWARDS = ("answer_match",)  # training_args.rewards: null
 
 @rule("trainer", "training_args", task="llm")
 def _trainer_fields(cfg) -> Iterator[Issue]:
-    args, trainer = cfg.training_args, cfg.trainer
-    for key, trainers in TRAINER_FIELDS.items():
-        if trainer not in trainers and getattr(args, key):  # None / false: left at its default
+    args, spec = cfg.training_args, TRAINERS[cfg.trainer]
+    for key in trainer_fields():
+        value = getattr(args, key)
+        # None / false / the default: left alone (padding_free is on by default and harmless elsewhere).
+        if key not in spec.fields and value and value != type(args).model_fields[key].default:
             yield (
                 ("training_args", key),
-                f"`training_args.{key}` applies to {'/'.join(trainers)}, not `trainer: {trainer}`",
+                f"`training_args.{key}` applies to {used_by(key).replace(' / ', '/')}, not `trainer: {spec.name}`",
             )
-    if args.beta == 0 and trainer in ("orpo", "dpo", "reward"):
-        yield ("training_args", "beta"), f"`training_args.beta` must be above 0 for `trainer: {trainer}`"
+    for key in spec.positive:
+        if getattr(args, key) == 0:
+            yield ("training_args", key), f"`training_args.{key}` must be above 0 for `trainer: {spec.name}`"
     if args.max_prompt_length is not None and args.max_prompt_length >= args.max_length:
         yield (
             ("training_args", "max_prompt_length"),
@@ -312,9 +301,10 @@ def _trainer_fields(cfg) -> Iterator[Issue]:
 
 
 @rule("trainer", "training_args", "data.column_mapping", task="llm")
-def _grpo(cfg) -> Iterator[Issue]:
-    """Rewards that exist (or look importable), one weight each, and whole groups of completions per batch."""
-    if cfg.trainer != "grpo":
+def _sampled_completions(cfg) -> Iterator[Issue]:
+    """Rewards that exist (or look importable), one weight each, and whole groups of completions per batch:
+    for every trainer that samples scored completions (reads `rewards` and `num_generations`)."""
+    if "rewards" not in TRAINERS[cfg.trainer].fields:
         return
     args = cfg.training_args
     rewards = args.rewards or list(GRPO_DEFAULT_REWARDS)

@@ -148,10 +148,13 @@ def _llm_dtype(device: str):
 def _load_llm(folder: Path, cfg, device: str):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if cfg.trainer == "reward":
+    from autotrain.config.trainers import TRAINERS
+
+    if not TRAINERS[cfg.trainer].generates:
+        generating = ", ".join(name for name, spec in TRAINERS.items() if spec.generates)
         raise UserInputError(
-            f"`{folder}` holds a reward model: it scores texts and does not generate; "
-            "chat, predict and evaluate take sft, orpo, dpo, grpo and clm runs"
+            f"`{folder}` holds a `trainer: {cfg.trainer}` model: it scores texts and does not generate; "
+            f"chat, predict and evaluate take runs of: {generating}"
         )
     quantization = cfg.peft.quantization if cfg.uses_peft else None
     if quantization and device != "cuda":

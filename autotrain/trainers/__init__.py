@@ -6,10 +6,9 @@ from __future__ import annotations
 def build_trainer(cfg, plan, callbacks, token=None):
     """Dispatch on the task (and the LLM trainer) to the matching builder module."""
     if cfg.task == "llm":
-        from importlib import import_module
+        from autotrain.config.trainers import TRAINERS
 
-        module = import_module(f"autotrain.trainers.llm.{cfg.trainer}")
-        return module.build_trainer(cfg, plan, callbacks, token)
+        return TRAINERS[cfg.trainer].load_builder()(cfg, plan, callbacks, token)
     if cfg.task == "text-classification":
         from autotrain.trainers.text_classification import build_trainer as build
     else:

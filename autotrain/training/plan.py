@@ -69,8 +69,8 @@ class RunPlan:
     optimizer: OptimizerPlan
     training_args: dict[str, Any]  # TrainingArguments fields; a builder adds only its trainer's own
     problems: tuple[str, ...] = ()  # what this machine cannot do as asked (see `preflight`)
-    length_grouped: bool = False  # sft: batches of similar length in random order (see `groups_by_length`)
-    padding_free: str = ""  # sft: "rows", "one sequence" or "" (padded; see `padding_free`)
+    length_grouped: bool = False  # batches of similar length in random order (see `groups_by_length`)
+    padding_free: str = ""  # "rows", "one sequence" or "" (padded; see `padding_free`)
 
     @property
     def world_size(self) -> int:
@@ -183,19 +183,26 @@ def training_arguments(cfg: TaskConfig, precision: Precision, optimizer: Optimiz
 
 
 def groups_by_length(cfg: TaskConfig) -> bool:
-    """SFT batches samples of similar length (`length_grouping`), padded to each batch's longest sample
-    (TRL's collator): as many batches per epoch as random ones, about as many tokens in each, in random
-    order (autotrain.training.batching). Packed blocks all have the same length.
+    """Batches of samples of similar length (`length_grouping`, for the trainers that read it), padded to
+    each batch's longest sample (TRL's collator): as many batches per epoch as random ones, about as many
+    tokens in each, in random order (autotrain.training.batching). Packed blocks all have the same length.
 
     The other LLM trainers keep random batches: their datasets have no `input_ids` to sort by (preference
-    pairs), or blocks of one length (clm).
+    pairs), or blocks of one length.
     """
     args = cfg.training_args
-    return cfg.task == "llm" and cfg.trainer == "sft" and args.length_grouping and not args.packing
+    return _reads(cfg, "length_grouping") and args.length_grouping and not args.packing
+
+
+def _reads(cfg: TaskConfig, field: str) -> bool:
+    """The config's trainer reads `training_args.<field>` (the trainer table says which do)."""
+    from autotrain.config.trainers import TRAINERS
+
+    return cfg.task == "llm" and field in TRAINERS[cfg.trainer].fields
 
 
 def padding_free(cfg: TaskConfig, precision: Precision) -> str:
-    """How SFT batches drop their padding: "one sequence", "rows", or "" (padded batches).
+    """How batches drop their padding: "one sequence", "rows", or "" (padded batches).
 
     flash_attention_2 on CUDA takes the sample boundaries of one flattened sequence from the position ids
     and computes no padding at all. Other kernels get a mask built from the position ids, as long as the
@@ -203,7 +210,7 @@ def padding_free(cfg: TaskConfig, precision: Precision) -> str:
     (autotrain.training.batching.pack_rows), so attention costs no more than with padding.
     """
     args = cfg.training_args
-    if not (cfg.task == "llm" and cfg.trainer == "sft" and args.padding_free and not args.packing):
+    if not (_reads(cfg, "padding_free") and args.padding_free and not args.packing):
         return ""
     return "one sequence" if precision.device == "cuda" and cfg.attn_implementation == "flash_attention_2" else "rows"
 
