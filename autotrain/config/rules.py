@@ -1,9 +1,11 @@
 """Cross-field rules, on typed values. Each rule names both fields it relates.
 
-The rules read a typed view of the config: every value that passes the schema on its own, defaults filled
-in by the schema (never repeated here). A rule declares the fields it reads and runs unless one of them is
-itself invalid, so the rules are reported in the same pass as the schema's errors (every mistake at once)
-without guessing at values the schema refused.
+The rules are part of validation: every task config runs them in a model validator (`enforce_rules`), so
+`Config.model_validate` refuses what `load_config` refuses. When the schema has refused some fields the
+model validator cannot run; `load_config` then runs the rules on a typed view of the config: every value
+that passes the schema on its own, defaults filled in by the schema (never repeated here). A rule declares
+the fields it reads and runs unless one of them is itself invalid, so the rules are reported in the same
+pass as the schema's errors (every mistake at once) without guessing at values the schema refused.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from autotrain.config.suggest import did_you_mean
 from autotrain.config.trainers import TRAINERS, trainer_fields, used_by
@@ -27,6 +30,9 @@ CLASSIFICATION_COLUMNS = {
     "image-classification": ("image", "target"),
 }
 LLM_ONLY_KEYS = ("trainer", "peft", "attn_implementation")
+# pydantic error types of the issues raised here: their message is final (load_config shows it as it is).
+RULE_ERROR = "cross_field"
+OPTIMIZER_ARGS_ERROR = "optimizer_args"
 
 
 # --- the typed view ------------------------------------------------------------------------------------
@@ -90,13 +96,34 @@ def rule(*fields: str, task: str | None = None) -> Callable[[Rule], Rule]:
     return register
 
 
+def _applies(for_task: str | None, task: str) -> bool:
+    return for_task in (None, task if task == "llm" else "classification")
+
+
 def check_rules(model: type[BaseModel], raw: dict, task: str) -> Iterator[Issue]:
+    """The rules on the parts of `raw` that pass the schema (for a config the schema refused in part)."""
     cfg, bad = typed_view(model, raw)
     for fields, for_task, fn in RULES:
-        if for_task in (None, task if task == "llm" else "classification") and all(_usable(f, bad) for f in fields):
+        if _applies(for_task, task) and all(_usable(f, bad) for f in fields):
             yield from fn(cfg)
     if task != "llm":
         yield from _llm_only_keys(raw, task)
+
+
+def enforce_rules(cfg: BaseModel) -> None:
+    """Every rule of the config's task on a config the schema accepted; raise them all as one ValidationError."""
+    issues = [issue for _, for_task, fn in RULES if _applies(for_task, cfg.task) for issue in fn(cfg)]
+    if issues:
+        raise _validation_error(type(cfg).__name__, RULE_ERROR, issues)
+
+
+def _validation_error(title: str, kind: str, issues: list[Issue]) -> ValidationError:
+    details = [
+        # The message goes in through the context: a template would read its braces as placeholders.
+        InitErrorDetails(type=PydanticCustomError(kind, "{message}", {"message": message}), loc=path, input=None)
+        for path, message in issues
+    ]
+    return ValidationError.from_exception_data(title, details)
 
 
 # --- every task ------------------------------------------------------------------------------------------
@@ -115,36 +142,45 @@ def _eval_steps(cfg) -> Iterator[Issue]:
         yield ("training_args", "eval_steps"), "`training_args.eval_strategy: steps` needs `training_args.eval_steps`"
 
 
-@rule("training_args.optimizer", "training_args.optimizer_args")
-def _optimizer_args(cfg) -> Iterator[Issue]:
-    """`optimizer_args` checked against the chosen optimizer's typed arguments (the optimizer table)."""
-    name = cfg.training_args.optimizer
+def typed_optimizer_args(name: str, given: Any) -> BaseModel:
+    """`optimizer_args` as the typed arguments of optimizer `name` (the optimizer table's model for it).
+
+    Raises a ValidationError whose issues sit at their keys inside `optimizer_args`, each message saying
+    which optimizer it is about. The config's `training_args` calls this in its validation.
+    """
     spec = OPTIMIZERS[name]
+    if isinstance(given, spec.args):
+        return given
     try:
-        spec.args.model_validate(cfg.training_args.optimizer_args)
+        return spec.args.model_validate(given)
     except ValidationError as exc:
-        errors = exc.errors()
-        # A tuple given too few values fails once per absent item: report it once, at the tuple.
-        absent = Counter(e["loc"][:-1] for e in errors if _absent_item(e))
-        for err in errors:
-            loc = ("training_args", "optimizer_args", *err["loc"])
-            if _absent_item(err):
-                if err["loc"][:-1] in absent:
-                    got = len(err["input"]) if isinstance(err["input"], (list, tuple)) else 1
-                    yield (
-                        loc[:-1],
-                        f"expects {got + absent.pop(err['loc'][:-1])} values, got {got} (optimizer `{name}`)",
-                    )
-            elif err["type"] == "extra_forbidden":
-                key, known = str(err["loc"][-1]), spec.args.model_fields
-                hint = (
-                    f" (set `training_args.{key}` instead)"
-                    if key in ("lr", "weight_decay")
-                    else did_you_mean(key, known)
+        raise _validation_error(
+            "optimizer_args", OPTIMIZER_ARGS_ERROR, list(_optimizer_args_issues(name, exc))
+        ) from None
+
+
+def _optimizer_args_issues(name: str, exc: ValidationError) -> Iterator[Issue]:
+    spec = OPTIMIZERS[name]
+    errors = exc.errors()
+    # A tuple given too few values fails once per absent item: report it once, at the tuple.
+    absent = Counter(e["loc"][:-1] for e in errors if _absent_item(e))
+    for err in errors:
+        loc = tuple(err["loc"])
+        if _absent_item(err):
+            if err["loc"][:-1] in absent:
+                got = len(err["input"]) if isinstance(err["input"], (list, tuple)) else 1
+                yield (
+                    loc[:-1],
+                    f"expects {got + absent.pop(err['loc'][:-1])} values, got {got} (optimizer `{name}`)",
                 )
-                yield loc, f"`{name}` takes no argument `{key}`{hint}; it takes: {', '.join(known)}"
-            else:
-                yield loc, f"{err['msg'].removeprefix('Value error, ')} (optimizer `{name}`)"
+        elif err["type"] == "extra_forbidden":
+            key, known = str(err["loc"][-1]), spec.args.model_fields
+            hint = (
+                f" (set `training_args.{key}` instead)" if key in ("lr", "weight_decay") else did_you_mean(key, known)
+            )
+            yield loc, f"`{name}` takes no argument `{key}`{hint}; it takes: {', '.join(known)}"
+        else:
+            yield loc, f"{err['msg'].removeprefix('Value error, ')} (optimizer `{name}`)"
 
 
 def _absent_item(err: dict) -> bool:

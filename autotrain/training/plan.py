@@ -124,7 +124,8 @@ def resolve_plan(cfg: TaskConfig, device: str | None = None) -> RunPlan:
     )
 
 
-def resolve_optimizer(name: str, optimizer_args: dict[str, Any], lr: float) -> OptimizerPlan:
+def resolve_optimizer(name: str, optimizer_args, lr: float) -> OptimizerPlan:
+    """`optimizer_args`: the typed arguments of a validated config (or a plain mapping, validated here)."""
     from autotrain.optimizers.registry import hf_optimizer_settings, optimizer_cls_and_kwargs
     from autotrain.optimizers.table import OPTIMIZERS
 
