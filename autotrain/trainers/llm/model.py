@@ -31,21 +31,6 @@ def build_tokenizer(cfg: LLMConfig, token: str | None = None):
     return tokenizer
 
 
-def load_dtype(cfg: LLMConfig, precision: Precision):
-    """LoRA trains on a frozen base, kept in the compute dtype; a full fine-tune keeps fp32 weights
-    unless bf16 on a GPU (fp16 AMP needs fp32 master weights; CPU bf16 runs fp32 weights under autocast)."""
-    import torch
-
-    if precision.mode == "no":
-        return torch.float32
-    half = torch.bfloat16 if precision.mode == "bf16" else torch.float16
-    if cfg.uses_peft and precision.device != "cpu":
-        return half
-    if precision.mode == "bf16" and precision.device == "cuda":
-        return half
-    return torch.float32
-
-
 def quantization_config(cfg: LLMConfig, precision: Precision):
     """bitsandbytes settings for QLoRA (the plan's preflight has refused them without CUDA)."""
     if not cfg.uses_peft or cfg.peft.quantization is None:
@@ -69,7 +54,9 @@ def build_model(cfg: LLMConfig, plan: RunPlan, token: str | None = None, scorer:
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     quant = quantization_config(cfg, plan.precision)
-    kwargs = {"dtype": load_dtype(cfg, plan.precision), "attn_implementation": cfg.attn_implementation}
+    import torch
+
+    kwargs = {"dtype": getattr(torch, plan.load_dtype), "attn_implementation": cfg.attn_implementation}
     if quant is not None:
         kwargs["quantization_config"] = quant
     if scorer:
