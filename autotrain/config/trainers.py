@@ -3,7 +3,7 @@
 The config schema (the `trainer:` choices, which `training_args` each trainer takes, the column names),
 the cross-field rules, data loading, the templates, the CLI's help and errors, inference, the AutoTrain
 Advanced translation and the app (through `/api/schema`) all read `TRAINERS`. Adding a trainer is one
-entry here and its builder module (`builder`, imported only when a run builds it).
+entry here and its builder module (`builder`, imported by autotrain.trainers only when a run builds it).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class TrainerSpec:
     columns: tuple[tuple[str, ...], ...]  # alternatives: each group is one complete set of columns
     data_format: str  # one of DATA_FORMATS
     template: str  # the shipped config, relative to configs/
-    builder: str  # "module:function" returning the ready Trainer (imports torch when loaded)
+    builder: str  # "module:function" in autotrain.trainers returning (trainer, plan); imported by that layer
     optional_columns: tuple[str, ...] = ()
     fields: tuple[str, ...] = ()  # the trainer-specific `training_args` it reads (the others refuse them)
     positive: tuple[str, ...] = ()  # fields of `fields` that must be above 0 when set (0 turns its loss off)
@@ -35,13 +35,6 @@ class TrainerSpec:
     @property
     def all_columns(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(c for group in self.columns for c in group)) + self.optional_columns
-
-    def load_builder(self):
-        """The builder function (imports the trainer's module, and torch with it)."""
-        import importlib
-
-        module, _, name = self.builder.partition(":")
-        return getattr(importlib.import_module(module), name)
 
 
 _BUILDERS = "autotrain.trainers.llm."
