@@ -377,3 +377,22 @@ def test_rules_and_schema_errors_are_reported_together(tmp_path):
         load_config(path)
     paths = {".".join(map(str, i.path)) for i in loaded.value.issues}
     assert paths == {"distributed.fsdp", "training_args.lr"}
+
+
+def test_image_classification_takes_no_max_length():
+    """Nothing reads it for images: the schema has no such field, so every way in refuses it."""
+    from pydantic import ValidationError
+
+    from autotrain.config.classification import ImageClassificationConfig
+
+    data = {"task": "image-classification", "base_model": "m", "project_name": "p", "data": {"path": "d"}}
+    assert ImageClassificationConfig.model_validate(data)
+    with pytest.raises(ValidationError) as refused:
+        ImageClassificationConfig.model_validate({**data, "training_args": {"max_length": 224}})
+    assert [e["loc"] for e in refused.value.errors()] == [("training_args", "max_length")]
+    assert (
+        "max_length"
+        not in json.loads((SCHEMAS / "image-classification.schema.json").read_text())["$defs"][
+            "ClassificationTrainingArgs"
+        ]["properties"]
+    )

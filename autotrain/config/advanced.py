@@ -235,6 +235,9 @@ def _params(params: Any, task_name: str, is_llm: bool, out: _Translation) -> boo
         if not is_llm and key in LLM_ONLY:
             out.problems.append((("params", key), f"`{key}` applies to LLM tasks only, not `task: {task_name}`"))
             continue
+        if target == ("training_args", "max_length") and ADVANCED_TASKS[task_name][0] == "image-classification":
+            out.notices.append((("params", key), "dropped: image-classification sizes images, not tokens"))
+            continue
         if key == "trainer":
             if value not in ADVANCED_TRAINERS:
                 hint = did_you_mean(str(value), ADVANCED_TRAINERS)

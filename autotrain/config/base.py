@@ -127,9 +127,6 @@ class TrainingArgs(StrictModel):
     )
     scheduler: Scheduler = Field("linear", description="Learning-rate schedule after warmup.")
     gradient_checkpointing: Bool = Field(False, description="Recompute activations in backward to save memory.")
-    max_length: Int = Field(
-        512, ge=8, le=16_777_216, description="Tokens per sample (text-classification: max sequence length)."
-    )
     logging_steps: Int = Field(10, ge=1, le=10**12, description="Log every N optimizer steps.")
     save_steps: Int | None = Field(
         None, ge=1, le=10**12, description="Checkpoint every N steps; null = at each epoch end."

@@ -402,6 +402,13 @@ def _llm_only_keys(raw: dict, task: str) -> Iterator[Issue]:
     data = raw.get("data")
     if isinstance(data, dict) and "chat_template" in data:
         yield ("data", "chat_template"), f"`data.chat_template` applies to `task: llm` only, not `task: {task}`"
+    args = raw.get("training_args")
+    if task == "image-classification" and isinstance(args, dict) and "max_length" in args:
+        yield (
+            ("training_args", "max_length"),
+            "`training_args.max_length` applies to text (llm, text-classification), not `task: image-classification`:"
+            " images are sized by the model's image processor; remove it",
+        )
 
 
 def _mapping_rules(mapping: dict, allowed: tuple[str, ...], context: str) -> Iterator[Issue]:

@@ -102,7 +102,9 @@ def load_run(folder: Path, device: str = "auto") -> FinishedRun:
 
 
 def _max_tokens(cfg, model, processor) -> int:
-    """`training_args.max_length`; for text classifiers capped as training capped it."""
+    """`training_args.max_length`; for text classifiers capped as training capped it (images: 0, no tokens)."""
+    if cfg.task == "image-classification":
+        return 0
     if cfg.task == "text-classification":
         from autotrain.trainers.text_classification import max_tokens
 
