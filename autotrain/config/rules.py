@@ -328,6 +328,12 @@ def _trainer_fields(cfg) -> Iterator[Issue]:
     for key in spec.positive:
         if getattr(args, key) == 0:
             yield ("training_args", key), f"`training_args.{key}` must be above 0 for `trainer: {spec.name}`"
+    if args.batch_size < spec.min_batch_size:
+        yield (
+            ("training_args", "batch_size"),
+            f"`trainer: {spec.name}` needs `training_args.batch_size` of at least {spec.min_batch_size} (per "
+            f"device; got {args.batch_size}): its loss compares the samples of each batch",
+        )
     if args.max_prompt_length is not None and args.max_prompt_length >= args.max_length:
         yield (
             ("training_args", "max_prompt_length"),

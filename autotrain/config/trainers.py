@@ -29,6 +29,7 @@ class TrainerSpec:
     optional_columns: tuple[str, ...] = ()
     fields: tuple[str, ...] = ()  # the trainer-specific `training_args` it reads (the others refuse them)
     positive: tuple[str, ...] = ()  # fields of `fields` that must be above 0 when set (0 turns its loss off)
+    min_batch_size: int = 1  # per device: a loss that compares the samples of a batch needs more than one
     generates: bool = True  # a causal LM that chat / predict / evaluate can run (not a scorer)
     advanced: tuple[str, ...] = ()  # its AutoTrain Advanced `params.trainer` names; task `llm-<first>`
 
