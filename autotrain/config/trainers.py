@@ -109,6 +109,17 @@ TRAINERS: dict[str, TrainerSpec] = {
             advanced=("grpo",),
         ),
         TrainerSpec(
+            "kto",
+            "Kahneman-Tversky optimisation on unpaired answers, each labelled desirable or not",
+            (("prompt", "completion", "label"),),
+            "preference",
+            "llm/kto.yml",
+            _BUILDERS + "kto:build_trainer",
+            fields=("max_prompt_length", "beta"),
+            positive=("beta",),
+            min_batch_size=2,  # its KL estimate pairs each completion with another prompt of the batch
+        ),
+        TrainerSpec(
             "clm",
             "plain causal-LM training on raw text (continued pre-training)",
             (("text",),),
