@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from autotrain.config.base import DataConfig, StrictModel, TaskConfig, TrainingArgs
+from autotrain.config.export import ExportConfig
 from autotrain.config.trainers import DEFAULT as DEFAULT_TRAINER
 from autotrain.config.trainers import TRAINERS, used_by
 from autotrain.fields import Bool, Float, Int
@@ -141,6 +142,9 @@ class LLMConfig(TaskConfig):
         None,
         description="A .gguf file in base_model (a local folder or hub repo) to start from, de-quantized; "
         "or name the .gguf file itself as base_model. Needs `pip install gguf`.",
+    )
+    export: ExportConfig | None = Field(
+        None, description="Export when training ends, as `autotrain export` does (merged, GGUF or Ollama)."
     )
 
     @property

@@ -19,6 +19,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from autotrain.config.messages import plain
 from autotrain.config.suggest import did_you_mean
 from autotrain.config.trainers import TRAINERS, trainer_fields, used_by
 from autotrain.optimizers.table import OPTIMIZERS
@@ -180,7 +181,7 @@ def _optimizer_args_issues(name: str, exc: ValidationError) -> Iterator[Issue]:
             )
             yield loc, f"`{name}` takes no argument `{key}`{hint}; it takes: {', '.join(known)}"
         else:
-            yield loc, f"{err['msg'].removeprefix('Value error, ')} (optimizer `{name}`)"
+            yield loc, f"{plain(err, spec.args)} (optimizer `{name}`)"
 
 
 def _absent_item(err: dict) -> bool:
