@@ -7,7 +7,6 @@ Exit codes: 0 done, 1 failure during training (traceback in project_name/logs/),
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import shlex
 import sys
@@ -170,10 +169,8 @@ def _train(this: _Run, resume: str | None, stop) -> int:
         this.say(f"resuming from {checkpoint}")
     quiet_libraries()
     progress = ProgressCallback()
-    trainer = build_trainer(cfg, this.plan, [progress, stop], token=cfg.hub.token)
-    used = getattr(trainer, "autotrain_padding_free", this.plan.padding_free)
-    if used != this.plan.padding_free:  # a check on the loaded model overruled the plan: record what runs
-        this.plan = dataclasses.replace(this.plan, padding_free=used)
+    # The builder returns the plan it ran: the resolved one, or one it refined (recorded as such).
+    trainer, this.plan = build_trainer(cfg, this.plan, [progress, stop], token=cfg.hub.token)
     trainer.remove_callback(PrinterCallback)  # our progress display replaces its raw dict lines
     install_loss_hooks(trainer, cfg.training_args.nan_policy)
     AtomicCheckpoints(folder, cfg.training_args.save_total_limit, [checkpoint] if checkpoint else []).attach(trainer)
