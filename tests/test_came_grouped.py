@@ -158,3 +158,37 @@ def test_state_dict_stays_per_parameter_and_survives_a_new_param_set():
     opt.step()
     assert torch.equal(params[1], frozen)
     assert [opt.state[p]["step"] for p in params] == [2, 1, 2]
+
+
+def test_the_run_guard_reports_skips_and_stops_after_repeated_ones():
+    from types import SimpleNamespace
+
+    from autotrain.training.guards import RepeatedSkips, skip_guard
+
+    params = [nn.Parameter(torch.randn(64, 80)), nn.Parameter(torch.randn(64))]
+    trainer = SimpleNamespace(optimizer=SimpleNamespace(optimizer=CAME8Bit(params, lr=1e-2, **SMALL_8BIT)))
+    guard, state = skip_guard(trainer, limit=3), SimpleNamespace(global_step=0)
+    for step in range(4):  # a skip, a clean step (the run goes on), then skips in a row
+        _set_grads(params, step)
+        params[1].grad[0] = float("nan") if step != 1 else 0.0
+        trainer.optimizer.optimizer.step()
+        state.global_step = step + 1
+        guard.on_step_end(None, state, None)
+    assert trainer.skipped_tensors == 3
+    _set_grads(params, 4)
+    params[0].grad[0, 0] = float("inf")
+    trainer.optimizer.optimizer.step()
+    with pytest.raises(RepeatedSkips, match="skipped parameters with non-finite gradients on 3 consecutive steps"):
+        guard.on_step_end(None, state, None)
+
+
+def test_the_plan_keeps_compiling_out_of_short_runs():
+    from autotrain.training.plan import COMPILE_PAYS_AFTER_STEPS, resolve_optimizer
+
+    short, long_ = COMPILE_PAYS_AFTER_STEPS - 1, COMPILE_PAYS_AFTER_STEPS
+    assert resolve_optimizer("came_8bit", {}, 1e-3, short).kwargs["compile"] is False
+    assert resolve_optimizer("came_8bit", {}, 1e-3, long_).kwargs["compile"] is None  # auto: its own rule
+    assert resolve_optimizer("came_8bit", {}, 1e-3, None).kwargs["compile"] is None  # length unknown (epochs)
+    assert resolve_optimizer("came", {"compile": True}, 1e-3, short).kwargs["compile"] is True  # asked for
+    hybrid = resolve_optimizer("came_8bit+fused_adam", {}, 1e-3, short)
+    assert hybrid.kwargs["came"]["compile"] is False and hybrid.record()["kwargs"]["came"]["compile"] is False
