@@ -192,3 +192,18 @@ def test_the_plan_keeps_compiling_out_of_short_runs():
     assert resolve_optimizer("came", {"compile": True}, 1e-3, short).kwargs["compile"] is True  # asked for
     hybrid = resolve_optimizer("came_8bit+fused_adam", {}, 1e-3, short)
     assert hybrid.kwargs["came"]["compile"] is False and hybrid.record()["kwargs"]["came"]["compile"] is False
+
+
+def test_capturable_reads_a_tensor_learning_rate_on_the_device():
+    gen = torch.Generator().manual_seed(0)
+    params = [nn.Parameter(torch.randn(64, 80, generator=gen)) for _ in range(2)]
+    floats = [nn.Parameter(p.detach().clone()) for p in params]
+    lr = torch.tensor(1e-2)
+    opts = CAME8Bit(params, lr=lr, capturable=True, **SMALL_8BIT), CAME8Bit(floats, lr=1e-2, **SMALL_8BIT)
+    for step in range(3):
+        lr.fill_(1e-2 * 0.5**step)  # what a captured step's schedule does: write the tensor, no step() call
+        opts[1].param_groups[0]["lr"] = 1e-2 * 0.5**step
+        for ps, opt in zip((params, floats), opts, strict=True):
+            _set_grads(ps, step)
+            opt.step()
+    assert all(torch.equal(p, q) for p, q in zip(params, floats, strict=True))
