@@ -19,6 +19,7 @@ LAYERS: list[set[str]] = [
     {"cli"},
     {"app"},
     {"run", "inference"},
+    {"export"},
     {"trainers"},
     {"data", "training"},
     {"config"},

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import yaml
 
 from autotrain.config.load import LoadedConfig, load_data
 from autotrain.config.yaml_source import parse_yaml
 from autotrain.errors import ConfigError, ConfigIssue
+
+MAX_CONFIG = 1024 * 1024  # bytes of YAML: the largest config the app reads, checks or saves
+
+
+def too_large(text: str | bytes) -> str | None:
+    """Why `text` is refused for its size, or None (a config is at most 1 MiB)."""
+    size = len(text.encode("utf-8") if isinstance(text, str) else text)
+    return f"the config is {size:,} bytes; a config is at most 1 MiB" if size > MAX_CONFIG else None
 
 
 def problem(issue: ConfigIssue) -> dict:
@@ -60,3 +70,21 @@ def task_schemas(task: str) -> dict:
 
     optimizers = {name: spec.args.model_json_schema() for name, spec in OPTIMIZERS.items()}
     return {"schema": task_schema(task), "optimizers": optimizers}
+
+
+def missing_paths(loaded: LoadedConfig, workdir: Path) -> list[str]:
+    """Local paths the config names that are not there (read from `workdir`, as the run will read them).
+
+    A name that may be a hub id is left to the run (it asks the hub); one that can only be a local
+    path (a data file's suffix, `./`, `/`, `~`, more than one `/`) must exist before a run starts.
+    """
+    from autotrain.training.hub import hub_id
+
+    cfg = loaded.config
+    found = []
+    for name, value in (("data.path", cfg.data.path), ("base_model", cfg.base_model)):
+        if not isinstance(value, str) or not value or (workdir / Path(value).expanduser()).exists():
+            continue
+        if hub_id(value) is None or value.count("/") > 1:
+            found.append(f"{name} `{value}` does not exist (relative paths are read from `{workdir}`)")
+    return found

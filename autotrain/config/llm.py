@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from autotrain.config.base import DataConfig, StrictModel, TaskConfig, TrainingArgs
+from autotrain.config.export import ExportConfig
 from autotrain.fields import Bool, Float, Int
 
 LLMTrainer = Literal["sft", "orpo", "dpo", "reward", "grpo", "clm"]
@@ -101,7 +102,7 @@ class LLMTrainingArgs(TrainingArgs):
         description=(
             "sft: batch samples of similar length together, as many batches per epoch as batch_size gives, "
             "about as many tokens in each, in random order. Less padding, but the batches are no longer random: "
-            "on short fine-tunes it costs a few percent of held-out loss (see the README). Ignored with packing."
+            "on short fine-tunes it costs a few percent of held-out loss (see docs/configs.md). Ignored with packing."
         ),
     )
     completion_only_loss: Bool | None = Field(
@@ -122,6 +123,9 @@ class LLMConfig(TaskConfig):
         None,
         description="A .gguf file in base_model (a local folder or hub repo) to start from, de-quantized; "
         "or name the .gguf file itself as base_model. Needs `pip install gguf`.",
+    )
+    export: ExportConfig | None = Field(
+        None, description="Export when training ends, as `autotrain export` does (merged, GGUF or Ollama)."
     )
 
     @property

@@ -57,13 +57,22 @@ def load_llm_split(cfg: LLMConfig, split: str, token: str | None = None):
 
 
 def _check_messages(dataset, column: str, name: str) -> None:
-    first = dataset[0][column]
-    ok = isinstance(first, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in first)
-    if not ok:
-        raise UserInputError(
-            f"{name}: column `{column}` must hold lists of {{role, content}} messages; "
-            f"row 0 holds {type(first).__name__}"
-        )
+    """Every row of `column` is a list of {role, content} messages: a bad row is named here, not met
+    mid-run as a library's KeyError."""
+    row = 0
+    for batch in dataset.select_columns([column]).iter(batch_size=1000):
+        for value in batch[column]:
+            if not _is_messages(value):
+                shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+                raise UserInputError(
+                    f"{name}: row {row} (counting from 0), column `{column}`: must be a list of "
+                    f"{{role, content}} messages; it holds {type(value).__name__} {shown}"
+                )
+            row += 1
+
+
+def _is_messages(value) -> bool:
+    return isinstance(value, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in value)
 
 
 def _preference_format(dataset, cfg: LLMConfig, name: str):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,11 +114,15 @@ def _max_tokens(cfg, model, processor) -> int:
 def _from_run(loader, folder: Path, what: str, **kwargs):
     try:
         return loader.from_pretrained(str(folder), **kwargs)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, pickle.UnpicklingError) as exc:
         raise UserInputError(f"cannot load the {what} saved in `{folder}`: {_first_line(exc)}") from None
 
 
 def _first_line(exc: Exception) -> str:
+    from autotrain.training.verify import refused_pickle
+
+    if refused_pickle(exc):
+        return refused_pickle(exc)
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
@@ -186,6 +191,6 @@ def _adapter_on_base(folder: Path, cfg, device: str, kwargs: dict):
     base = load_pretrained(AutoModelForCausalLM, cfg, "weights", None, **kwargs)
     try:
         model = PeftModel.from_pretrained(base, str(folder))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, pickle.UnpicklingError) as exc:
         raise UserInputError(f"cannot load the LoRA adapter saved in `{folder}`: {_first_line(exc)}") from None
     return model if cfg.peft.quantization else model.merge_and_unload()
