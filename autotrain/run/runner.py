@@ -7,7 +7,6 @@ Exit codes: 0 done, 1 failure during training (traceback in project_name/logs/),
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import shlex
 import sys
@@ -177,10 +176,8 @@ def _train(this: _Run, resume: str | None, stop) -> int:
         this.say(f"resuming from {checkpoint}")
     quiet_libraries()
     progress = ProgressCallback()
-    trainer = build_trainer(cfg, this.plan, [progress, stop], token=cfg.hub.token)
-    used = getattr(trainer, "autotrain_padding_free", this.plan.padding_free)
-    if used != this.plan.padding_free:  # a check on the loaded model overruled the plan: record what runs
-        this.plan = dataclasses.replace(this.plan, padding_free=used)
+    # The builder returns the plan it ran: the resolved one, or one it refined (recorded as such).
+    trainer, this.plan = build_trainer(cfg, this.plan, [progress, stop], token=cfg.hub.token)
     trainer.remove_callback(PrinterCallback)  # our progress display replaces its raw dict lines
     install_loss_hooks(trainer, cfg.training_args.nan_policy)
     AtomicCheckpoints(folder, cfg.training_args.save_total_limit, [checkpoint] if checkpoint else []).attach(trainer)
@@ -231,6 +228,9 @@ def _completed(this: _Run, trainer, metrics: dict) -> int:
     if getattr(trainer, "skipped_batches", 0):
         metrics["skipped_batches"] = trainer.skipped_batches
         this.say(f"warning: skipped {trainer.skipped_batches} batch(es) with a non-finite loss")
+    if getattr(trainer, "skipped_tensors", 0):
+        metrics["skipped_tensors"] = trainer.skipped_tensors
+        this.say(f"warning: the optimizer skipped {trainer.skipped_tensors} parameter update(s): non-finite gradient")
     save_final(trainer, this.loaded, this.plan, metrics)
     this.say(f"done: model saved to {this.folder}/ ({_losses(trainer, metrics)})")
     code, exported = EXIT_OK, []
