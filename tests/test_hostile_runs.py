@@ -97,6 +97,14 @@ def test_predict_into_a_read_only_folder_is_refused_before_loading(cli, tmp_path
         one_error_line(result, "--output", "is not writable")
 
 
+@pytest.mark.parametrize("command", [["init", "llm"], ["schema", "llm"]])
+def test_a_template_or_schema_into_a_read_only_folder_is_bad_input(cli, tmp_path, command):
+    locked = tmp_path / "locked"
+    with read_only(locked):
+        result = cli(*command, "-o", locked / "out.yml")
+        one_error_line(result, f"cannot write {locked / 'out.yml'}")
+
+
 # --- data of the wrong shape ------------------------------------------------------------------------------
 
 
