@@ -108,14 +108,15 @@ def test_a_template_or_schema_into_a_read_only_folder_is_bad_input(cli, tmp_path
 # --- data of the wrong shape ------------------------------------------------------------------------------
 
 
-def test_a_chat_row_whose_messages_is_a_string_is_named(cli, tmp_path):
+@pytest.mark.parametrize(("value", "shown"), [("hello there", "str 'hello there'"), (None, "NoneType None")])
+def test_a_chat_row_whose_messages_is_not_a_list_is_named(cli, tmp_path, value, shown):
     rows = CHAT.read_text().splitlines()[:6]
-    rows.insert(3, json.dumps({"messages": "hello there"}))
+    rows.insert(3, json.dumps({"messages": value}))
     data = tmp_path / "chat.jsonl"
     data.write_text("\n".join(rows) + "\n")
     config = llm_config(tmp_path, trainer="sft", data={"path": str(data), "chat_template": "chatml"})
     result = cli("llm", "--config", config)
-    one_error_line(result, "row 3", "column `messages`", "list of {role, content} messages", "str 'hello there'")
+    one_error_line(result, "row 3", "column `messages`", "list of {role, content} messages", shown)
     assert not (tmp_path / "run" / "run.json").exists()
 
 
