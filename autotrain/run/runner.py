@@ -7,7 +7,6 @@ Exit codes: 0 done, 1 failure during training (traceback in project_name/logs/),
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import shlex
 import sys
@@ -54,6 +53,7 @@ class _Run:
         self.manifest = None
         self.started = False  # trainer.train() was entered
         self.plan = None  # RunPlan, once resolved
+        self.rendezvous = None  # the multi-node check-in store (machine 0 serves it while the run lasts)
 
     def say(self, message: str, every_rank: bool = False) -> None:
         """Progress messages come from the main process only; errors from every rank that has one."""
@@ -87,15 +87,24 @@ def run(loaded: LoadedConfig, resume: str | None = None, overwrite: bool = False
                     return EXIT_OK
             else:  # machine 0 claims the (shared) folder; the others only write into it
                 this.folder.mkdir(parents=True, exist_ok=True)
+            if this.cfg.distributed.num_machines > 1:  # before the training stack loads: fail in seconds
+                from autotrain.run.rendezvous import check_in
+
+                this.rendezvous = check_in(this.cfg.distributed)  # kept: the launcher reuses its server
         from autotrain.training.signals import GracefulStop
 
         stop = GracefulStop()
         stop.install()
         this.plan = _resolve(this)
+        if this.launched and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            from autotrain.run.rendezvous import check_ranks
+
+            check_ranks(this.cfg.distributed.rendezvous_timeout)  # before the model loads
         if not this.launched and this.plan.world_size > 1:
             from autotrain.run.launch import relaunch
 
-            return relaunch(loaded, this.plan, resume=resume, argv_sets=this.argv_sets)
+            held = this.rendezvous is not None
+            return relaunch(loaded, this.plan, resume=resume, argv_sets=this.argv_sets, port_held=held)
         return _train(this, resume, stop)
     except BaseException as exc:
         code = _failure_code(this, exc)
@@ -160,10 +169,8 @@ def _train(this: _Run, resume: str | None, stop) -> int:
         this.say(f"resuming from {checkpoint}")
     quiet_libraries()
     progress = ProgressCallback()
-    trainer = build_trainer(cfg, this.plan, [progress, stop], token=cfg.hub.token)
-    used = getattr(trainer, "autotrain_padding_free", this.plan.padding_free)
-    if used != this.plan.padding_free:  # a check on the loaded model overruled the plan: record what runs
-        this.plan = dataclasses.replace(this.plan, padding_free=used)
+    # The builder returns the plan it ran: the resolved one, or one it refined (recorded as such).
+    trainer, this.plan = build_trainer(cfg, this.plan, [progress, stop], token=cfg.hub.token)
     trainer.remove_callback(PrinterCallback)  # our progress display replaces its raw dict lines
     install_loss_hooks(trainer, cfg.training_args.nan_policy)
     AtomicCheckpoints(folder, cfg.training_args.save_total_limit, [checkpoint] if checkpoint else []).attach(trainer)
@@ -215,12 +222,25 @@ def _completed(this: _Run, trainer, metrics: dict) -> int:
         metrics["skipped_batches"] = trainer.skipped_batches
         this.say(f"warning: skipped {trainer.skipped_batches} batch(es) with a non-finite loss")
     save_final(trainer, this.loaded, this.plan, metrics)
-    this.say(f"done: model saved to {this.folder}/ (train loss {metrics.get('train_loss', float('nan')):.4f})")
+    this.say(f"done: model saved to {this.folder}/ ({_losses(trainer, metrics)})")
+    code, exported = EXIT_OK, []
+    if getattr(this.cfg, "export", None) is not None and trainer.is_world_process_zero():
+        from autotrain.run.outputs import export_after_training
+
+        code, exported = export_after_training(this.loaded, this.say)
     if this.cfg.hub.push_to_hub and trainer.is_world_process_zero():
         from autotrain.run.outputs import push_to_hub
 
-        this.say(f"pushed to {push_to_hub(this.loaded)}")
-    return this.finish("completed", EXIT_OK, _last_checkpoint(this.folder))
+        this.say(f"pushed to {push_to_hub(this.loaded, exported)}")
+    return this.finish("completed", code, _last_checkpoint(this.folder))
+
+
+def _losses(trainer, metrics: dict) -> str:
+    """`final loss 1.6312 at step 50; mean train loss over the run 2.9229`: the Trainer's `train_loss` is the mean of
+    every step, far above where the progress display ended; both are said, each by its name."""
+    logged = [e for e in trainer.state.log_history if isinstance(e.get("loss"), (int, float))]
+    mean = f"mean train loss over the run {metrics.get('train_loss', float('nan')):.4f}"
+    return f"final loss {logged[-1]['loss']:.4f} at step {logged[-1]['step']}; {mean}" if logged else mean
 
 
 def _failure_code(this: _Run, exc: BaseException) -> int:

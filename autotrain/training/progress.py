@@ -30,6 +30,7 @@ class ProgressCallback(TrainerCallback):
         self.first_samples = 0
         self.last = {"loss": float("nan"), "lr": float("nan")}
         self.trainer = None  # set by the runner; its `tokens_seen` feeds tokens/s
+        self.ended = False  # after training, results are shown by whoever asks for them (a table), not here
 
     def _rate(self, state) -> tuple[str, float]:
         """Throughput as text (tokens/s, or samples/s for inputs without tokens) and seconds left."""
@@ -71,7 +72,7 @@ class ProgressCallback(TrainerCallback):
             self.progress.update(self.task, completed=state.global_step)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or not logs:
+        if not state.is_world_process_zero or not logs or self.ended:
             return
         if "loss" in logs:
             self.last["loss"] = logs["loss"]
@@ -106,6 +107,7 @@ class ProgressCallback(TrainerCallback):
             )
 
     def on_train_end(self, args, state, control, **kwargs):
+        self.ended = True
         self.close()
 
     def close(self) -> None:
