@@ -443,3 +443,13 @@ def test_a_big_jpeg_is_decoded_small_and_a_small_image_untouched(tmp_path):
     assert min(image.size) >= 64 and max(image.size) <= 4000 // 8 * 2 and image.mode == "RGB"
     Image.new("P", (100, 80)).save(tmp_path / "small.png")
     assert open_image(str(tmp_path / "small.png"), 32).size == (100, 80)
+
+
+def test_a_base_model_whose_weights_would_run_code_is_bad_input(cli, tmp_path):
+    base = tmp_path / "base"
+    shutil.copytree(TINY, base, ignore=shutil.ignore_patterns("*.safetensors"))
+    damage(base / "pytorch_model.bin", "pickle", tmp_path / "PWNED")
+    result = cli("llm", "--config", llm_config(tmp_path, base_model=str(base)))
+    one_error_line(result, "base_model", "could run code")
+    assert "weights_only" not in result.output
+    assert not (tmp_path / "PWNED").exists() and not (tmp_path / "run").exists()
