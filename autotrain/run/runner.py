@@ -221,6 +221,9 @@ def _completed(this: _Run, trainer, metrics: dict) -> int:
     if getattr(trainer, "skipped_batches", 0):
         metrics["skipped_batches"] = trainer.skipped_batches
         this.say(f"warning: skipped {trainer.skipped_batches} batch(es) with a non-finite loss")
+    if getattr(trainer, "skipped_tensors", 0):
+        metrics["skipped_tensors"] = trainer.skipped_tensors
+        this.say(f"warning: the optimizer skipped {trainer.skipped_tensors} parameter update(s): non-finite gradient")
     save_final(trainer, this.loaded, this.plan, metrics)
     this.say(f"done: model saved to {this.folder}/ ({_losses(trainer, metrics)})")
     code, exported = EXIT_OK, []

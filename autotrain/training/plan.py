@@ -127,7 +127,7 @@ def resolve_plan(cfg: TaskConfig, device: str | None = None) -> RunPlan:
     except UserInputError as exc:
         problems, precision = (str(exc),), resolve_precision("no", device)
     per_machine = processes_per_machine(cfg.distributed.num_processes)
-    optimizer = resolve_optimizer(args.optimizer, args.optimizer_args, args.lr)
+    optimizer = resolve_optimizer(args.optimizer, args.optimizer_args, args.lr, args.max_steps)
     return RunPlan(
         precision=precision,
         asked_precision=args.mixed_precision,
@@ -160,16 +160,30 @@ def load_dtype(cfg: TaskConfig, precision: Precision) -> str:
     return "float32"
 
 
-def resolve_optimizer(name: str, optimizer_args, lr: float) -> OptimizerPlan:
+# CAME's compiled step costs about a minute of compiling on a fresh machine (a few seconds with inductor's
+# cache) and saves a fraction of each step: a run shorter than this does not compile (`compile: null` only).
+COMPILE_PAYS_AFTER_STEPS = 200
+
+
+def resolve_optimizer(name: str, optimizer_args, lr: float, max_steps: int | None = None) -> OptimizerPlan:
     """`optimizer_args`: the typed arguments of a validated config (or a plain mapping, validated here)."""
     from autotrain.optimizers.registry import hf_optimizer_settings, optimizer_cls_and_kwargs
     from autotrain.optimizers.table import OPTIMIZERS
 
     if OPTIMIZERS[name].bundled:
         cls, kwargs = optimizer_cls_and_kwargs(name, optimizer_args)
+        _decide_compile(kwargs.get("came", kwargs), max_steps)
         # The Trainer passes param groups (with weight_decay) but not lr on this path.
         return OptimizerPlan(name, cls=cls, kwargs={**kwargs, "lr": lr})
     return OptimizerPlan(name, hf_settings=hf_optimizer_settings(name, optimizer_args))
+
+
+def _decide_compile(kwargs: dict[str, Any], max_steps: int | None) -> None:
+    """A CAME variant's `compile: null` (auto) becomes false for a run of known length too short for
+    compiling to pay; the kwargs, so the decision, are recorded with the plan."""
+    known_short = max_steps is not None and max_steps < COMPILE_PAYS_AFTER_STEPS
+    if known_short and "compile" in kwargs and kwargs["compile"] is None:
+        kwargs["compile"] = False
 
 
 def has_eval(cfg: TaskConfig) -> bool:
