@@ -319,3 +319,38 @@ def test_the_hook_exports_and_pushes_the_gguf_beside_the_model(tmp_path, monkeyp
     outputs.push_to_hub(loaded, files)
     assert "export-*/**" in uploads[0][1]  # the export folder itself is not uploaded twice
     assert uploads[1:] == [("run-q8_0.gguf", True), ("Modelfile", True)]
+
+
+def test_a_sentencepiece_style_vocabulary_reads_back(tmp_path):
+    """Mistral and Llama 2 tokenizers (BPE with byte fallback, `▁` for spaces) go in as llama.cpp's `llama`
+    vocabulary: scores from the merge order, `<0xNN>` tokens typed BYTE; transformers reads the same ids back."""
+    import gguf
+    import torch
+    from tokenizers import Tokenizer, decoders, models, normalizers, trainers
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
+
+    from autotrain.export.gguf_file import write_gguf
+
+    backend = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    backend.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    backend.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
+    special = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)]
+    texts = (REPO / "tests" / "assets" / "data" / "text.jsonl").read_text().splitlines()
+    backend.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=400, special_tokens=special, show_progress=False))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    config = AutoConfig.for_model(
+        "mistral", vocab_size=400, hidden_size=64, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    summary = write_gguf(AutoModelForCausalLM.from_config(config), tokenizer, tmp_path / "m.gguf", "f16", "spm")
+    assert (summary.tokenizer, summary.pre_tokenizer) == ("llama", "default")
+    reader = gguf.GGUFReader(str(tmp_path / "m.gguf"))
+    types = reader.fields["tokenizer.ggml.token_type"].contents()
+    assert types[3 + 0xC3] == gguf.TokenType.BYTE and types[1] == gguf.TokenType.CONTROL
+    back = AutoTokenizer.from_pretrained(tmp_path, gguf_file="m.gguf")
+    # Not text that starts with a space: transformers rebuilds this vocabulary with Metaspace, which prefixes
+    # one space fewer there than the `Prepend` normalizer does (llama.cpp does as the normalizer).
+    for text in ("hello world ü", "the sea is blue.", "Ünïcödé 123", "[INST] what color? [/INST]"):
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        assert back(text, add_special_tokens=False)["input_ids"] == ids, text

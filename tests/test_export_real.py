@@ -24,7 +24,7 @@ HELD_OUT = [
 # (docs/export.md, "Compared with llama.cpp's converter").
 ONLY_IN_REFERENCE = {
     "general.organization", "general.finetune", "general.basename", "general.size_label", "general.license",
-    "general.languages", "tokenizer.ggml.add_space_prefix",
+    "general.languages",
 }  # fmt: skip
 ONLY_IN_OURS = {"tokenizer.ggml.add_eos_token"}
 
