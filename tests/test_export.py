@@ -176,6 +176,12 @@ def test_a_classifier_exports_merged_only(cli, tmp_path):
     result = cli("export", run, "--format", "gguf")
     assert result.exit_code == 2
     assert "holds a text-classification model: it exports as `--format merged` only" in result.stderr
+    result = cli("export", run, "--format", "merged", "--quant", "f16")
+    assert result.exit_code == 0, result.output
+    report = json.loads((run / "export-merged-f16" / "export_report.json").read_text())
+    assert report["passed"] and report["kind"] == "classifier"
+    assert report["parity"]["readers"]["transformers"]["vs_written_weights"]["max_logit_diff"] < 1e-5
+    assert (run / "export-merged-f16" / "model.safetensors").is_file()
 
 
 def test_an_unsupported_architecture_is_refused_before_writing(cli, tmp_path):
