@@ -37,6 +37,9 @@ class ConfigIssue:
         where = self.source or "<config>"
         if self.line is not None:
             where += f":{self.line}:{self.col or 1}"
+        elif where == "--set" or where == f"--set {self.dotted}":
+            # From the command line: `--set training_args.lr: message`, the path said once.
+            return f"--set {self.dotted}: {self.message}" if self.path else f"{where}: {self.message}"
         return f"{where}: {self.dotted}: {self.message}"
 
 

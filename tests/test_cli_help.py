@@ -24,6 +24,7 @@ COMMANDS = [
     ["evaluate"],
     ["export"],
     ["app"],
+    ["launch"],
 ]
 
 

@@ -138,6 +138,9 @@ NOTED_WHEN_SET = {
     "pretrain": "no equivalent; training starts from `base_model` as usual",
 }
 DATA_KEYS = ("path", "train_split", "valid_split", "chat_template", "column_mapping")
+HUB_KEYS = ("username", "token", "push_to_hub")
+# Task names only AutoTrain Advanced writes begin so; a misspelt one (`llm-sftt`) is still its config.
+ADVANCED_PREFIXES = ("llm-", "llm_", "lm_", "text_", "image_")
 TOP_LEVEL = {"task", "base_model", "project_name", "log", "backend", "data", "params", "hub"}
 
 
@@ -146,7 +149,7 @@ def is_advanced(data: dict) -> bool:
     task = data.get("task")
     return "params" in data or (
         isinstance(task, str)
-        and task in ADVANCED_TASKS
+        and (task in ADVANCED_TASKS or task.startswith(ADVANCED_PREFIXES))
         and task not in ("llm", "text-classification", "image-classification")
     )
 
@@ -244,11 +247,9 @@ def _params(params: Any, task_name: str, is_llm: bool, out: _Translation) -> boo
             out.problems.append((("params", key), f"`{key}` applies to LLM tasks only, not `task: {task_name}`"))
             continue
         if key == "trainer":
-            if value not in ADVANCED_TRAINERS:
-                hint = did_you_mean(str(value), ADVANCED_TRAINERS)
-                out.problems.append((("params", key), f"unknown trainer `{value}`{hint}"))
+            value = _trainer(value, task_name, out)
+            if value is None:
                 continue
-            value = ADVANCED_TRAINERS[value]
         elif key == "disable_gradient_checkpointing":
             value = not value
         elif key == "mixed_precision" and value in (None, "none"):
@@ -257,6 +258,30 @@ def _params(params: Any, task_name: str, is_llm: bool, out: _Translation) -> boo
             continue  # AutoTrain Advanced ignores LoRA settings when peft is off
         out.put(target, value, ("params", key))
     return peft_on
+
+
+def _trainer(value: Any, task_name: str, out: _Translation) -> str | None:
+    """`params.trainer` as a native trainer, or None (with the problem added). AutoTrain Advanced lets it
+    override the task's own trainer (`task: llm-orpo` with `trainer: sft` trains SFT): so does the
+    translation, with a note, since the two disagree."""
+    choices = ", ".join(ADVANCED_TRAINERS)
+    if not isinstance(value, str):
+        out.problems.append((("params", "trainer"), f"must be one word, one of: {choices}"))
+        return None
+    if value not in ADVANCED_TRAINERS:
+        hint = did_you_mean(value, ADVANCED_TRAINERS)
+        out.problems.append((("params", "trainer"), f"unknown trainer `{value}`{hint}; expected one of: {choices}"))
+        return None
+    trainer, of_task = ADVANCED_TRAINERS[value], ADVANCED_TASKS[task_name][1]
+    if of_task is not None and trainer != of_task:
+        out.notices.append(
+            (
+                ("params", "trainer"),
+                f"`trainer: {value}` overrides `task: {task_name}`: this trains `{trainer}`, as AutoTrain "
+                f"Advanced would; set `task: llm-{trainer}` or drop `params.trainer` to say which you mean",
+            )
+        )
+    return trainer
 
 
 def _data(source: Any, is_llm: bool, out: _Translation) -> None:
@@ -295,10 +320,19 @@ def _columns(mapping: dict, is_llm: bool, chat: bool, out: _Translation) -> None
 def _hub(data: dict, out: _Translation) -> None:
     hub = data.get("hub") or {}
     if not isinstance(hub, dict):
+        out.problems.append((("hub",), "must be a mapping of `key: value` lines"))
+        return
+    for key in hub:
+        if key not in HUB_KEYS:
+            hint = f"{did_you_mean(str(key), HUB_KEYS)}; expected: {', '.join(HUB_KEYS)}"
+            out.problems.append((("hub", key), f"unknown AutoTrain Advanced hub key{hint}"))
+    username = hub.get("username")
+    if username is not None and not isinstance(username, str):
+        out.problems.append((("hub", "username"), "must be text: the hub user or organisation to push to"))
         return
     if hub.get("push_to_hub"):
         out.put(("hub", "push_to_hub"), True, ("hub", "push_to_hub"))
-        if hub.get("username") and data.get("project_name"):
+        if username and data.get("project_name"):
             out.put(("hub", "repo_id"), f"{hub['username']}/{data['project_name']}", ("hub", "username"))
     if hub.get("token"):
         out.put(("hub", "token"), hub["token"], ("hub", "token"))

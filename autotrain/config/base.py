@@ -65,6 +65,13 @@ class DistributedConfig(StrictModel):
     machine_rank: Int = Field(0, ge=0, le=4095, description="This machine's rank, 0 .. num_machines-1.")
     main_process_ip: str | None = Field(None, description="Address of machine 0 (multi-node).")
     main_process_port: Int = Field(29500, ge=1, le=65535, description="Port on machine 0 (multi-node).")
+    rendezvous_timeout: Int = Field(
+        60,
+        ge=5,
+        le=86_400,
+        description="Seconds (from each machine's start) for every machine to check in at main_process_ip:port "
+        "before the run stops with one line naming who came and who did not (multi-node), instead of hanging.",
+    )
 
 
 class FsdpConfig(StrictModel):
@@ -82,6 +89,34 @@ class DeepSpeedConfig(StrictModel):
 
 
 DistributedConfig.model_rebuild()
+
+
+class ClusterConfig(StrictModel):
+    """What only a scheduler needs (`autotrain launch --target ...`); training never reads it."""
+
+    nodes: Int | None = Field(
+        None, ge=1, le=4096, description="Machines to ask for (default: distributed.num_machines)."
+    )
+    gpus_per_node: Int = Field(1, ge=0, le=64, description="GPUs per machine; one process per GPU.")
+    gpu_type: str | None = Field(
+        None, description="GPU model, e.g. `A100` or `H100` (SkyPilot accelerators; Slurm --gpus-per-node TYPE:N)."
+    )
+    image: str | None = Field(None, description="Container image with autotrain installed (needed for Kubernetes).")
+    partition: str | None = Field(None, description="Slurm partition.")
+    account: str | None = Field(None, description="Slurm account.")
+    namespace: str = Field("default", description="Kubernetes namespace.")
+    volume_claim: str | None = Field(
+        None,
+        description="Kubernetes PersistentVolumeClaim mounted at /workspace: data and the project folder live there.",
+    )
+    time_limit_minutes: Int | None = Field(None, ge=1, le=10**7, description="Job time limit (Slurm --time).")
+    stop_before_limit: Int = Field(
+        300,
+        ge=30,
+        le=86_400,
+        description="Seconds before the time limit at which the run is told to checkpoint and stop.",
+    )
+    setup: str | None = Field(None, description="SkyPilot setup commands (default: `pip install -e .` unless `image`).")
 
 
 class EarlyStopping(StrictModel):
@@ -152,6 +187,10 @@ class TaskConfig(StrictModel):
     trust_remote_code: Bool = Field(False, description="Run model code from the hub repo. Off unless you ask.")
     distributed: DistributedConfig = Field(default_factory=DistributedConfig, description="Multi-GPU / multi-node.")
     hub: HubConfig = Field(default_factory=HubConfig, description="Pushing the result to the Hugging Face Hub.")
+    cluster: ClusterConfig = Field(
+        default_factory=ClusterConfig,
+        description="Scheduler settings for `autotrain launch` (Slurm, Kubernetes, SkyPilot).",
+    )
 
     @field_validator("project_name")
     @classmethod

@@ -17,6 +17,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
 from autotrain.config.llm import OPTIONAL_COLUMNS, TRAINER_COLUMNS
+from autotrain.config.messages import plain
 from autotrain.config.suggest import did_you_mean
 from autotrain.optimizers.table import OPTIMIZERS
 
@@ -144,7 +145,7 @@ def _optimizer_args(cfg) -> Iterator[Issue]:
                 )
                 yield loc, f"`{name}` takes no argument `{key}`{hint}; it takes: {', '.join(known)}"
             else:
-                yield loc, f"{err['msg'].removeprefix('Value error, ')} (optimizer `{name}`)"
+                yield loc, f"{plain(err, spec.args)} (optimizer `{name}`)"
 
 
 def _absent_item(err: dict) -> bool:

@@ -54,6 +54,7 @@ class _Run:
         self.manifest = None
         self.started = False  # trainer.train() was entered
         self.plan = None  # RunPlan, once resolved
+        self.rendezvous = None  # the multi-node check-in store (machine 0 serves it while the run lasts)
 
     def say(self, message: str, every_rank: bool = False) -> None:
         """Progress messages come from the main process only; errors from every rank that has one."""
@@ -87,15 +88,24 @@ def run(loaded: LoadedConfig, resume: str | None = None, overwrite: bool = False
                     return EXIT_OK
             else:  # machine 0 claims the (shared) folder; the others only write into it
                 this.folder.mkdir(parents=True, exist_ok=True)
+            if this.cfg.distributed.num_machines > 1:  # before the training stack loads: fail in seconds
+                from autotrain.run.rendezvous import check_in
+
+                this.rendezvous = check_in(this.cfg.distributed)  # kept: the launcher reuses its server
         from autotrain.training.signals import GracefulStop
 
         stop = GracefulStop()
         stop.install()
         this.plan = _resolve(this)
+        if this.launched and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            from autotrain.run.rendezvous import check_ranks
+
+            check_ranks(this.cfg.distributed.rendezvous_timeout)  # before the model loads
         if not this.launched and this.plan.world_size > 1:
             from autotrain.run.launch import relaunch
 
-            return relaunch(loaded, this.plan, resume=resume, argv_sets=this.argv_sets)
+            held = this.rendezvous is not None
+            return relaunch(loaded, this.plan, resume=resume, argv_sets=this.argv_sets, port_held=held)
         return _train(this, resume, stop)
     except BaseException as exc:
         code = _failure_code(this, exc)
