@@ -360,3 +360,13 @@ def test_a_sentencepiece_style_vocabulary_reads_back(tmp_path):
     for text in ("hello world ü", "the sea is blue.", "Ünïcödé 123", "[INST] what color? [/INST]"):
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         assert back(text, add_special_tokens=False)["input_ids"] == ids, text
+
+
+def test_the_modelfile_carries_the_runs_system_prompt_where_the_template_has_one():
+    from autotrain.export.modelfile import FAMILIES, ChatFamily, modelfile_text
+
+    chatml = ChatFamily("chatml", FAMILIES["chatml"][0][0], ("<|im_end|>",), "Default.", "")
+    assert 'SYSTEM """Talk like a pirate."""' in modelfile_text("m.gguf", chatml, "Talk like a pirate.")
+    assert 'SYSTEM """Default."""' in modelfile_text("m.gguf", chatml, None)  # SmolLM2's own default
+    mistral = ChatFamily("mistral", FAMILIES["mistral"][0][0].replace("{EOS}", "</s>"), ("</s>",), None, "<s>")
+    assert "SYSTEM" not in modelfile_text("m.gguf", mistral, "Talk like a pirate.")  # its template drops it
