@@ -34,12 +34,14 @@ def collect_prompts(cfg, tokenizer, limit: int = MAX_PROMPTS) -> Prompts:
     """Up to `limit` prompts from the validation split, else the training split; fixed probes when the data
     cannot be read here (a hub dataset offline), said so in `source`."""
     from autotrain.data.llm import load_llm_split
+    from autotrain.data.loading import FORMATS
 
     split = cfg.data.valid_split or cfg.data.train_split
     try:
         dataset = load_llm_split(cfg, split, token=cfg.hub.token)
         rows = [dataset[i] for i in range(min(limit, len(dataset)))]
-        source = f"{cfg.data.path} [{split}], first {len(rows)} rows"
+        named = split if split.endswith(tuple(FORMATS)) else f"{cfg.data.path} [{split}]"  # a split given as a file
+        source = f"{named}, first {len(rows)} rows"
     except (UserInputError, OSError, ValueError) as exc:
         rows, source = [], f"fixed probes (the data could not be read: {str(exc).splitlines()[0][:120]})"
     prompts = Prompts([], source=source)
