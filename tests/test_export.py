@@ -370,3 +370,37 @@ def test_the_modelfile_carries_the_runs_system_prompt_where_the_template_has_one
     assert 'SYSTEM """Default."""' in modelfile_text("m.gguf", chatml, None)  # SmolLM2's own default
     mistral = ChatFamily("mistral", FAMILIES["mistral"][0][0].replace("{EOS}", "</s>"), ("</s>",), None, "<s>")
     assert "SYSTEM" not in modelfile_text("m.gguf", mistral, "Talk like a pirate.")  # its template drops it
+
+
+def test_the_llama_cpp_reader_is_used_when_installed(cli, tiny_run, tmp_path, monkeypatch):
+    """With `llama_cpp` importable its greedy tokens join the check (here a stand-in speaking its API, backed
+    by transformers' reading of the same file; the real one runs where llama-cpp-python is installed)."""
+    import sys
+    import types
+
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    class Llama:
+        def __init__(self, model_path, n_ctx, logits_all, verbose, seed):
+            path = Path(model_path)
+            self.model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+            self.tokens, self.scores = [], np.zeros((n_ctx, 320), dtype=np.float32)
+
+        n_tokens = property(lambda self: len(self.tokens))
+
+        def reset(self):
+            self.tokens = []
+
+        def eval(self, tokens):
+            self.tokens += list(tokens)
+            with torch.no_grad():
+                self.scores[: self.n_tokens] = self.model(torch.tensor([self.tokens])).logits[0].numpy()
+
+    monkeypatch.setitem(sys.modules, "llama_cpp", types.SimpleNamespace(Llama=Llama))
+    result = cli("export", tiny_run, "-o", tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    assert "llama_cpp: 8/8 prompts agree" in result.stdout
+    report = json.loads((tmp_path / "out" / "export_report.json").read_text())
+    assert report["parity"]["readers"]["llama_cpp"]["max_logit_diff_first_token"] < 1e-3
