@@ -404,3 +404,36 @@ def test_the_llama_cpp_reader_is_used_when_installed(cli, tiny_run, tmp_path, mo
     assert "llama_cpp: 8/8 prompts agree" in result.stdout
     report = json.loads((tmp_path / "out" / "export_report.json").read_text())
     assert report["parity"]["readers"]["llama_cpp"]["max_logit_diff_first_token"] < 1e-3
+
+
+def test_a_qlora_adapter_is_merged_into_its_unquantized_base(cli, tmp_path):
+    """A LoRA run saves only its adapter; export merges it into the base model (a QLoRA run's base loaded
+    without quantization) and the result answers like base + adapter."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32)
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False)
+    adapted = get_peft_model(base, lora)
+    run = tmp_path / "qlora"
+    adapted.save_pretrained(run)
+    AutoTokenizer.from_pretrained(TINY).save_pretrained(run)
+    cfg = {"task": "llm", "trainer": "sft", "base_model": str(TINY), "project_name": "runs/q",
+           "data": {"path": str(CHAT), "column_mapping": {"messages": "messages"}},
+           "peft": {"enabled": True, "r": 4, "alpha": 8, "quantization": "int4"}}  # fmt: skip
+    (run / "autotrain.yaml").write_text(yaml.safe_dump(cfg))
+    (run / "run.json").write_text('{"status": "completed"}')
+    result = cli("export", run, "--format", "merged")
+    assert result.exit_code == 0, result.output
+    report = json.loads((run / "export-merged-f32" / "export_report.json").read_text())
+    assert report["kind"] == "qlora" and report["passed"]
+    merged = AutoModelForCausalLM.from_pretrained(run / "export-merged-f32", dtype=torch.float32)
+    ids = torch.tensor([[1, 263, 80, 279]])
+    with torch.no_grad():
+        expected, got = adapted(ids).logits, merged(ids).logits
+    assert float((expected - got).abs().max()) < 1e-4
+    plain = AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32)
+    with torch.no_grad():
+        assert float((plain(ids).logits - got).abs().max()) > 1e-3  # the adapter is in the export
