@@ -437,3 +437,13 @@ def test_a_qlora_adapter_is_merged_into_its_unquantized_base(cli, tmp_path):
     plain = AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32)
     with torch.no_grad():
         assert float((plain(ids).logits - got).abs().max()) > 1e-3  # the adapter is in the export
+
+
+def test_without_the_gguf_package_the_gguf_export_says_what_to_install(cli, tiny_run, tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a))
+    result = cli("export", tiny_run, "-o", tmp_path / "x")
+    assert result.exit_code == 2
+    assert "error: GGUF export needs the gguf package: pip install 'autotrain[export]'" in result.stderr
