@@ -130,6 +130,12 @@ def test_twenty_thousand_unknown_keys_are_reported_without_a_search_each(cli, tm
     assert result.stderr.count("unknown key") == 20_000
     assert result.stderr.splitlines()[-1] == "20000 problems found."
     assert len(calls) <= SUGGEST_LIMIT  # was two searches per key (40,000) before
+    calls.clear()  # at the top, with a required key missing (a typo of it is looked for too)
+    top = "task: llm\nproject_name: p\ndata: {path: d.jsonl}\n" + keys.replace("  zq", "zq")
+    result = cli("validate", write(tmp_path, top, "top.yml"))
+    assert result.exit_code == 2 and result.stderr.count("unknown key") == 20_000
+    assert "base_model: required field is missing" in result.stderr
+    assert len(calls) <= 2 * SUGGEST_LIMIT
     few = "".join(f"  zq{i:05d}x: 1\n" for i in range(SUGGEST_LIMIT + 100))
     typo = cli("validate", write(tmp_path, HEAD + "training_args:\n  batch_sise: 4\n" + few))
     assert "batch_sise: unknown key (did you mean `batch_size`?)" in typo.stderr  # the first ones keep theirs

@@ -10,6 +10,8 @@ import typer
 
 from autotrain.cli.common import fail
 from autotrain.config.templates import TASKS, TEMPLATES, schema_path, task_schema, templates_dir
+from autotrain.config.trainers import DEFAULT as DEFAULT_TRAINER
+from autotrain.config.trainers import TRAINERS
 from autotrain.errors import EXIT_BAD_INPUT
 
 _SCHEMA_COMMENT = re.compile(r"^# yaml-language-server: \$schema=(\S+)", re.MULTILINE)
@@ -24,16 +26,19 @@ def _check_task(task: str) -> None:
 
 def init(
     task: str = typer.Argument(..., help="llm | text-classification | image-classification", show_default=False),
-    trainer: str = typer.Option(None, "--trainer", "-t", help="llm only: sft | orpo | dpo | reward | grpo | clm."),
+    trainer: str = typer.Option(None, "--trainer", "-t", help=f"llm only: {' | '.join(TRAINERS)}."),
     output: Path = typer.Option(None, "--output", "-o", help="Where to write it (default: ./TASK[-TRAINER].yml)."),
     force: bool = typer.Option(False, "--force", help="Overwrite OUTPUT if it exists."),
 ) -> None:
     """Write a commented template config to edit."""
     _check_task(task)
     if task == "llm":
-        trainer = trainer or "sft"
+        trainer = trainer or DEFAULT_TRAINER
         if ("llm", trainer) not in TEMPLATES:
-            raise fail(f"unknown trainer `{trainer}`; choose one of: sft, orpo, dpo, reward, grpo, clm")
+            from autotrain.config.suggest import did_you_mean
+
+            hint = did_you_mean(trainer, TRAINERS)
+            raise fail(f"unknown trainer `{trainer}`{hint}; choose one of: {', '.join(TRAINERS)}")
     elif trainer is not None:
         raise fail(f"--trainer applies to `llm` only, not `{task}`")
     key = (task, trainer if task == "llm" else None)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_serializer, field_validator, model_validator
+from pydantic.json_schema import WithJsonSchema
 
+from autotrain.config.trainers import columns_help
 from autotrain.fields import Bool, Float, Int, NoWord
 from autotrain.optimizers.table import DEFAULT as DEFAULT_OPTIMIZER
 from autotrain.optimizers.table import OPTIMIZERS
@@ -42,8 +44,8 @@ class DataConfig(StrictModel):
     )
     column_mapping: dict[str, str] = Field(
         default_factory=dict,
-        description="Task columns -> dataset columns. llm sft: text | messages; orpo/dpo/reward: prompt, chosen, "
-        "rejected; clm: text; classification: text | image, target.",
+        description=f"Task columns -> dataset columns. llm, by trainer: {columns_help()}; classification: "
+        "text | image, target.",
     )
 
 
@@ -149,16 +151,17 @@ class TrainingArgs(StrictModel):
         DEFAULT_OPTIMIZER,
         description="Bundled (came, came_8bit, fused_adam, came_8bit+fused_adam) or transformers'.",
     )
-    optimizer_args: dict[str, Any] = Field(
+    # Given as a mapping; once validated, the chosen optimizer's typed arguments (its model in the optimizer
+    # table), which is what the plan builds the optimizer from. Dumped back as the mapping that was given.
+    optimizer_args: Annotated[
+        dict[str, Any] | BaseModel, WithJsonSchema({"type": "object", "additionalProperties": True})
+    ] = Field(
         default_factory=dict,
         description="Constructor arguments of the chosen optimizer (typed per optimizer; lr and weight_decay "
         "come from training_args).",
     )
     scheduler: Scheduler = Field("linear", description="Learning-rate schedule after warmup.")
     gradient_checkpointing: Bool = Field(False, description="Recompute activations in backward to save memory.")
-    max_length: Int = Field(
-        512, ge=8, le=16_777_216, description="Tokens per sample (text-classification: max sequence length)."
-    )
     logging_steps: Int = Field(10, ge=1, le=10**12, description="Log every N optimizer steps.")
     save_steps: Int | None = Field(
         None, ge=1, le=10**12, description="Checkpoint every N steps; null = at each epoch end."
@@ -173,16 +176,31 @@ class TrainingArgs(StrictModel):
     )
     dataloader_num_workers: Int = Field(0, ge=0, le=256, description="Data-loading worker processes.")
 
+    @field_validator("optimizer_args", mode="before")
+    @classmethod
+    def _typed_optimizer_args(cls, value: Any, info: ValidationInfo) -> Any:
+        if "optimizer" not in info.data or not isinstance(value, dict):
+            return value  # the optimizer (reported already) or the mapping itself is wrong
+        from autotrain.config.rules import typed_optimizer_args
+
+        return typed_optimizer_args(info.data["optimizer"], value)
+
+    @field_serializer("optimizer_args")
+    def _given_optimizer_args(self, value: Any, info) -> Any:
+        return value.model_dump(mode=info.mode, exclude_unset=True) if isinstance(value, BaseModel) else value
+
 
 class TaskConfig(StrictModel):
-    """Fields every task has."""
+    """Fields every task has. Validation runs the cross-field rules too (autotrain/config/rules.py)."""
 
     task: TaskName = Field(description="What to train.")
     base_model: str = Field(description="Hub model id or local folder to start from.")
     project_name: str = Field(
         description="Output folder for checkpoints, the model and logs (`~` expands); a folder of its own."
     )
-    log: Literal["none", "tensorboard", "wandb"] = Field("none", description="Where metrics are reported.")
+    log: Literal["none", "tensorboard", "wandb", "mlflow", "trackio"] = Field(
+        "none", description="Where metrics are reported (transformers' report_to; needs that package)."
+    )
     revision: str | None = Field(None, description="Hub revision (branch, tag or commit) of base_model.")
     trust_remote_code: Bool = Field(False, description="Run model code from the hub repo. Off unless you ask.")
     distributed: DistributedConfig = Field(default_factory=DistributedConfig, description="Multi-GPU / multi-node.")
@@ -196,3 +214,10 @@ class TaskConfig(StrictModel):
     @classmethod
     def _expand_home(cls, value: str) -> str:
         return os.path.expanduser(value) if value.startswith("~") else value
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self):
+        from autotrain.config.rules import enforce_rules
+
+        enforce_rules(self)
+        return self

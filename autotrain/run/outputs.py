@@ -24,7 +24,9 @@ def save_config(loaded: LoadedConfig, folder: Path, plan: RunPlan | None = None)
     (folder / "autotrain.yaml").write_text(text, encoding="utf-8")
 
 
-def write_model_card(loaded: LoadedConfig, folder: Path, metrics: dict, plots: list[Path] = ()) -> None:
+def write_model_card(
+    loaded: LoadedConfig, folder: Path, metrics: dict, plots: list[Path] = (), plan: RunPlan | None = None, state=None
+) -> None:
     cfg = loaded.config
     what = f"{cfg.task}" + (f" ({cfg.trainer})" if cfg.task == "llm" else "")
     lines = [
@@ -39,8 +41,7 @@ def write_model_card(loaded: LoadedConfig, folder: Path, metrics: dict, plots: l
         f"Fine-tuned from `{cfg.base_model}` with autotrain: {what}.",
         "",
         f"- data: `{cfg.data.path}` (split `{cfg.data.train_split}`)",
-        f"- epochs: {cfg.training_args.epochs}, learning rate: {cfg.training_args.lr}, "
-        f"optimizer: {cfg.training_args.optimizer}",
+        *_training_lines(cfg, plan, state),
     ]
     shown = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
     if shown:
@@ -51,6 +52,30 @@ def write_model_card(loaded: LoadedConfig, folder: Path, metrics: dict, plots: l
         lines += [f"![{p.stem}]({p.relative_to(folder).as_posix()})" for p in plots]
     lines += ["", "The full resolved config is in `autotrain.yaml`.", ""]
     (folder / "README.md").write_text("\n".join(lines), encoding="utf-8")
+
+
+def _training_lines(cfg, plan: RunPlan | None, state) -> list[str]:
+    """What the run did, from the plan and the Trainer's state: steps and epochs done (a run bounded by
+    `max_steps` does not train `epochs`), the batch per optimizer step, optimizer, precision, final loss."""
+    args = cfg.training_args
+    bound = f"`max_steps: {args.max_steps}`" if args.max_steps else f"`epochs: {args.epochs}`"
+    if state is not None:
+        lines = [f"- trained: {state.global_step} steps, {state.epoch or 0:.2f} epochs (asked: {bound})"]
+    else:
+        lines = [f"- asked: {bound}"]
+    if plan is not None:
+        lines.append(
+            f"- batch per step: {plan.effective_batch_size} = batch_size {args.batch_size} x gradient_accumulation "
+            f"{args.gradient_accumulation} x {plan.world_size} process(es)"
+        )
+    lines.append(f"- learning rate: {args.lr}, optimizer: {plan.optimizer.name if plan else args.optimizer}")
+    if plan is not None:
+        mode = "fp32" if plan.precision.mode == "no" else plan.precision.mode
+        lines.append(f"- precision: {mode} on {plan.precision.device} (asked: {plan.asked_precision})")
+    logged = [e for e in state.log_history if isinstance(e.get("loss"), (int, float))] if state is not None else []
+    if logged:  # `train_loss` in the results is the mean over the run, far above where it ended
+        lines.append(f"- final train loss: {logged[-1]['loss']:.4f} at step {logged[-1]['step']}")
+    return lines
 
 
 def save_final(trainer, loaded: LoadedConfig, plan: RunPlan, metrics: dict) -> None:
@@ -78,7 +103,7 @@ def save_final(trainer, loaded: LoadedConfig, plan: RunPlan, metrics: dict) -> N
         from autotrain.training.plots import write_plots
 
         plots = write_plots(folder, trainer.state.log_history, cfg.task)  # plots/loss.png (+ metrics.png)
-        write_model_card(loaded, folder, card_metrics, plots)
+        write_model_card(loaded, folder, card_metrics, plots, plan, trainer.state)
 
 
 def write_json(path: Path, data: dict) -> None:

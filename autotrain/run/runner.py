@@ -7,7 +7,6 @@ Exit codes: 0 done, 1 failure during training (traceback in project_name/logs/),
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import shlex
 import sys
@@ -170,10 +169,8 @@ def _train(this: _Run, resume: str | None, stop) -> int:
         this.say(f"resuming from {checkpoint}")
     quiet_libraries()
     progress = ProgressCallback()
-    trainer = build_trainer(cfg, this.plan, [progress, stop], token=cfg.hub.token)
-    used = getattr(trainer, "autotrain_padding_free", this.plan.padding_free)
-    if used != this.plan.padding_free:  # a check on the loaded model overruled the plan: record what runs
-        this.plan = dataclasses.replace(this.plan, padding_free=used)
+    # The builder returns the plan it ran: the resolved one, or one it refined (recorded as such).
+    trainer, this.plan = build_trainer(cfg, this.plan, [progress, stop], token=cfg.hub.token)
     trainer.remove_callback(PrinterCallback)  # our progress display replaces its raw dict lines
     install_loss_hooks(trainer, cfg.training_args.nan_policy)
     AtomicCheckpoints(folder, cfg.training_args.save_total_limit, [checkpoint] if checkpoint else []).attach(trainer)
@@ -224,8 +221,11 @@ def _completed(this: _Run, trainer, metrics: dict) -> int:
     if getattr(trainer, "skipped_batches", 0):
         metrics["skipped_batches"] = trainer.skipped_batches
         this.say(f"warning: skipped {trainer.skipped_batches} batch(es) with a non-finite loss")
+    if getattr(trainer, "skipped_tensors", 0):
+        metrics["skipped_tensors"] = trainer.skipped_tensors
+        this.say(f"warning: the optimizer skipped {trainer.skipped_tensors} parameter update(s): non-finite gradient")
     save_final(trainer, this.loaded, this.plan, metrics)
-    this.say(f"done: model saved to {this.folder}/ (train loss {metrics.get('train_loss', float('nan')):.4f})")
+    this.say(f"done: model saved to {this.folder}/ ({_losses(trainer, metrics)})")
     code, exported = EXIT_OK, []
     if getattr(this.cfg, "export", None) is not None and trainer.is_world_process_zero():
         from autotrain.run.outputs import export_after_training
@@ -236,6 +236,14 @@ def _completed(this: _Run, trainer, metrics: dict) -> int:
 
         this.say(f"pushed to {push_to_hub(this.loaded, exported)}")
     return this.finish("completed", code, _last_checkpoint(this.folder))
+
+
+def _losses(trainer, metrics: dict) -> str:
+    """`final loss 1.6312 at step 50; mean train loss over the run 2.9229`: the Trainer's `train_loss` is the mean of
+    every step, far above where the progress display ended; both are said, each by its name."""
+    logged = [e for e in trainer.state.log_history if isinstance(e.get("loss"), (int, float))]
+    mean = f"mean train loss over the run {metrics.get('train_loss', float('nan')):.4f}"
+    return f"final loss {logged[-1]['loss']:.4f} at step {logged[-1]['step']}; {mean}" if logged else mean
 
 
 def _failure_code(this: _Run, exc: BaseException) -> int:
@@ -261,6 +269,9 @@ def _failure_code(this: _Run, exc: BaseException) -> int:
     if debug_enabled():
         traceback.print_exc()
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    from autotrain.training.verify import refused_pickle
+
+    first = refused_pickle(exc) or first  # never pass on torch's advice to load it with weights_only=False
     this.say(f"error: training failed: {type(exc).__name__}: {first}", every_rank=True)
     if log is not None:
         this.say(f"full traceback: {log}", every_rank=True)
