@@ -5,7 +5,16 @@ from __future__ import annotations
 import os
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_serializer, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 from pydantic.json_schema import WithJsonSchema
 
 from autotrain.config.trainers import columns_help
@@ -56,9 +65,20 @@ class HubConfig(StrictModel):
     token: str | None = Field(None, description="Hub token; use `${HF_TOKEN}`. Never printed or saved.")
 
 
+def _process_count(value: Any) -> Any:
+    """The bounds of a number of processes, checked here: as `ge`/`le` on the `int | "auto"` field, pydantic
+    would apply them to "auto" too and crash with a TypeError."""
+    if isinstance(value, int) and not isinstance(value, bool) and not 1 <= value <= 1024:
+        raise ValueError("must be from 1 to 1024, or `auto`")
+    return value
+
+
+ProcessCount = Annotated[Int | Literal["auto"], BeforeValidator(_process_count)]
+
+
 class DistributedConfig(StrictModel):
-    num_processes: Int | Literal["auto"] = Field(
-        1, description="Processes (GPUs) per machine; `auto` = every visible GPU.", ge=1, le=1024
+    num_processes: ProcessCount = Field(
+        1, description="Processes (GPUs) per machine, 1-1024; `auto` = every visible GPU."
     )
     strategy: Literal["ddp", "fsdp", "deepspeed"] = Field("ddp", description="How processes share the work.")
     fsdp: FsdpConfig | None = Field(None, description="FSDP options (strategy: fsdp).")
@@ -67,12 +87,21 @@ class DistributedConfig(StrictModel):
     machine_rank: Int = Field(0, ge=0, le=4095, description="This machine's rank, 0 .. num_machines-1.")
     main_process_ip: str | None = Field(None, description="Address of machine 0 (multi-node).")
     main_process_port: Int = Field(29500, ge=1, le=65535, description="Port on machine 0 (multi-node).")
+    backend: Literal["accelerate", "ray"] = Field(
+        "accelerate",
+        description="Who starts the processes: accelerate (torch's elastic agent, one machine or several started "
+        "by you or a scheduler) or ray (Ray Train workers, num_processes x num_machines of them; pip install "
+        "'autotrain[ray]').",
+    )
+    ray_address: str | None = Field(
+        None, description="backend: ray: an existing Ray cluster (`auto`, `ray://host:10001`); null = a local Ray."
+    )
     rendezvous_timeout: Int = Field(
         60,
         ge=5,
         le=86_400,
-        description="Seconds (from each machine's start) for every machine to check in at main_process_ip:port "
-        "before the run stops with one line naming who came and who did not (multi-node), instead of hanging.",
+        description="Multi-node: seconds from each machine's start by which every machine has checked in at "
+        "main_process_ip:port, or this one has stopped with one line naming who came and who did not.",
     )
 
 

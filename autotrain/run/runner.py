@@ -17,6 +17,7 @@ from pathlib import Path
 from autotrain.config.load import LoadedConfig
 from autotrain.errors import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILURE, EXIT_OK, UserInputError, debug_enabled, eprint
 from autotrain.run.launch import LAUNCHED_ENV
+from autotrain.run.ray_launch import RAY_LAUNCHED
 from autotrain.training.quiet import quiet_bars, quiet_libraries
 
 
@@ -48,7 +49,8 @@ class _Run:
         self.cfg = loaded.config
         self.folder = Path(self.cfg.project_name)
         self.argv_sets = list(argv_sets)
-        self.launched = os.environ.get(LAUNCHED_ENV) == "1"  # a rank started by run.launch
+        # a rank started by run.launch ("1") or a Ray Train worker (run.ray_launch)
+        self.launched = os.environ.get(LAUNCHED_ENV) in ("1", RAY_LAUNCHED)
         self.main_process = os.environ.get("RANK", "0") == "0"
         self.manifest = None
         self.started = False  # trainer.train() was entered
@@ -87,7 +89,8 @@ def run(loaded: LoadedConfig, resume: str | None = None, overwrite: bool = False
                     return EXIT_OK
             else:  # machine 0 claims the (shared) folder; the others only write into it
                 this.folder.mkdir(parents=True, exist_ok=True)
-            if this.cfg.distributed.num_machines > 1:  # before the training stack loads: fail in seconds
+            ray = this.cfg.distributed.backend == "ray"  # Ray places the workers: no machines to check in
+            if this.cfg.distributed.num_machines > 1 and not ray:  # before the training stack loads: fail in seconds
                 from autotrain.run.rendezvous import check_in
 
                 this.rendezvous = check_in(this.cfg.distributed)  # kept: the launcher reuses its server
@@ -96,10 +99,14 @@ def run(loaded: LoadedConfig, resume: str | None = None, overwrite: bool = False
         stop = GracefulStop()
         stop.install()
         this.plan = _resolve(this)
-        if this.launched and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        if os.environ.get(LAUNCHED_ENV) == "1" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
             from autotrain.run.rendezvous import check_ranks
 
             check_ranks(this.cfg.distributed.rendezvous_timeout)  # before the model loads
+        if not this.launched and this.cfg.distributed.backend == "ray":
+            from autotrain.run.ray_launch import run_on_ray
+
+            return run_on_ray(loaded, this.plan, resume=resume, argv_sets=this.argv_sets)
         if not this.launched and this.plan.world_size > 1:
             from autotrain.run.launch import relaunch
 
