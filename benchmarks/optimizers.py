@@ -237,10 +237,10 @@ SMOLLM2_FIGURES = [
 ]
 
 
-def _smollm2_rows(device: str, threads: int, rounds: int) -> list[tuple]:
+def _smollm2_rows(device: str, threads: int, rounds: int, layers: int = 30) -> list[tuple]:
     """Step-time ratios on SmolLM2-135M's 272 tensors, and CAME8Bit's first step (compiled) in a fresh
     process, cold (inductor's caches off) and with the cache the previous process left."""
-    shapes = smollm2_shapes(30)
+    shapes = smollm2_shapes(layers)
     names = list(dict.fromkeys([n for _, a, b, _ in SMOLLM2_FIGURES for n in (a, b)]))
     times = step_times(names, shapes, device, rounds)
     rows = []
@@ -277,6 +277,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
     parser.add_argument("--rounds", type=int, default=25)
     parser.add_argument("--smollm2", action="store_true", help="also SmolLM2-135M's whole parameter list")
+    parser.add_argument("--layers", type=int, default=30, help="SmolLM2's decoder layers (--smollm2; default 30)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device, rounds = args.device, (7 if args.quick else args.rounds)
@@ -325,7 +326,7 @@ def main() -> None:
             )
             rows.append((figure, f"{worst:.1e}{codes}", f"{control:.1e}", worst / max(control, 1e-30), None))
     if args.smollm2:
-        rows += _smollm2_rows(device, args.threads, rounds)
+        rows += _smollm2_rows(device, args.threads, rounds, args.layers)
     if not args.quick:
         rows += _memory_rows(device, args.threads)
 

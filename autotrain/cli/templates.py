@@ -51,8 +51,7 @@ def init(
     text = _SCHEMA_COMMENT.sub(f"# yaml-language-server: $schema={schema_path(task).as_uri()}", text, count=1)
     # ...and its "run:" line at the copy, not at the template.
     text = text.replace(f"--config configs/{TEMPLATES[key]}", f"--config {output}", 1)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(text, encoding="utf-8")
+    _write(output, text)
     print(
         f"wrote {output}; check it with `autotrain validate {output}`, run it with `autotrain {task} --config {output}`"
     )
@@ -71,5 +70,14 @@ def schema(
         return
     if output.exists() and not force:
         raise fail(f"{output} exists; choose another -o PATH or add --force", EXIT_BAD_INPUT)
-    output.write_text(text, encoding="utf-8")
+    _write(output, text)
     print(f"wrote {output}")
+
+
+def _write(output: Path, text: str) -> None:
+    """Write `output` (its folder made if missing); a folder or file that cannot be written is bad input."""
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise fail(f"cannot write {output}: {exc.strerror or exc}", EXIT_BAD_INPUT) from None

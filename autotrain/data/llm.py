@@ -65,6 +65,8 @@ def _blocks_format(dataset, cfg: LLMConfig, name: str):
 def _check_messages(dataset, column: str, name: str) -> None:
     """Every row of `column` is a list of {role, content} messages: a bad row is named here, not met
     mid-run as a library's KeyError."""
+    if _typed_as_messages(dataset, column):
+        return  # the column's type says so for every row: no need to look at each
     row = 0
     for batch in dataset.select_columns([column]).iter(batch_size=1000):
         for value in batch[column]:
@@ -75,6 +77,15 @@ def _check_messages(dataset, column: str, name: str) -> None:
                     f"{{role, content}} messages; it holds {type(value).__name__} {shown}"
                 )
             row += 1
+
+
+def _typed_as_messages(dataset, column: str) -> bool:
+    """The Arrow type is a list of {role, content} structs, and no row is null."""
+    from datasets import List
+
+    feature = dataset.features.get(column)
+    inner = feature.feature if isinstance(feature, List) else None
+    return isinstance(inner, dict) and {"role", "content"} <= set(inner) and dataset.data.column(column).null_count == 0
 
 
 def _is_messages(value) -> bool:

@@ -272,13 +272,15 @@ def _failure_code(this: _Run, exc: BaseException) -> int:
     if isinstance(exc, Diverged):
         this.say(f"error: {exc}" + (f"; the last good checkpoint is {last}" if last else ""), every_rank=True)
         return this.finish("diverged", EXIT_DIVERGED, last)
+    from autotrain.training.verify import refused_pickle
+
+    if refused_pickle(exc):  # torch refused to unpickle a model file: the input, not the run (and no advice)
+        this.say(f"error: the model files (base_model or a checkpoint): {refused_pickle(exc)}", every_rank=True)
+        return this.finish("bad input", EXIT_BAD_INPUT, last)
     log = _write_traceback(this.folder, this.loaded.secrets)
     if debug_enabled():
         traceback.print_exc()
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    from autotrain.training.verify import refused_pickle
-
-    first = refused_pickle(exc) or first  # never pass on torch's advice to load it with weights_only=False
     this.say(f"error: training failed: {type(exc).__name__}: {first}", every_rank=True)
     if log is not None:
         this.say(f"full traceback: {log}", every_rank=True)
