@@ -447,3 +447,19 @@ def test_without_the_gguf_package_the_gguf_export_says_what_to_install(cli, tiny
     result = cli("export", tiny_run, "-o", tmp_path / "x")
     assert result.exit_code == 2
     assert "error: GGUF export needs the gguf package: pip install 'autotrain[export]'" in result.stderr
+
+
+def test_a_killed_exports_staging_folder_is_cleared_by_the_next(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from autotrain.export import output
+
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = tmp_path / f".out.partial-{done.stdout.strip()}"
+    alive = tmp_path / f".out.partial-{os.getppid()}"  # a live process: not ours to clear
+    for folder in (dead, alive):
+        folder.mkdir()
+    stage = output.staging(tmp_path / "out")
+    assert not dead.exists() and alive.exists() and stage.is_dir()

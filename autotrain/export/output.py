@@ -43,10 +43,24 @@ def check_output(out: Path, force: bool) -> None:
 
 def staging(out: Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
+    for stale in [*out.parent.glob(f".{out.name}.partial-*"), *out.parent.glob(f".{out.name}*.old-*")]:
+        pid = stale.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not _alive(int(pid)):  # left by an export that was killed: ours, and dead
+            shutil.rmtree(stale, ignore_errors=True)
     folder = out.parent / f".{out.name}.partial-{os.getpid()}"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir()
     return folder
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def publish(stage: Path, final: Path) -> Path:
