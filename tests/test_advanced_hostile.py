@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from autotrain.config.advanced import ADVANCED_TRAINERS
+
 ORPO = """task: llm-orpo
 base_model: tests/assets/tiny-llama
 project_name: runs/aa
@@ -37,7 +39,8 @@ def test_a_trainer_that_is_not_a_word_is_one_line(cli, tmp_path, command, traine
     result = cli(*args)
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output and "TypeError" not in result.output
-    assert f"{path}:12:3: params.trainer: must be one word, one of: default, generic, sft" in result.stderr
+    choices = ", ".join(ADVANCED_TRAINERS)  # from the trainer table, plus the generic names
+    assert f"{path}:12:3: params.trainer: must be one word, one of: {choices}" in result.stderr
 
 
 @pytest.mark.parametrize("command", ["validate", "migrate"])

@@ -85,6 +85,17 @@ def test_templates_and_schema(client):
     assert client.get("/api/schema/nope").status_code == 404
 
 
+def test_the_schema_served_lists_every_trainer_of_the_table(client):
+    """The page reads the trainer choices from /api/schema, so a trainer added to the table shows up there."""
+    from autotrain.config.trainers import TRAINERS
+
+    schemas = client.get("/api/schema/llm").json()
+    assert list(schemas["trainers"]) == list(TRAINERS)
+    assert schemas["schema"]["properties"]["trainer"]["enum"] == list(TRAINERS)
+    assert schemas["trainers"]["grpo"]["columns"] == [["prompt"]] and schemas["trainers"]["grpo"]["generates"]
+    assert "trainers" not in client.get("/api/schema/text-classification").json()
+
+
 def test_a_form_edit_keeps_the_rest_of_the_yaml(client):
     text = QUICKSTART.read_text()
     result = client.post("/api/yaml/set", json={"text": text, "path": ["training_args", "lr"], "value": -1}).json()

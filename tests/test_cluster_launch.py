@@ -310,3 +310,20 @@ def test_the_torchrun_commands_train_on_loopback(tmp_path, cli):
     results = [(p.wait(timeout=900), p.communicate()[1]) for p in machines]
     assert [code for code, _ in results] == [0, 0], [err for _, err in results]
     assert_trained_once(tmp_path / "run")
+
+
+def test_num_processes_auto_validates_and_bounds_are_one_line(tmp_path, cli):
+    # `auto` crashed validation (a TypeError, exit 1): the bounds applied to the string too.
+    config = gpu_config(tmp_path)
+    assert cli("validate", config, "--set", "distributed.num_processes=auto").exit_code == 0
+    result = cli("validate", config, "--set", "distributed.num_processes=0")
+    assert result.exit_code == 2 and "distributed.num_processes: must be from 1 to 1024, or `auto`" in result.stderr
+
+
+def test_ray_backend_without_ray_is_one_line(tmp_path, cli, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
+    config = write_config(tmp_path, {"num_processes": 2, "backend": "ray"})
+    result = cli("llm", "--config", config)
+    assert result.exit_code == 2, result.output
+    assert "distributed.backend: ray needs Ray Train: pip install 'autotrain[ray]'" in result.stderr
+    assert not (tmp_path / "run").exists(), "a refused run leaves no project folder"

@@ -176,6 +176,12 @@ def test_a_classifier_exports_merged_only(cli, tmp_path):
     result = cli("export", run, "--format", "gguf")
     assert result.exit_code == 2
     assert "holds a text-classification model: it exports as `--format merged` only" in result.stderr
+    result = cli("export", run, "--format", "merged", "--quant", "f16")
+    assert result.exit_code == 0, result.output
+    report = json.loads((run / "export-merged-f16" / "export_report.json").read_text())
+    assert report["passed"] and report["kind"] == "classifier"
+    assert report["parity"]["readers"]["transformers"]["vs_written_weights"]["max_logit_diff"] < 1e-5
+    assert (run / "export-merged-f16" / "model.safetensors").is_file()
 
 
 def test_an_unsupported_architecture_is_refused_before_writing(cli, tmp_path):
@@ -319,3 +325,125 @@ def test_the_hook_exports_and_pushes_the_gguf_beside_the_model(tmp_path, monkeyp
     outputs.push_to_hub(loaded, files)
     assert "export-*/**" in uploads[0][1]  # the export folder itself is not uploaded twice
     assert uploads[1:] == [("run-q8_0.gguf", True), ("Modelfile", True)]
+
+
+def test_a_sentencepiece_style_vocabulary_reads_back(tmp_path):
+    """Mistral and Llama 2 tokenizers (BPE with byte fallback, `▁` for spaces) go in as llama.cpp's `llama`
+    vocabulary: scores from the merge order, `<0xNN>` tokens typed BYTE; transformers reads the same ids back."""
+    import gguf
+    import torch
+    from tokenizers import Tokenizer, decoders, models, normalizers, trainers
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
+
+    from autotrain.export.gguf_file import write_gguf
+
+    backend = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    backend.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    backend.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
+    special = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)]
+    texts = (REPO / "tests" / "assets" / "data" / "text.jsonl").read_text().splitlines()
+    backend.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=400, special_tokens=special, show_progress=False))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    config = AutoConfig.for_model(
+        "mistral", vocab_size=400, hidden_size=64, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    summary = write_gguf(AutoModelForCausalLM.from_config(config), tokenizer, tmp_path / "m.gguf", "f16", "spm")
+    assert (summary.tokenizer, summary.pre_tokenizer) == ("llama", "default")
+    reader = gguf.GGUFReader(str(tmp_path / "m.gguf"))
+    types = reader.fields["tokenizer.ggml.token_type"].contents()
+    assert types[3 + 0xC3] == gguf.TokenType.BYTE and types[1] == gguf.TokenType.CONTROL
+    back = AutoTokenizer.from_pretrained(tmp_path, gguf_file="m.gguf")
+    # Not text that starts with a space: transformers rebuilds this vocabulary with Metaspace, which prefixes
+    # one space fewer there than the `Prepend` normalizer does (llama.cpp does as the normalizer).
+    for text in ("hello world ü", "the sea is blue.", "Ünïcödé 123", "[INST] what color? [/INST]"):
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        assert back(text, add_special_tokens=False)["input_ids"] == ids, text
+
+
+def test_the_modelfile_carries_the_runs_system_prompt_where_the_template_has_one():
+    from autotrain.export.modelfile import FAMILIES, ChatFamily, modelfile_text
+
+    chatml = ChatFamily("chatml", FAMILIES["chatml"][0][0], ("<|im_end|>",), "Default.", "")
+    assert 'SYSTEM """Talk like a pirate."""' in modelfile_text("m.gguf", chatml, "Talk like a pirate.")
+    assert 'SYSTEM """Default."""' in modelfile_text("m.gguf", chatml, None)  # SmolLM2's own default
+    mistral = ChatFamily("mistral", FAMILIES["mistral"][0][0].replace("{EOS}", "</s>"), ("</s>",), None, "<s>")
+    assert "SYSTEM" not in modelfile_text("m.gguf", mistral, "Talk like a pirate.")  # its template drops it
+
+
+def test_the_llama_cpp_reader_is_used_when_installed(cli, tiny_run, tmp_path, monkeypatch):
+    """With `llama_cpp` importable its greedy tokens join the check (here a stand-in speaking its API, backed
+    by transformers' reading of the same file; the real one runs where llama-cpp-python is installed)."""
+    import sys
+    import types
+
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    class Llama:
+        def __init__(self, model_path, n_ctx, logits_all, verbose, seed):
+            path = Path(model_path)
+            self.model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+            self.tokens, self.scores = [], np.zeros((n_ctx, 320), dtype=np.float32)
+
+        n_tokens = property(lambda self: len(self.tokens))
+
+        def reset(self):
+            self.tokens = []
+
+        def eval(self, tokens):
+            self.tokens += list(tokens)
+            with torch.no_grad():
+                self.scores[: self.n_tokens] = self.model(torch.tensor([self.tokens])).logits[0].numpy()
+
+    monkeypatch.setitem(sys.modules, "llama_cpp", types.SimpleNamespace(Llama=Llama))
+    result = cli("export", tiny_run, "-o", tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    assert "llama_cpp: 8/8 prompts agree" in result.stdout
+    report = json.loads((tmp_path / "out" / "export_report.json").read_text())
+    assert report["parity"]["readers"]["llama_cpp"]["max_logit_diff_first_token"] < 1e-3
+
+
+def test_a_qlora_adapter_is_merged_into_its_unquantized_base(cli, tmp_path):
+    """A LoRA run saves only its adapter; export merges it into the base model (a QLoRA run's base loaded
+    without quantization) and the result answers like base + adapter."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32)
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False)
+    adapted = get_peft_model(base, lora)
+    run = tmp_path / "qlora"
+    adapted.save_pretrained(run)
+    AutoTokenizer.from_pretrained(TINY).save_pretrained(run)
+    cfg = {"task": "llm", "trainer": "sft", "base_model": str(TINY), "project_name": "runs/q",
+           "data": {"path": str(CHAT), "column_mapping": {"messages": "messages"}},
+           "peft": {"enabled": True, "r": 4, "alpha": 8, "quantization": "int4"}}  # fmt: skip
+    (run / "autotrain.yaml").write_text(yaml.safe_dump(cfg))
+    (run / "run.json").write_text('{"status": "completed"}')
+    result = cli("export", run, "--format", "merged")
+    assert result.exit_code == 0, result.output
+    report = json.loads((run / "export-merged-f32" / "export_report.json").read_text())
+    assert report["kind"] == "qlora" and report["passed"]
+    merged = AutoModelForCausalLM.from_pretrained(run / "export-merged-f32", dtype=torch.float32)
+    ids = torch.tensor([[1, 263, 80, 279]])
+    with torch.no_grad():
+        expected, got = adapted(ids).logits, merged(ids).logits
+    assert float((expected - got).abs().max()) < 1e-4
+    plain = AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32)
+    with torch.no_grad():
+        assert float((plain(ids).logits - got).abs().max()) > 1e-3  # the adapter is in the export
+
+
+def test_without_the_gguf_package_the_gguf_export_says_what_to_install(cli, tiny_run, tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a))
+    result = cli("export", tiny_run, "-o", tmp_path / "x")
+    assert result.exit_code == 2
+    assert "error: GGUF export needs the gguf package: pip install 'autotrain[export]'" in result.stderr

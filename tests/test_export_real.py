@@ -24,9 +24,11 @@ HELD_OUT = [
 # (docs/export.md, "Compared with llama.cpp's converter").
 ONLY_IN_REFERENCE = {
     "general.organization", "general.finetune", "general.basename", "general.size_label", "general.license",
-    "general.languages", "tokenizer.ggml.add_space_prefix",
+    "general.languages",
 }  # fmt: skip
 ONLY_IN_OURS = {"tokenizer.ggml.add_eos_token"}
+SAME_AS_REFERENCE = ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type")
+SAME_AS_REFERENCE += ("tokenizer.chat_template",)
 
 
 def rows(pairs):
@@ -109,5 +111,10 @@ def test_a_lora_fine_tune_exports_and_keeps_its_style(cli, pirate_run, smollm2_g
     }
     assert set(reference["keys"]) - set(ours["keys"]) == ONLY_IN_REFERENCE
     assert set(ours["keys"]) - set(reference["keys"]) == ONLY_IN_OURS
+    import gguf
+
+    mine, theirs = gguf.GGUFReader(str(out / name)), gguf.GGUFReader(str(smollm2_gguf))
+    for key in SAME_AS_REFERENCE:
+        assert mine.fields[key].contents() == theirs.fields[key].contents(), key
     expected_matrix_type = {"f16": "F16", "q8_0": "Q8_0"}[quant]
     assert {t["type"] for n, t in ours["tensors"].items() if len(t["shape"]) == 2} == {expected_matrix_type}

@@ -97,17 +97,26 @@ def test_predict_into_a_read_only_folder_is_refused_before_loading(cli, tmp_path
         one_error_line(result, "--output", "is not writable")
 
 
+@pytest.mark.parametrize("command", [["init", "llm"], ["schema", "llm"]])
+def test_a_template_or_schema_into_a_read_only_folder_is_bad_input(cli, tmp_path, command):
+    locked = tmp_path / "locked"
+    with read_only(locked):
+        result = cli(*command, "-o", locked / "out.yml")
+        one_error_line(result, f"cannot write {locked / 'out.yml'}")
+
+
 # --- data of the wrong shape ------------------------------------------------------------------------------
 
 
-def test_a_chat_row_whose_messages_is_a_string_is_named(cli, tmp_path):
+@pytest.mark.parametrize(("value", "shown"), [("hello there", "str 'hello there'"), (None, "NoneType None")])
+def test_a_chat_row_whose_messages_is_not_a_list_is_named(cli, tmp_path, value, shown):
     rows = CHAT.read_text().splitlines()[:6]
-    rows.insert(3, json.dumps({"messages": "hello there"}))
+    rows.insert(3, json.dumps({"messages": value}))
     data = tmp_path / "chat.jsonl"
     data.write_text("\n".join(rows) + "\n")
     config = llm_config(tmp_path, trainer="sft", data={"path": str(data), "chat_template": "chatml"})
     result = cli("llm", "--config", config)
-    one_error_line(result, "row 3", "column `messages`", "list of {role, content} messages", "str 'hello there'")
+    one_error_line(result, "row 3", "column `messages`", "list of {role, content} messages", shown)
     assert not (tmp_path / "run" / "run.json").exists()
 
 
@@ -291,3 +300,156 @@ def test_a_run_whose_weights_would_run_code_is_refused_without_advice(cli, tmp_p
     one_error_line(result, f"cannot load the model saved in `{run}`", "could run code")
     assert "weights_only" not in result.output
     assert not (tmp_path / "PWNED").exists()
+
+
+# --- inputs built to exhaust memory -------------------------------------------------------------------------
+
+REPO = ASSETS.parent.parent
+# Runs `autotrain predict` twice in one interpreter, first on a short input, then on the hostile one, and
+# prints the peak resident memory (VmHWM) after each; the peak is reset in between (/proc/self/clear_refs).
+PEAKS = """
+import sys
+from autotrain.cli.main import app
+
+def peak():
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) // 1024 for line in status if line.startswith("VmHWM:"))
+
+results = []
+for args in (sys.argv[1:sys.argv.index("--")], sys.argv[sys.argv.index("--") + 1:]):
+    with open("/proc/self/clear_refs", "w") as refs:
+        refs.write("5")
+    try:
+        code = app(["predict", *args], standalone_mode=False) or 0
+    except SystemExit as exc:
+        code = exc.code
+    results.append(f"{code} {peak()}")
+print(*results)
+"""
+
+
+def peaks(first: list, second: list) -> tuple[tuple[int, int], tuple[int, int], str]:
+    """`autotrain predict FIRST`, then `autotrain predict SECOND` in the same fresh interpreter (the model
+    loaded by both): ((exit code, peak MiB) of each, stderr)."""
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    command = [sys.executable, "-c", PEAKS, *map(str, first), "--", *map(str, second)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    a, b, c, d = map(int, done.stdout.split()[-4:])
+    return (a, b), (c, d), done.stderr
+
+
+def untrained_run(tmp_path: Path, task: str) -> Path:
+    """A run folder as training leaves one (the shipped tiny model and its resolved config), no training."""
+    model = {"llm": "tiny-llama", "text-classification": "tiny-bert", "image-classification": "tiny-vit"}[task]
+    config = yaml.safe_load((REPO / "configs" / task / "quickstart.yml").read_text())
+    config["base_model"] = str(ASSETS / model)
+    config["data"]["path"] = str(REPO / config["data"]["path"])
+    config["project_name"] = str(tmp_path / "elsewhere")
+    run = tmp_path / "run"
+    shutil.copytree(ASSETS / model, run)
+    (run / "autotrain.yaml").write_text(yaml.safe_dump(config))
+    return run
+
+
+def blank_png(path: Path, width: int, height: int) -> None:
+    """An RGB PNG of grey pixels, compressed row by row: a 12000x12000 one is ~450 KB and costs no memory."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    packer = zlib.compressobj(9)
+    row = b"\0" + b"\x80" * (3 * width)
+    data = b"".join(packer.compress(row) for _ in range(height)) + packer.flush()
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", data) + chunk(b"IEND", b""))
+
+
+def eight_megabytes() -> str:
+    return ("the apple is red and a happy carrot is orange while the sea is blue. " * 130_000)[: 8 << 20]
+
+
+# Before the inputs were cut to what the model uses (measured on the CPU machine these tests run on):
+# an 8 MB row took predict from ~520 MiB to 1533 MiB (text classifier) and 1924 MiB (LLM prompt); the
+# 12000x12000 PNG to 2430 MiB. After: ~550, ~550 and ~510 MiB (refused). The margin allowed is 200 MiB.
+MARGIN_MIB = 200
+needs_proc = pytest.mark.skipif(
+    not Path("/proc/self/clear_refs").exists(), reason="reads and resets peak memory through Linux's /proc"
+)
+
+
+@pytest.mark.slow
+@needs_proc
+@pytest.mark.parametrize(("task", "column"), [("text-classification", "text"), ("llm", "prompt")])
+def test_an_eight_megabyte_row_costs_what_its_last_tokens_cost(tmp_path, task, column):
+    run = untrained_run(tmp_path, task)
+    small, big = tmp_path / "small.jsonl", tmp_path / "big.jsonl"
+    small.write_text(json.dumps({column: "the apple is red"}) + "\n")
+    big.write_text(json.dumps({column: eight_megabytes()}) + "\n")
+    extra = ["--max-new-tokens", 2] if task == "llm" else []
+    short, hostile, err = peaks(
+        [run, "-i", small, "-o", tmp_path / "small.out", *extra], [run, "-i", big, "-o", tmp_path / "big.out", *extra]
+    )
+    assert short[0] == 0 and hostile[0] == 0, err[-3000:]
+    assert hostile[1] - short[1] < MARGIN_MIB, f"an 8 MB row: {hostile[1]} MiB at peak, a short one {short[1]} MiB"
+
+
+@pytest.mark.slow
+@needs_proc
+def test_a_huge_png_is_refused_before_it_is_decoded(tmp_path):
+    run = untrained_run(tmp_path, "image-classification")
+    small, huge = tmp_path / "small", tmp_path / "huge"
+    small.mkdir()
+    huge.mkdir()
+    blank_png(small / "a.png", 64, 64)
+    blank_png(huge / "a.png", 12000, 12000)  # 144 Mpx: under PIL's own bomb limit (179 Mpx)
+    short, hostile, err = peaks([run, "-i", small], [run, "-i", huge])
+    assert short[0] == 0 and hostile[0] == 2, err[-3000:]
+    assert f"image {huge / 'a.png'} is 12000x12000 pixels; images up to 67,108,864 pixels" in err
+    assert "Traceback" not in err and "DecompressionBomb" not in err
+    assert hostile[1] - short[1] < MARGIN_MIB, f"12000x12000: {hostile[1]} MiB at peak, 64x64: {short[1]} MiB"
+
+
+def test_clipped_texts_keep_the_tokens_the_model_reads():
+    """The slice the tokenizer sees gives the same last (LLM) or first (classifier) tokens as the whole."""
+    from transformers import AutoTokenizer
+
+    from autotrain.inference.bounds import clip_text
+
+    text = eight_megabytes()[: 64 << 10]
+    for model in ("tiny-llama", "tiny-bert"):
+        tokenizer = AutoTokenizer.from_pretrained(ASSETS / model)
+        whole = tokenizer(text)["input_ids"]
+        for budget in (16, 512):
+            end = clip_text(tokenizer, text, budget, keep="end")
+            start = clip_text(tokenizer, text, budget, keep="start")
+            assert len(end) < len(text) // 4 and len(start) < len(text) // 4
+            assert tokenizer(end)["input_ids"][-budget:] == whole[-budget:]
+            cut = tokenizer(start, truncation=True, max_length=budget)["input_ids"]
+            assert cut == tokenizer(text, truncation=True, max_length=budget)["input_ids"]
+
+
+def test_a_big_jpeg_is_decoded_small_and_a_small_image_untouched(tmp_path):
+    from PIL import Image
+
+    from autotrain.inference.bounds import open_image
+
+    Image.new("RGB", (4000, 3000), (200, 30, 30)).save(tmp_path / "big.jpg", quality=90)
+    image = open_image(str(tmp_path / "big.jpg"), 32)
+    assert min(image.size) >= 64 and max(image.size) <= 4000 // 8 * 2 and image.mode == "RGB"
+    Image.new("P", (100, 80)).save(tmp_path / "small.png")
+    assert open_image(str(tmp_path / "small.png"), 32).size == (100, 80)
+
+
+def test_a_base_model_whose_weights_would_run_code_is_bad_input(cli, tmp_path):
+    base = tmp_path / "base"
+    shutil.copytree(TINY, base, ignore=shutil.ignore_patterns("*.safetensors"))
+    damage(base / "pytorch_model.bin", "pickle", tmp_path / "PWNED")
+    result = cli("llm", "--config", llm_config(tmp_path, base_model=str(base)))
+    one_error_line(result, "base_model", "could run code")
+    assert "weights_only" not in result.output
+    assert not (tmp_path / "PWNED").exists() and not (tmp_path / "run").exists()

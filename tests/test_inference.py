@@ -329,6 +329,12 @@ def test_chat_reads_piped_stdin_until_exit(llm_run, prompts):
     assert "conversation cleared" in result.stderr
 
 
+def test_chat_stdin_that_is_not_utf8_is_bad_input(llm_run, prompts):
+    result = CliRunner().invoke(app, ["chat", str(llm_run), "--max-new-tokens", "2"], input=b"hello\n\xff\xfe\n")
+    assert_bad_input(result, "stdin line 2 is not valid UTF-8")
+    assert len(prompts) == 1  # the first line was answered
+
+
 def test_chat_on_a_classifier_is_bad_input(text_run):
     assert_bad_input(autotrain("chat", text_run, "-m", "hi"), "generat")
 

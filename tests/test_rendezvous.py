@@ -139,3 +139,35 @@ def test_a_wrong_interface_fails_every_rank_with_the_setting_named(tmp_path):
     assert "Traceback" not in process.stderr and seconds < 60
     assert not (tmp_path / "run" / "model.safetensors").exists()
     print(f"\n{seconds:5.1f} s  {line}")
+
+
+@pytest.mark.slow
+def test_another_service_on_the_port_is_named(tmp_path):
+    # Something else listens where machine 0 should be (it answers, but not as a TCPStore).
+    import threading
+
+    from autotrain.run.rendezvous import RendezvousError, check_in
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+
+    def answer_garbage():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n" * 4)
+
+    threading.Thread(target=answer_garbage, daemon=True).start()
+    dist = DistributedConfig(
+        num_machines=2, machine_rank=1, main_process_ip="127.0.0.1", main_process_port=port, rendezvous_timeout=5
+    )
+    began = time.monotonic()
+    with pytest.raises(RendezvousError, match=f"127.0.0.1:{port} answers but is not machine 0's rendezvous"):
+        check_in(dist)
+    server.close()
+    assert time.monotonic() - began < 60

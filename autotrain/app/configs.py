@@ -64,12 +64,34 @@ def list_templates() -> list[dict]:
 
 
 def task_schemas(task: str) -> dict:
-    """The task's JSON Schema and, per optimizer, the schema of its `optimizer_args`."""
+    """The task's JSON Schema, per optimizer the schema of its `optimizer_args`, and for `llm` the trainer
+    table (what the page lists and explains: every choice comes from here, none is written into the page)."""
     from autotrain.config.templates import task_schema
     from autotrain.optimizers.table import OPTIMIZERS
 
     optimizers = {name: spec.args.model_json_schema() for name, spec in OPTIMIZERS.items()}
-    return {"schema": task_schema(task), "optimizers": optimizers}
+    schemas = {"schema": task_schema(task), "optimizers": optimizers}
+    if task == "llm":
+        schemas["trainers"] = trainer_table()
+    return schemas
+
+
+def trainer_table() -> dict[str, dict]:
+    """Each trainer of `autotrain.config.trainers` as plain data: help line, columns, fields, template."""
+    from autotrain.config.trainers import TRAINERS
+
+    return {
+        name: {
+            "help": spec.help,
+            "columns": [list(group) for group in spec.columns],
+            "optional_columns": list(spec.optional_columns),
+            "fields": list(spec.fields),
+            "data_format": spec.data_format,
+            "generates": spec.generates,
+            "template": spec.template,
+        }
+        for name, spec in TRAINERS.items()
+    }
 
 
 def missing_paths(loaded: LoadedConfig, workdir: Path) -> list[str]:

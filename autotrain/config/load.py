@@ -18,7 +18,7 @@ from autotrain.config.interpolate import REDACTED, SECRET_KEYS, interpolate, red
 from autotrain.config.llm import LLMConfig
 from autotrain.config.overrides import apply_overrides
 from autotrain.config.paths import check_paths, text_problems
-from autotrain.config.rules import check_rules
+from autotrain.config.rules import OPTIMIZER_ARGS_ERROR, RULE_ERROR, check_rules
 from autotrain.config.suggest import did_you_mean, key_hint
 from autotrain.config.yaml_source import Locator, read_yaml
 from autotrain.errors import ConfigError, ConfigIssue
@@ -142,14 +142,20 @@ def _task(data: dict, locator: Locator, issues: list[ConfigIssue], expected: str
 
 
 def _validate(model: type[TaskConfig], data: dict, task: str, locator: Locator, issues: list[ConfigIssue]):
-    """Schema and cross-field rules in one pass; the config (None if the schema refused it)."""
-    rule_issues = [locator.issue(p, m) for p, m in check_rules(model, data, task)]
-    covered = {issue.path for issue in rule_issues}
+    """Schema and cross-field rules in one pass; the config (None if validation refused it).
+
+    The model runs the rules itself once its fields are valid. When the schema refused some of them, the
+    rules run here on the fields that did pass, so that every mistake is reported at once.
+    """
     config = None
     try:
         config = model.model_validate(data)
     except ValidationError as exc:
-        errors = exc.errors()
+        errors = [e for e in exc.errors() if e["type"] != RULE_ERROR]
+        # With fields refused by the schema the model's rules did not run: run them on the fields that passed.
+        rules = check_rules(model, data, task) if errors else ((tuple(e["loc"]), e["msg"]) for e in exc.errors())
+        rule_issues = [locator.issue(p, m) for p, m in rules]
+        covered = {issue.path for issue in rule_issues}
         unions = messages.union_members(errors)
         # A misspelt required key is one mistake: report the typo with its suggestion, not also the
         # "missing" field it was meant to be.
@@ -170,7 +176,7 @@ def _validate(model: type[TaskConfig], data: dict, task: str, locator: Locator, 
                 continue
             unknown += err["type"] == "extra_forbidden"
             issues.append(locator.issue(loc, _message(err, model, suggest=unknown <= SUGGEST_LIMIT)))
-    issues += rule_issues
+        issues += rule_issues
     if config is not None:
         issues += [locator.issue(p, m) for p, m in check_paths(config, locator.source)]
     return config
@@ -193,6 +199,8 @@ def _message(err: dict, model: type[BaseModel], suggest: bool = True) -> str:
         return f"unknown key{hint}" + (f"; valid keys here: {', '.join(known)}" if known and len(known) <= 12 else "")
     if kind == "missing":
         return "required field is missing"
+    if kind == OPTIMIZER_ARGS_ERROR:
+        return err["msg"]  # says already what is wrong with which optimizer's argument
     if kind == "literal_error":
         expected = re.findall(r"'([^']*)'|(\d+)", err.get("ctx", {}).get("expected", ""))
         choices = [a or b for a, b in expected]

@@ -47,6 +47,9 @@ _MEMBERS = {
     "list[str]": "a list of text",
     "list[int]": "a list of whole numbers",
     "dict[str,str]": "a mapping of names",
+    # optimizer_args: a mapping as given, the optimizer's typed arguments once validated
+    "dict[str,any]": "a mapping of `key: value` lines",
+    "BaseModel": "a mapping of `key: value` lines",
 }
 _NOUNS = {int: "whole numbers", float: "numbers", str: "texts", bool: "`true` / `false` values"}
 

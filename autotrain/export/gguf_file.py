@@ -202,6 +202,7 @@ def _write_tokenizer(writer, tokenizer, vocab_size: int, summary: GgufSummary) -
         summary.tokenizer, summary.pre_tokenizer = "gpt2", pre_tokenizer_name(spec)
         writer.add_tokenizer_model("gpt2")
         writer.add_tokenizer_pre(summary.pre_tokenizer)
+    writer.add_add_space_prefix(adds_space_prefix(spec))
     writer.add_token_list(tokens)
     writer.add_token_types(types)
     writer.add_token_merges(merges)
@@ -227,6 +228,19 @@ def pre_tokenizer_name(spec: dict) -> str:
     )
 
 
+def adds_space_prefix(spec: dict) -> bool:
+    """Whether the tokenizer puts a space before the text (ByteLevel's add_prefix_space, Metaspace's prepend)."""
+    pre = spec.get("pre_tokenizer") or {}
+    parts = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
+    for part in parts:
+        if part.get("type") == "ByteLevel" and part.get("add_prefix_space"):
+            return True
+        if part.get("type") == "Metaspace" and part.get("prepend_scheme", "always") != "never":
+            return True
+    normalizer = json.dumps(spec.get("normalizer") or {})
+    return '"Prepend"' in normalizer
+
+
 def vocabulary(tokenizer, vocab_size: int) -> tuple[list[str], list[int]]:
     """Every id up to the model's vocab_size: its token and llama.cpp's token type (as the converter does:
     special added tokens CONTROL, other added tokens USER_DEFINED, `<0xNN>` BYTE, ids with no token UNUSED)."""
@@ -240,12 +254,15 @@ def vocabulary(tokenizer, vocab_size: int) -> tuple[list[str], list[int]]:
         if token is None:
             tokens.append(f"[PAD{index}]")
             types.append(gguf.TokenType.UNUSED)
+        elif re.fullmatch(r"<0x[0-9A-Fa-f]{2}>", token):  # byte fallback, even when declared an added token
+            tokens.append(token)
+            types.append(gguf.TokenType.BYTE)
         elif index in added:
             tokens.append(token)
             types.append(gguf.TokenType.CONTROL if added[index].special else gguf.TokenType.USER_DEFINED)
         else:
             tokens.append(token)
-            types.append(gguf.TokenType.BYTE if re.fullmatch(r"<0x[0-9A-Fa-f]{2}>", token) else gguf.TokenType.NORMAL)
+            types.append(gguf.TokenType.NORMAL)
     return tokens, [int(t) for t in types]
 
 

@@ -34,12 +34,14 @@ def collect_prompts(cfg, tokenizer, limit: int = MAX_PROMPTS) -> Prompts:
     """Up to `limit` prompts from the validation split, else the training split; fixed probes when the data
     cannot be read here (a hub dataset offline), said so in `source`."""
     from autotrain.data.llm import load_llm_split
+    from autotrain.data.loading import FORMATS
 
     split = cfg.data.valid_split or cfg.data.train_split
     try:
         dataset = load_llm_split(cfg, split, token=cfg.hub.token)
         rows = [dataset[i] for i in range(min(limit, len(dataset)))]
-        source = f"{cfg.data.path} [{split}], first {len(rows)} rows"
+        named = split if split.endswith(tuple(FORMATS)) else f"{cfg.data.path} [{split}]"  # a split given as a file
+        source = f"{named}, first {len(rows)} rows"
     except (UserInputError, OSError, ValueError) as exc:
         rows, source = [], f"fixed probes (the data could not be read: {str(exc).splitlines()[0][:120]})"
     prompts = Prompts([], source=source)
@@ -102,15 +104,21 @@ def logits(model, ids: list[int]):
         return model(input_ids=torch.tensor([ids])).logits[0].float()
 
 
-def compare(reference, candidate, prompts: Prompts, reference_tokens, candidate_tokens) -> dict[str, Any]:
-    """Greedy agreement and the largest logit difference, on each prompt followed by the reference's answer."""
+def compare(reference, candidate, prompts: Prompts, answers: list[list[int]]) -> dict[str, Any]:
+    """Greedy agreement and the largest logit difference, each prompt followed by the trained model's greedy
+    `answers`, in one forward pass per model: the candidate picks the reference's top token at every position
+    of that answer exactly when its own greedy answer is the same (a prompt "agrees"); positions that
+    differ are counted in `token_agreement_pct` (top-1 agreement along the answer)."""
     agreeing, positions, same_positions, worst = 0, 0, 0, 0.0
-    for ids, expected, got in zip(prompts.ids, reference_tokens, candidate_tokens, strict=True):
-        agreeing += got == expected
-        positions += len(expected)
-        same_positions += sum(a == b for a, b in zip(got, expected, strict=True))
-        full = ids + expected
-        worst = max(worst, float((logits(reference, full) - logits(candidate, full)).abs().max()))
+    for ids, answer in zip(prompts.ids, answers, strict=True):
+        full = ids + answer
+        ref, got = logits(reference, full), logits(candidate, full)
+        span = slice(len(ids) - 1, len(full) - 1)
+        same = ref[span].argmax(-1) == got[span].argmax(-1)
+        agreeing += bool(same.all())
+        positions += len(answer)
+        same_positions += int(same.sum())
+        worst = max(worst, float((ref - got).abs().max()))
     count = len(prompts.ids)
     return {
         "prompts": count,

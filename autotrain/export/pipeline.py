@@ -52,6 +52,11 @@ def export_run(request: ExportRequest, say: Callable[[str], None] = print) -> Ex
             "(GGUF and Ollama are for LLMs)"
         )
     output.check_output(out, request.force)
+    if request.format != "merged":
+        import importlib.util
+
+        if importlib.util.find_spec("gguf") is None:
+            raise UserInputError("GGUF export needs the gguf package: pip install 'autotrain[export]'")
     say(f"loading the run in {request.run} ...")
     source = load_source(request.run, cfg)
     family = _check_exportable(source, request.format)

@@ -107,6 +107,11 @@ def card_section(report: dict) -> str:
         if not result.get("exercised", True):
             lines.append(f"| {reader} | not checked: {result['reason']} | | | |")
             continue
+        if "vs_trained" not in result:  # llama.cpp: greedy tokens, logits of the first answer token
+            lines.append(
+                f"| {reader} | trained model | {result['prompts_agreeing']}/{result['prompts']} | "
+                f"| {result['max_logit_diff_first_token']:.3g} (first token) |"
+            )
         for against in ("vs_trained", "vs_written_weights"):
             row = result.get(against)
             if row:

@@ -56,10 +56,13 @@ def load_source(folder: Path, cfg: TaskConfig) -> Source:
 
     torch.manual_seed(0)
     if cfg.task == "llm":
-        if cfg.trainer == "reward":
+        from autotrain.config.trainers import TRAINERS
+
+        if not TRAINERS[cfg.trainer].generates:
+            generating = ", ".join(name for name, spec in TRAINERS.items() if spec.generates)
             raise UserInputError(
-                f"`{folder}` holds a reward model (it scores texts, it does not generate); export takes "
-                "sft, orpo, dpo, grpo and clm runs"
+                f"`{folder}` holds a `trainer: {cfg.trainer}` model (it scores texts, it does not generate); "
+                f"export takes runs of: {generating}"
             )
         source = _load_llm(folder, cfg)
     else:

@@ -71,11 +71,13 @@ class Conversation:
         self.messages = list(self.start)
 
     def prompt_ids(self) -> list[int]:
+        from autotrain.inference.bounds import clip_messages
         from autotrain.inference.generate import prompt_ids
 
         turns = self.messages[len(self.start) :]
         while True:
-            ids = prompt_ids(self.tokenizer, self.start + turns, budget=None)
+            messages = clip_messages(self.tokenizer, self.start + turns, self.budget)  # a huge line costs little
+            ids = prompt_ids(self.tokenizer, messages, budget=None)
             if len(ids) <= self.budget or len(turns) <= 1:
                 break
             turns = turns[2:]  # the oldest user message and the reply to it

@@ -60,10 +60,14 @@ def generation_config(settings: GenerationSettings, tokenizer, model):
 def prompt_ids(tokenizer, prompt: str | list[dict], budget: int | None) -> list[int]:
     """Token ids of a prompt: a string is continued as plain text, a message list goes through the chat
     template (ending with the assistant's turn). Over `budget` tokens, the end of the prompt is kept."""
+    from autotrain.inference.bounds import clip_messages, clip_text
+
     if isinstance(prompt, str):
-        ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
+        text = prompt if budget is None else clip_text(tokenizer, prompt, budget, keep="end")
+        ids = tokenizer(text, add_special_tokens=True)["input_ids"]
     else:
-        ids = tokenizer(render_chat(tokenizer, prompt, reply=True), add_special_tokens=False)["input_ids"]
+        messages = prompt if budget is None else clip_messages(tokenizer, prompt, budget)
+        ids = tokenizer(render_chat(tokenizer, messages, reply=True), add_special_tokens=False)["input_ids"]
     return ids if budget is None else ids[-budget:]
 
 

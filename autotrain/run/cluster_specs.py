@@ -111,6 +111,7 @@ def pod_template(spec: Spec, name: str) -> dict:
         "spec": {
             # SIGTERM (eviction, deletion) reaches autotrain as PID 1: it saves a checkpoint in this time.
             "terminationGracePeriodSeconds": cluster.stop_before_limit,
+            "securityContext": {"fsGroup": 1000},  # the image runs as uid 1000: the volume must be writable
             "containers": [container],
             "volumes": [
                 {"name": "workspace", "persistentVolumeClaim": {"claimName": cluster.volume_claim}},

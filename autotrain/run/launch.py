@@ -136,12 +136,12 @@ def _port_held_by_check_in(held: bool):
     """Machine 0's check-in store (run/rendezvous.py) already serves main_process_port, and the launcher's
     rendezvous reuses that server (both are multi-tenant TCPStores in this process): accelerate's test that
     the port is free would refuse it, so it is skipped while the launcher starts."""
-    if not held:
-        yield
-        return
     import accelerate.utils.launch as accelerate_launch_utils
 
-    original = accelerate_launch_utils.is_port_in_use
+    original = getattr(accelerate_launch_utils, "is_port_in_use", None)
+    if not held or original is None:  # nothing to skip (a later accelerate may not test the port here)
+        yield
+        return
     accelerate_launch_utils.is_port_in_use = lambda port=None: False
     try:
         yield

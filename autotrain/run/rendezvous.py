@@ -8,7 +8,8 @@ Here each machine's `autotrain` process, before it loads the training stack, joi
 `main_process_ip:main_process_port` (machine 0 serves it), writes who it is (machine rank, host, the
 address it reaches machine 0 from, `num_machines`), and waits for the others until
 `distributed.rendezvous_timeout` seconds after it started. Every machine that is up then stops with the
-same kind of line: what was expected, what arrived, and the network settings NCCL and gloo will use.
+same kind of line: what was expected, what arrived, and the network settings NCCL and gloo will use,
+and has exited by `rendezvous_timeout` seconds after its start (it stops waiting 2 s before, to say so).
 
 Machine 0 keeps serving the store afterwards: it is created `multi_tenant`, so the launcher's own
 rendezvous (the torch elastic agent, in this same process, on the same port) reuses the server rather
@@ -42,6 +43,8 @@ NETWORK_ENV = (
 )
 _POLL = 0.2
 _MIN_WAIT = 10.0  # however long the start took, wait at least this long for the others
+# The timeout is when the named error must be out: stop waiting this much earlier, for the line and the exit.
+_EXIT_RESERVE = 2.0
 
 
 class RendezvousError(UserInputError):
@@ -89,7 +92,7 @@ def check_in(dist: DistributedConfig, processes: int = 1):
     Raises RendezvousError naming what was expected and what arrived.
     """
     timeout = dist.rendezvous_timeout
-    deadline = time.monotonic() + max(timeout - process_age(), min(_MIN_WAIT, timeout))
+    deadline = time.monotonic() + max(timeout - _EXIT_RESERVE - process_age(), min(_MIN_WAIT, timeout))
     host, port = str(dist.main_process_ip), dist.main_process_port
     where = f"{host}:{port}"
     me = Arrival(dist.machine_rank, dist.num_machines, socket.gethostname(), local_address(host, port))
@@ -147,7 +150,16 @@ def _connect(host: str, port: int, deadline: float, me: Arrival, timeout: int):
         except OSError as exc:
             reason = exc.strerror or type(exc).__name__
             time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
-    return TCPStore(host, port, None, False, datetime.timedelta(seconds=max(1.0, deadline - time.monotonic())))
+    try:
+        return TCPStore(host, port, None, False, datetime.timedelta(seconds=max(1.0, deadline - time.monotonic())))
+    except RuntimeError as exc:  # something answers on that port, but not machine 0's store
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise _failure(
+            f"{host}:{port} answers but is not machine 0's rendezvous ({first}); is the port right?",
+            me,
+            f"{host}:{port}",
+            timeout,
+        ) from None
 
 
 def _read(store, seen: list[Arrival]) -> list[Arrival]:

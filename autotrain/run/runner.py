@@ -7,7 +7,6 @@ Exit codes: 0 done, 1 failure during training (traceback in project_name/logs/),
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import shlex
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 from autotrain.config.load import LoadedConfig
 from autotrain.errors import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILURE, EXIT_OK, UserInputError, debug_enabled, eprint
 from autotrain.run.launch import LAUNCHED_ENV
+from autotrain.run.ray_launch import RAY_LAUNCHED
 from autotrain.training.quiet import quiet_bars, quiet_libraries
 
 
@@ -49,7 +49,8 @@ class _Run:
         self.cfg = loaded.config
         self.folder = Path(self.cfg.project_name)
         self.argv_sets = list(argv_sets)
-        self.launched = os.environ.get(LAUNCHED_ENV) == "1"  # a rank started by run.launch
+        # a rank started by run.launch ("1") or a Ray Train worker (run.ray_launch)
+        self.launched = os.environ.get(LAUNCHED_ENV) in ("1", RAY_LAUNCHED)
         self.main_process = os.environ.get("RANK", "0") == "0"
         self.manifest = None
         self.started = False  # trainer.train() was entered
@@ -88,7 +89,8 @@ def run(loaded: LoadedConfig, resume: str | None = None, overwrite: bool = False
                     return EXIT_OK
             else:  # machine 0 claims the (shared) folder; the others only write into it
                 this.folder.mkdir(parents=True, exist_ok=True)
-            if this.cfg.distributed.num_machines > 1:  # before the training stack loads: fail in seconds
+            ray = this.cfg.distributed.backend == "ray"  # Ray places the workers: no machines to check in
+            if this.cfg.distributed.num_machines > 1 and not ray:  # before the training stack loads: fail in seconds
                 from autotrain.run.rendezvous import check_in
 
                 this.rendezvous = check_in(this.cfg.distributed)  # kept: the launcher reuses its server
@@ -97,10 +99,14 @@ def run(loaded: LoadedConfig, resume: str | None = None, overwrite: bool = False
         stop = GracefulStop()
         stop.install()
         this.plan = _resolve(this)
-        if this.launched and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        if os.environ.get(LAUNCHED_ENV) == "1" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
             from autotrain.run.rendezvous import check_ranks
 
             check_ranks(this.cfg.distributed.rendezvous_timeout)  # before the model loads
+        if not this.launched and this.cfg.distributed.backend == "ray":
+            from autotrain.run.ray_launch import run_on_ray
+
+            return run_on_ray(loaded, this.plan, resume=resume, argv_sets=this.argv_sets)
         if not this.launched and this.plan.world_size > 1:
             from autotrain.run.launch import relaunch
 
@@ -170,10 +176,8 @@ def _train(this: _Run, resume: str | None, stop) -> int:
         this.say(f"resuming from {checkpoint}")
     quiet_libraries()
     progress = ProgressCallback()
-    trainer = build_trainer(cfg, this.plan, [progress, stop], token=cfg.hub.token)
-    used = getattr(trainer, "autotrain_padding_free", this.plan.padding_free)
-    if used != this.plan.padding_free:  # a check on the loaded model overruled the plan: record what runs
-        this.plan = dataclasses.replace(this.plan, padding_free=used)
+    # The builder returns the plan it ran: the resolved one, or one it refined (recorded as such).
+    trainer, this.plan = build_trainer(cfg, this.plan, [progress, stop], token=cfg.hub.token)
     trainer.remove_callback(PrinterCallback)  # our progress display replaces its raw dict lines
     install_loss_hooks(trainer, cfg.training_args.nan_policy)
     AtomicCheckpoints(folder, cfg.training_args.save_total_limit, [checkpoint] if checkpoint else []).attach(trainer)
@@ -268,13 +272,15 @@ def _failure_code(this: _Run, exc: BaseException) -> int:
     if isinstance(exc, Diverged):
         this.say(f"error: {exc}" + (f"; the last good checkpoint is {last}" if last else ""), every_rank=True)
         return this.finish("diverged", EXIT_DIVERGED, last)
+    from autotrain.training.verify import refused_pickle
+
+    if refused_pickle(exc):  # torch refused to unpickle a model file: the input, not the run (and no advice)
+        this.say(f"error: the model files (base_model or a checkpoint): {refused_pickle(exc)}", every_rank=True)
+        return this.finish("bad input", EXIT_BAD_INPUT, last)
     log = _write_traceback(this.folder, this.loaded.secrets)
     if debug_enabled():
         traceback.print_exc()
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    from autotrain.training.verify import refused_pickle
-
-    first = refused_pickle(exc) or first  # never pass on torch's advice to load it with weights_only=False
     this.say(f"error: training failed: {type(exc).__name__}: {first}", every_rank=True)
     if log is not None:
         this.say(f"full traceback: {log}", every_rank=True)

@@ -36,11 +36,11 @@ function rows(exports) {
     const size = e.files.map((f) => `${(f.bytes / 1e6).toFixed(1)} MB`).join(", ");
     return (readers.length ? readers : [["–", {}]]).map(([reader, r]) => {
       const tr = document.createElement("tr");
-      const trained = r.vs_trained || {}, file = r.vs_written_weights || {};
+      const trained = r.vs_trained || r, file = r.vs_written_weights || {};
       const cells = r.exercised === false
         ? [e.folder, e.passed ? "passed" : "FAILED", reader, `not checked: ${r.reason}`, "", size]
         : [e.folder, e.passed ? "passed" : "FAILED", reader, `${trained.prompts_agreeing ?? "–"}/${trained.prompts ?? "–"}`,
-           `${fmt(trained.max_logit_diff)} / ${fmt(file.max_logit_diff)}`, size];
+           `${fmt(trained.max_logit_diff ?? trained.max_logit_diff_first_token)} / ${fmt(file.max_logit_diff)}`, size];
       for (const text of cells) tr.insertCell().textContent = text;
       tr.title = e.failures.join("; ") || e.prompts_source || "";
       tr.className = e.passed ? "" : "failed";
