@@ -17,7 +17,7 @@ Candidates: CAME8Bit and CAME with their compiled step (``compile=True``) and th
 FusedAdam (which runs torch's fused AdamW kernel: its speed is that kernel's).
 
 Compile time: the first step of CAME8Bit (compiled) on the mix, in a fresh process with inductor's
-caches turned off (what a first run pays, once per shape; later runs find the kernels in the cache).
+caches turned off (what a first run pays, once per group shape; later runs find the kernels in the cache).
 
 Peak memory of a step is measured in a fresh subprocess per candidate. On CUDA:
 ``torch.cuda.max_memory_allocated`` minus the allocation before the step. On CPU (Linux): the
@@ -294,7 +294,7 @@ def main() -> None:
     )
     rows.append(
         (
-            "CAME8Bit compiled, first step (compiles 3 passes x 2 shapes, caches off) / second step",
+            "CAME8Bit compiled, first step (one graph per group shape: 3 on the mix; caches off) / second step",
             f"{cold['first']:.1f} s",
             f"{cold['second'] * 1e3:.0f} ms",
             cold["first"] / cold["second"],
