@@ -14,6 +14,7 @@ EXIT_OK = 0
 EXIT_FAILURE = 1  # failure during training; the traceback goes to project_name/logs/
 EXIT_BAD_INPUT = 2  # config mistake, bad usage or bad input data
 EXIT_DIVERGED = 3  # a non-finite loss with nan_policy: halt
+EXIT_PARITY = 4  # `autotrain export`: the exported model does not answer like the trained one
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
 
@@ -36,6 +37,9 @@ class ConfigIssue:
         where = self.source or "<config>"
         if self.line is not None:
             where += f":{self.line}:{self.col or 1}"
+        elif where == "--set" or where == f"--set {self.dotted}":
+            # From the command line: `--set training_args.lr: message`, the path said once.
+            return f"--set {self.dotted}: {self.message}" if self.path else f"{where}: {self.message}"
         return f"{where}: {self.dotted}: {self.message}"
 
 
@@ -51,6 +55,10 @@ class ConfigError(Exception):
 
 class UserInputError(Exception):
     """Bad input that is not a config mistake (missing data column, unreadable file, ...): exit code 2."""
+
+
+class ParityError(Exception):
+    """An export whose parity check failed: the artifact is kept under a `.failed` name, exit code 4."""
 
 
 def debug_enabled() -> bool:

@@ -98,7 +98,7 @@ def save_costs(reps: int) -> dict[str, list[float]]:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         cfg = load_config(write_config(folder, 1)).config
-        trainer = build_trainer(cfg, resolve_plan(cfg), [])
+        trainer, _ = build_trainer(cfg, resolve_plan(cfg), [])
         trainer.train()  # one step, so the optimizer and scheduler have state to save
         project = Path(cfg.project_name)
         atomic = AtomicCheckpoints(project, None).attach(trainer)

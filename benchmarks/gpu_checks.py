@@ -15,6 +15,11 @@
 5. SFT's padding-free batches on CUDA: one batch of 8 samples of mixed length on a small Llama, padded
    (sdpa) against packed into rows (sdpa, autotrain's default) and, with flash-attn installed, flattened
    into one sequence (flash_attention_2, bf16): loss, gradient difference and ms per forward + backward.
+6. CAME8Bit's grouped step captured in a CUDA graph (``capturable=True``, eager and compiled) against
+   bitsandbytes' AdamW8bit, fused AdamW and fp32 CAME on check 2's model: ms per step, ratios measured in
+   the same run, and kernels launched per step per group of same-shaped params (target: <= 25).
+7. The memory estimate (run.json) against torch.cuda.max_memory_allocated for bf16, bf16 with gradient
+   checkpointing and QLoRA: 2 steps each through `autotrain llm` on a random Llama (target +-15%).
 
 Each check prints its own lines as it finishes; a check that fails prints the error and the others still
 run. Without CUDA (and without --cpu-smoke) the script says so and exits 0.
@@ -38,7 +43,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from autotrain.optimizers import CAME, CAME8Bit, CAME8BitFusedAdam, FusedAdam, came_fused  # noqa: E402
+from autotrain.optimizers import CAME, CAME8Bit, CAME8BitFusedAdam, FusedAdam, came_groups  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = {
@@ -221,7 +226,7 @@ def compiled_against_eager(device: str, sizes: dict) -> None:
     grads = [torch.randn_like(p) * 1e-3 for p in models[0].parameters()]
     opts = [CAME8Bit(m.parameters(), lr=1e-4, compile=c) for m, c in zip(models, (True, False), strict=True)]
     times: dict[int, list[float]] = {0: [], 1: []}
-    seconds_before = came_fused.COMPILER.seconds
+    seconds_before = came_groups.COMPILER.seconds
     for step in range(sizes["reps"] + 1):
         for i, (model, opt) in enumerate(zip(models, opts, strict=True)):
             for p, g in zip(model.parameters(), grads, strict=True):
@@ -238,9 +243,9 @@ def compiled_against_eager(device: str, sizes: dict) -> None:
     )
     print(
         f"  step: compiled {compiled:.1f} ms, eager {eager:.1f} ms ({compiled / eager:.2f}x); "
-        f"compile (new shapes) {came_fused.COMPILER.seconds - seconds_before:.1f} s; "
+        f"compile (new shapes) {came_groups.COMPILER.seconds - seconds_before:.1f} s; "
         f"max relative param difference after {sizes['reps'] + 1} steps {diff:.1e}"
-        + (f"; compile failed: {came_fused.COMPILER.failure}" if came_fused.COMPILER.failure else "")
+        + (f"; compile failed: {came_groups.COMPILER.failure}" if came_groups.COMPILER.failure else "")
     )
 
 
@@ -342,10 +347,93 @@ def padding_free_batches(device: str, sizes: dict) -> None:
             print(f"  {attn} bf16 {name:>12}: loss {loss:.4f}, {ms:.1f} ms")
 
 
+def captured_came_step(device: str, sizes: dict) -> None:
+    """Check 6: CAME8Bit's grouped step captured in a CUDA graph against bitsandbytes AdamW8bit, fused AdamW
+    and fp32 CAME (all in this run), and the kernels one step launches per group of same-shaped params."""
+    model = llama(sizes["big_hidden"], sizes["big_layers"], sizes["big_vocab"], device)
+    params = list(model.parameters())
+    for p in params:
+        p.grad = torch.randn_like(p) * 1e-3
+    print(f"\n== 6. CAME8Bit step, CUDA-graph captured, on a {sum(p.numel() for p in params) / 1e9:.2f}B Llama")
+    makers = {
+        "came_8bit eager, captured": lambda: CAME8Bit(params, lr=1e-4, compile=False, capturable=True),
+        "came_8bit compiled, captured": lambda: CAME8Bit(params, lr=1e-4, compile=True, capturable=True),
+        "came fp32 compiled, captured": lambda: CAME(params, lr=1e-4, compile=True, capturable=True),
+        "adamw fused": lambda: torch.optim.AdamW(params, lr=1e-4, fused=True),
+    }
+    try:
+        import bitsandbytes
+
+        makers["bnb AdamW8bit"] = lambda: bitsandbytes.optim.AdamW8bit(params, lr=1e-4)
+    except ImportError:
+        print("  bitsandbytes is not installed: no AdamW8bit figure")
+    ms = {}
+    for name, make in makers.items():
+        try:
+            opt = make()
+            step = _captured(opt, device) if "captured" in name else opt.step
+            ms[name] = _median_ms(step, device, sizes["reps"])
+            if "came" in name:
+                groups = sum(len(g[1]) for g in opt._groups.values())
+                kernels = _kernels(step, device)
+                print(f"  {name}: {ms[name]:.1f} ms, {groups} groups, {kernels} kernels ({kernels / groups:.1f}/group)")
+            del opt
+        except Exception as exc:
+            print(f"  {name}: FAILED: {type(exc).__name__}: {str(exc)[:300]}")
+    for ours in [n for n in ms if n.startswith("came_8bit")]:
+        for other in ("bnb AdamW8bit", "adamw fused", "came fp32 compiled, captured"):
+            if other in ms:
+                print(f"  {ours} / {other}: {ms[ours] / ms[other]:.2f}x (target vs bnb: <= 1.0x)")
+
+
+def _captured(opt, device: str):
+    """``opt.step`` captured in a CUDA graph after warm-up steps on a side stream; its replay. On the CPU
+    (smoke): the plain step."""
+    if device != "cuda":
+        opt.step()
+        return opt.step
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):  # state, groups, compiled graphs, hyper-parameter tensors: all made before capture
+            opt.step()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        opt.step()
+    return graph.replay
+
+
+def _median_ms(step, device: str, reps: int) -> float:
+    times = []
+    for _ in range(reps + 1):
+        sync(device)
+        start = time.perf_counter()
+        step()
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[1:]) * 1e3
+
+
+def _kernels(step, device: str) -> int:
+    """Kernels one step launches (CUDA), or on the CPU the launch-like operations (benchmarks/came_ops.py)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with profile(activities=activities) as prof:
+        step()
+        sync(device)
+    if device == "cuda":
+        return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+    from came_ops import count_ops
+
+    return count_ops([e for e in prof.events() if e.cpu_parent is None])[0]
+
+
 def memory_estimates(device: str, sizes: dict) -> None:
-    """Check 6: the memory estimate (run.json) against torch.cuda.max_memory_allocated for bf16, bf16 with
+    """Check 7: the memory estimate (run.json) against torch.cuda.max_memory_allocated for bf16, bf16 with
     gradient checkpointing and QLoRA, 2 steps each through `autotrain llm` on a random Llama (target +-15%)."""
-    print("\n== 6. memory estimate against the measured peak")
+    print("\n== 7. memory estimate against the measured peak")
     from transformers import AutoTokenizer
 
     cases = {
@@ -393,7 +481,7 @@ def memory_estimates(device: str, sizes: dict) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on the CPU: the code paths only")
-    parser.add_argument("--checks", default="1,2,3,4,5,6", help="which checks to run, e.g. 2,3")
+    parser.add_argument("--checks", default="1,2,3,4,5,6,7", help="which checks to run, e.g. 2,3")
     parser.add_argument("--params", type=float, default=1.0, help="billions of parameters of check 2/3's model")
     args = parser.parse_args()
     if not torch.cuda.is_available() and not args.cpu_smoke:
@@ -409,14 +497,9 @@ def main() -> int:
     start = time.perf_counter()
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu (smoke)"
     print(f"device {name}, torch {torch.__version__}")
-    checks = (
-        precision_runs,
-        eight_bit_against_bnb,
-        compiled_against_eager,
-        qlora,
-        padding_free_batches,
-        memory_estimates,
-    )
+    checks = (precision_runs, eight_bit_against_bnb, compiled_against_eager, qlora, padding_free_batches)
+    checks += (captured_came_step,)
+    checks += (memory_estimates,)
     for check in [checks[int(n) - 1] for n in args.checks.split(",")]:
         try:
             check(device, {**small, **big})

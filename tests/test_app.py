@@ -85,6 +85,17 @@ def test_templates_and_schema(client):
     assert client.get("/api/schema/nope").status_code == 404
 
 
+def test_the_schema_served_lists_every_trainer_of_the_table(client):
+    """The page reads the trainer choices from /api/schema, so a trainer added to the table shows up there."""
+    from autotrain.config.trainers import TRAINERS
+
+    schemas = client.get("/api/schema/llm").json()
+    assert list(schemas["trainers"]) == list(TRAINERS)
+    assert schemas["schema"]["properties"]["trainer"]["enum"] == list(TRAINERS)
+    assert schemas["trainers"]["grpo"]["columns"] == [["prompt"]] and schemas["trainers"]["grpo"]["generates"]
+    assert "trainers" not in client.get("/api/schema/text-classification").json()
+
+
 def test_a_form_edit_keeps_the_rest_of_the_yaml(client):
     text = QUICKSTART.read_text()
     result = client.post("/api/yaml/set", json={"text": text, "path": ["training_args", "lr"], "value": -1}).json()
@@ -208,7 +219,7 @@ def test_a_token_is_required_when_the_app_is_reachable_from_elsewhere(runs):
     client = TestClient(create_app(runs, REPO_ROOT, token="s3cret-token"), base_url="http://192.0.2.1")
     assert client.get("/api/runs").status_code == 401
     assert client.get("/").status_code == 401
-    assert client.get("/api/runs", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert client.get("/api/runs", headers={"Authorization": "Bearer wrong"}).status_code == 403
     assert client.get("/api/runs", headers={"Authorization": "Bearer s3cret-token"}).status_code == 200
     assert client.get("/api/runs?token=s3cret-token").status_code == 200
     assert client.get("/static/app.css").status_code == 200  # the page's own code is no secret
@@ -271,3 +282,160 @@ def test_the_app_reads_the_metrics_file_the_runs_write():
     from autotrain.training import metrics_log
 
     assert METRICS_FILE == metrics_log.METRICS_FILE
+
+
+# --- the form, status and finished runs -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, path",
+    [
+        ("task: llm\ntraining_args:\n  lr: 1\n  optimizer_args:\n    beta1: 0.9\n  epochs: 2\n", "optimizer_args"),
+        ("task: llm\ndata:\n  path: d.jsonl\n  column_mapping:\n    text: body\n", "column_mapping"),
+        ("task: llm\ndata: {path: d.jsonl, column_mapping: {text: body}}\n", "column_mapping"),
+    ],
+)
+def test_clearing_the_only_key_of_a_mapping_removes_the_mapping(client, text, path):
+    import yaml
+
+    keys = {
+        "optimizer_args": ["training_args", "optimizer_args", "beta1"],
+        "column_mapping": ["data", "column_mapping", "text"],
+    }
+    result = client.post("/api/yaml/set", json={"text": text, "path": keys[path], "unset": True}).json()
+    assert f"{path}" not in result["text"]
+    data = yaml.safe_load(result["text"])
+    assert data["task"] == "llm" and (
+        data.get("training_args", {}).get("epochs") == 2 or data["data"]["path"] == "d.jsonl"
+    )
+
+
+def test_start_refuses_a_config_whose_data_file_does_not_exist(client, runs):
+    text = set_value(quickstart(runs, "nodata"), ["data", "path"], "tests/assets/data/missing.jsonl")
+    response = client.post("/api/runs", json={"yaml": text})
+    assert response.status_code == 400
+    assert "data.path `tests/assets/data/missing.jsonl` does not exist" in response.json()["error"]
+    assert not (runs / "nodata").exists() and not (runs / "nodata.yml").exists()
+
+
+@pytest.mark.parametrize("code, status", [(1, "failed"), (2, "bad input"), (3, "diverged"), (143, "interrupted")])
+def test_a_run_that_ended_without_its_record_shows_how_it_ended(runs, code, status):
+    from autotrain.app.runs import Runs
+
+    class Ended:
+        pid = 1
+
+        def poll(self):
+            return code
+
+    (runs / "r" / "logs").mkdir(parents=True)
+    app_runs = Runs(runs, REPO_ROOT, children={"r": Ended()})
+    assert app_runs.status("r") == {"status": status, "exit_code": code, "pid": None}
+
+
+def test_resume_is_refused_on_a_completed_run(client, runs):
+    (runs / "done" / "checkpoint-4").mkdir(parents=True)
+    (runs / "done" / "checkpoint-4" / ".autotrain-complete").write_text("")
+    (runs / "done" / "checkpoint-4" / "trainer_state.json").write_text("{}")
+    (runs / "done" / "run.json").write_text('{"status": "completed"}')
+    response = client.post("/api/runs/done/resume")
+    assert response.status_code == 409 and "nothing to resume" in response.json()["error"]
+
+
+def test_the_page_reads_its_lists_from_the_schema(client):
+    from autotrain.config.templates import TASKS
+
+    assert client.get("/api/schema").json()["tasks"] == list(TASKS)
+    trainer = client.get("/api/schema/llm").json()["schema"]["properties"]["trainer"]
+    assert "grpo" in trainer["enum"]
+    editor = (REPO_ROOT / "autotrain/app/static/js/editor.js").read_text()
+    assert '"sft"' not in editor and '"text-classification"' not in editor  # no list of its own
+
+
+def test_the_model_card_is_rendered_safely(client, runs):
+    (runs / "done").mkdir(parents=True)
+    (runs / "done" / "run.json").write_text('{"status": "completed"}')
+    (runs / "done" / "README.md").write_text(
+        "---\nlibrary_name: transformers\n---\n\n# done\n\n<img src=x onerror=alert(1)>\n\n"
+        "| metric | value |\n|---|---|\n| loss | 1.5 |\n\n- [bad](javascript:alert(1))\n- [site](https://example.com)\n\n"
+        "![loss](plots/loss.png)\n\n```\nx = '<b>'\n```\n"
+    )
+    html = client.get("/api/runs/done/card").json()["html"]
+    assert "<h1>done</h1>" in html and "<td>loss</td>" in html and "<li>" in html
+    assert "library_name" not in html  # the front matter is metadata, not the card
+    assert "<img src=x" not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
+    assert 'href="javascript:' not in html and 'rel="noopener noreferrer"' in html
+    assert '<img src="/api/runs/done/files/plots/loss.png" alt="loss"' in html
+    assert "<code>x = '&lt;b&gt;'" in html
+    assert client.get("/api/runs/missing/card").status_code == 404
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ({}, "give {"),
+        ({"messages": [{"role": "user", "content": "x" * 5000}]}, "at most 4,000"),
+        ({"messages": [{"role": "user", "content": "hi"}] * 41}, "at most 40"),
+        ({"messages": [{"role": "system", "content": "hi"}]}, "each message is"),
+        ({"messages": [{"role": "user", "content": "hi"}], "max_new_tokens": 10**6}, "max_new_tokens"),
+    ],
+)
+def test_chat_input_is_bounded(client, runs, body, message):
+    (runs / "done").mkdir(parents=True)
+    response = client.post("/api/runs/done/chat", json=body)
+    assert response.status_code == 400 and message in response.json()["error"]
+
+
+def test_chat_needs_a_finished_run(client, runs):
+    (runs / "half" / "checkpoint-2").mkdir(parents=True)
+    response = client.post("/api/runs/half/chat", json={"messages": [{"role": "user", "content": "hi"}]})
+    assert response.status_code == 400 and "did not finish" in response.json()["error"]
+
+
+@pytest.mark.slow
+def test_chat_with_a_finished_run_is_streamed(client, runs):
+    from tests.test_inference import train_quickstart
+
+    (runs.parent / "train").mkdir()
+    train_quickstart(runs.parent / "train", "llm", training_args={"epochs": 1}).rename(runs / "talk")
+    messages = [{"role": "user", "content": "hello"}]
+    pieces = []
+    with client.stream("POST", "/api/runs/talk/chat", json={"messages": messages, "max_new_tokens": 24}) as response:
+        assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
+        pieces = [piece for piece in response.iter_text() if piece]
+    assert len(pieces) >= 2 and "".join(pieces).strip()  # streamed in pieces, not as one answer
+
+
+# --- the command: port and addresses --------------------------------------------------------------------
+
+
+def test_the_command_names_a_port_in_use_and_exits_2(cli):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = cli("app", "--port", port)
+    assert result.exit_code == 2 and "autotrain app:" not in result.output
+    assert f"port {port} on 127.0.0.1 is in use" in result.output and f"--port {port + 1}" in result.output
+
+
+def test_token_mode_prints_addresses_another_machine_can_open(monkeypatch):
+    from autotrain.app import listen
+
+    monkeypatch.setattr(listen.socket, "gethostname", lambda: "trainbox")
+    monkeypatch.setattr(listen, "_own_addresses", lambda: ["192.0.2.7"])
+    assert listen.addresses("0.0.0.0", 7860) == ["http://trainbox:7860/", "http://192.0.2.7:7860/"]
+    assert listen.addresses("::", 80) == ["http://trainbox:80/", "http://192.0.2.7:80/"]
+    assert listen.addresses("192.0.2.9", 7860) == ["http://192.0.2.9:7860/"]
+    assert listen.addresses("::1", 7860) == ["http://[::1]:7860/"]
+
+
+def test_a_secret_in_a_streamed_reply_is_redacted_even_split_across_pieces():
+    from autotrain.app.chat import redacted
+
+    pieces = ["the tok", "en is hf_sec", "ret_value, ", "done hf_secret_v", "alue"]
+    out = list(redacted(iter(pieces), {"hf_secret_value", ""}))
+    assert "".join(out) == "the token is ***, done ***" and len(out) > 1
+    assert list(redacted(iter(["a", "b"]), set())) == ["a", "b"]

@@ -1,5 +1,6 @@
 """The app in a real browser (Debian's headless chromium): a wrong value is flagged as typed, the quick
-start runs from the page, and its loss chart grows while it trains.
+start runs from the page, and its loss chart grows while it trains; a finished run's card and chat; the
+whole Runs tab driven from the keyboard (select a run, Stop, Resume); a reload keeps the place and draft.
 
 Prints the figures it measures: the app's start-up, typed value -> validation shown, metrics line written
 -> drawn on the chart. Leaves a screenshot in the test's tmp dir; with AUTOTRAIN_UPDATE_SCREENSHOT=1 it
@@ -8,6 +9,7 @@ also replaces docs/app-screenshot.png (the README's).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -48,6 +50,7 @@ def browser(tmp_path, monkeypatch):
     options.binary_location = chromium
     for flag in [*FLAGS, f"--user-data-dir={tmp_path / 'chromium-profile'}"]:
         options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "SEVERE"})  # CSP violations are logged there
     session = webdriver.Chrome(service=Service(driver), options=options)
     yield session
     session.quit()
@@ -73,25 +76,81 @@ def yaml_text(browser) -> str:
     return browser.execute_script("return document.getElementById('yaml').value")
 
 
+def ready(browser) -> None:
+    from selenium.webdriver.common.by import By
+
+    wait(browser, lambda b: b.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1", what="page ready")
+
+
+def press(browser, *keys) -> None:
+    """Keys sent to whatever has the focus, as a keyboard user types them."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    ActionChains(browser).send_keys(*keys).perform()
+
+
+def focused(browser, script: str) -> bool:
+    return bool(browser.execute_script(f"const el = document.activeElement; return {script};"))
+
+
+def tab_to(browser, script: str, backwards: bool = False, limit: int = 60) -> None:
+    """Press Tab (or Shift+Tab) until the focused element matches `script` (JS over `el`)."""
+    from selenium.webdriver.common.keys import Keys
+
+    for _ in range(limit):
+        if focused(browser, script):
+            return
+        press(browser, *((Keys.SHIFT, Keys.TAB) if backwards else (Keys.TAB,)))
+    raise AssertionError(f"{limit} Tabs did not reach {script}")
+
+
+def leaving_is_stopped(browser) -> bool:
+    """Whether the page asks before it is left (its beforeunload handler cancels the event)."""
+    script = (
+        "const e = new Event('beforeunload', {cancelable: true}); window.dispatchEvent(e); return e.defaultPrevented"
+    )
+    return browser.execute_script(script)
+
+
 def test_edit_start_and_watch_the_quick_start(browser, app_server, tmp_path):
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
 
     runs = tmp_path / "runs"
     url, startup = app_server(runs)
     browser.get(url)
-    wait(browser, lambda b: b.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1", what="page ready")
+    ready(browser)
     wait(browser, lambda b: "valid config" in b.find_element(By.ID, "status").text, what="template validated")
+    trainer = browser.find_element(By.ID, "trainer")
+    assert "grpo" in [o.get_attribute("value") for o in trainer.find_elements(By.TAG_NAME, "option")]  # from the schema
+    task = browser.find_element(By.ID, "task")
+    task.send_keys(Keys.ARROW_DOWN)  # text-classification, picked with the keyboard: it has no trainer
+    wait(browser, lambda b: not trainer.is_enabled(), what="trainer disabled")
+    task.send_keys(Keys.ARROW_UP)  # back to llm: the trainer list comes back
+    wait(browser, lambda b: trainer.is_enabled(), what="trainer enabled again")
 
-    # A wrong value is flagged at its field, with the CLI's message, while typing.
+    # A wrong value is flagged at its field, with the CLI's message, while typing; the field says so too.
     browser.execute_script(WATCH, "f-training_args.lr", "training_args.lr")
     type_into(browser, "training_args.lr", "-1")
     error = browser.find_element(By.CSS_SELECTOR, '.field[data-path="training_args.lr"] .error')
     wait(browser, lambda b: "greater than 0" in error.text, what="lr error shown")
     typed_to_shown = browser.execute_script("return window.errorAt - window.typedAt") / 1000
     assert "lr: -1" in yaml_text(browser) and "1 problem" in browser.find_element(By.ID, "status").text
+    lr = browser.find_element(By.ID, "f-training_args.lr")
+    assert lr.get_attribute("aria-invalid") == "true"
+    assert lr.get_attribute("aria-describedby").split()[0] == error.get_attribute("id")
+
+    # Start refuses it and says why; the problem in the list takes the focus to its field.
+    browser.find_element(By.ID, "start").send_keys(Keys.ENTER)
+    notice = browser.find_element(By.ID, "notice")
+    wait(browser, lambda b: "the config has problems" in notice.text, what="start refused")
+    browser.find_element(By.CSS_SELECTOR, "#problems button.jump").send_keys(Keys.ENTER)
+    assert focused(browser, "el.id === 'f-training_args.lr'")
 
     type_into(browser, "training_args.lr", "0.005")
+    wait(browser, lambda b: notice.text == "", what="the refusal cleared once the config is fixed")
     type_into(browser, "project_name", str(runs / "browser"))
+    wait(browser, lambda b: b.find_element(By.ID, "save-as").get_attribute("value") == "browser.yml", what="name")
     type_into(browser, "training_args.max_steps", str(STEPS))
     type_into(browser, "training_args.logging_steps", "1")
     edited = ("logging_steps: 1\n", f"max_steps: {STEPS}")
@@ -104,7 +163,7 @@ def test_edit_start_and_watch_the_quick_start(browser, app_server, tmp_path):
     badge = browser.find_element(By.ID, "run-status")
     wait(browser, lambda b: int(chart.get_attribute("data-points") or 0) >= 3, timeout=180, what="chart drawn")
     assert badge.text == "running"
-    wait(browser, lambda b: badge.text != "running", timeout=300, what="run finished")
+    wait(browser, lambda b: badge.text != "running", timeout=900, what="run finished")
     assert badge.text == "completed", browser.find_element(By.ID, "run-log").text
     wait(browser, lambda b: b.execute_script("const i = document.querySelector('#plots img'); return i && i.complete"))
     assert int(chart.get_attribute("data-last-step")) == STEPS
@@ -121,6 +180,24 @@ def test_edit_start_and_watch_the_quick_start(browser, app_server, tmp_path):
         f"max {max(lag) * 1000:.0f} ms over {len(lag)} updates"
     )
     assert typed_to_shown < 5 and statistics.median(lag) < 5
+    card_and_chat(browser)
+
+
+def card_and_chat(browser) -> None:
+    """The finished run's model card is rendered, and the run answers in the page's chat."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    wait(browser, lambda b: b.find_element(By.ID, "run-card").is_displayed(), what="model card shown")
+    card = browser.find_element(By.ID, "card")
+    assert card.find_element(By.TAG_NAME, "h1").text == "browser" and "---" not in card.text
+    assert card.find_elements(By.CSS_SELECTOR, "img[src$='plots/loss.png']")
+    box = browser.find_element(By.ID, "chat-input")
+    box.send_keys("hello", Keys.ENTER)
+    reply = "#chat-log .assistant:not([aria-busy])"
+    wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, reply), timeout=180, what="chat reply")
+    assert browser.find_element(By.CSS_SELECTOR, "#chat-log .user").text == "hello"
+    assert browser.find_element(By.CSS_SELECTOR, reply).text.strip(), browser.find_element(By.ID, "notice").text
 
 
 def chart_lag(metrics: Path, shown: list[dict]) -> list[float]:
@@ -153,9 +230,9 @@ def test_a_typed_value_survives_a_reply_that_lands_before_it_is_sent(browser, ap
 
     url, _ = app_server(tmp_path / "runs")
     browser.get(url)
-    wait(browser, lambda b: b.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1", what="page ready")
+    ready(browser)
     wait(browser, lambda b: "valid config" in b.find_element(By.ID, "status").text, what="template validated")
-    assert "max_steps: 77" not in yaml_text(browser)
+    assert "max_steps: 77" not in yaml_text(browser) and not leaving_is_stopped(browser)
     shown = browser.execute_async_script(
         """
         const done = arguments[arguments.length - 1];
@@ -172,3 +249,150 @@ def test_a_typed_value_survives_a_reply_that_lands_before_it_is_sent(browser, ap
     assert shown == "77"
     wait(browser, lambda b: "max_steps: 77" in yaml_text(b), timeout=30, what="edit written to the YAML")
     assert browser.find_element(By.ID, "f-training_args.max_steps").get_attribute("value") == "77"
+
+
+def test_a_cleared_mapping_goes_and_a_reload_keeps_the_draft(browser, app_server, tmp_path):
+    """Clearing the only optimizer argument removes `optimizer_args` (no null left); a reload keeps the
+    unsaved draft and asks before leaving it; saving it ends the warning."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    url, _ = app_server(tmp_path / "runs")
+    browser.get(url)
+    ready(browser)
+    wait(browser, lambda b: "valid config" in b.find_element(By.ID, "status").text, what="template validated")
+    original = yaml_text(browser)
+    type_into(browser, "training_args.optimizer_args.eps", "1e-7")
+    wait(browser, lambda b: "optimizer_args:\n    eps: 1.0e-07" in yaml_text(b), what="argument written")
+    type_into(browser, "training_args.optimizer_args.eps", "")
+    wait(browser, lambda b: "optimizer_args" not in yaml_text(b), what="mapping removed")
+    wait(browser, lambda b: "valid config" in b.find_element(By.ID, "status").text, what="still valid")
+    assert yaml_text(browser) == original and not leaving_is_stopped(browser)  # back to the template, exactly
+    type_into(browser, "training_args.max_steps", "33")
+    wait(browser, lambda b: "max_steps: 33" in yaml_text(b), what="an edit to keep")
+    assert leaving_is_stopped(browser)  # an unsaved edit
+
+    browser.execute_script("window.onbeforeunload = null; location.reload()")  # the test's reload, not a user's
+    ready(browser)
+    wait(browser, lambda b: "valid config" in b.find_element(By.ID, "status").text, what="draft validated")
+    assert "max_steps: 33" in yaml_text(browser) and "# Quick start" in yaml_text(browser)
+    assert leaving_is_stopped(browser)
+    browser.find_element(By.ID, "save").send_keys(Keys.ENTER)
+    wait(browser, lambda b: "saved quickstart.yml" in b.find_element(By.ID, "notice").text, what="saved")
+    assert not leaving_is_stopped(browser)
+
+
+def test_the_runs_tab_from_the_keyboard(browser, app_server, tmp_path):
+    """Select a run with Tab and Enter, watch its chart, Stop and Resume it with the keyboard alone; a
+    reload keeps the tab and the run; a completed run offers no Resume."""
+    import urllib.request
+
+    from autotrain.app.yaml_edit import set_value
+
+    runs = tmp_path / "runs"
+    old = runs / "old"
+    (old / "logs").mkdir(parents=True)
+    (old / "run.json").write_text('{"status": "completed"}')
+    (old / "logs" / "metrics.jsonl").write_text("".join(f'{{"step": {i}, "loss": {3 - i / 2}}}\n' for i in (1, 2, 3)))
+    url, _ = app_server(runs)
+    text = (REPO_ROOT / "configs" / "llm" / "quickstart.yml").read_text()
+    for path, value in ((["project_name"], str(runs / "kb")), (["training_args", "max_steps"], 5000)):
+        text = set_value(text, path, value)
+    text = set_value(text, ["training_args", "logging_steps"], 1)
+    request = urllib.request.Request(
+        url + "api/runs", json.dumps({"yaml": text}).encode(), {"Content-Type": "application/json"}
+    )
+    urllib.request.urlopen(request).close()
+    try:
+        drive_the_runs_tab(browser, url)
+    finally:
+        stop = urllib.request.Request(url + "api/runs/kb/stop", b"", method="POST")
+        with contextlib.suppress(OSError):  # not running any more
+            urllib.request.urlopen(stop).close()
+        wait(browser, lambda b: json.load(urllib.request.urlopen(url + "api/runs/kb"))["status"] != "running", 120)
+
+
+def drive_the_runs_tab(browser, url: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    browser.get(url)
+    ready(browser)
+    badge, chart = browser.find_element(By.ID, "run-status"), browser.find_element(By.ID, "chart-loss")
+    tab_to(browser, "el.id === 'tab-button-config'")
+    press(browser, Keys.ARROW_RIGHT)  # the Runs tab
+    assert browser.find_element(By.ID, "tab-runs").is_displayed()
+    wait(browser, lambda b: len(b.find_elements(By.CSS_SELECTOR, "#runs-table tbody tr")) == 2, what="both runs listed")
+    tab_to(browser, "el.dataset.name === 'old'")
+    press(browser, Keys.ENTER)
+    wait(browser, lambda b: badge.text == "completed" and chart.get_attribute("data-points") == "3", what="old shown")
+    assert not browser.find_element(By.ID, "resume").is_enabled()  # a completed run: nothing to resume
+    press(browser, Keys.ARROW_UP, Keys.SPACE)  # the row above (runs are listed by name): the run that trains
+    assert focused(browser, "el.dataset.name === 'kb'")
+    wait(browser, lambda b: badge.text == "running" and int(chart.get_attribute("data-points") or 0) >= 2, 180, "kb")
+
+    tab_to(browser, "el.id === 'stop'")
+    press(browser, Keys.ENTER)
+    wait(browser, lambda b: badge.text == "interrupted", timeout=120, what="stopped")
+    wait(browser, lambda b: b.find_element(By.ID, "resume").is_enabled(), what="resume offered")
+    tab_to(browser, "el.id === 'resume'")
+    press(browser, Keys.SPACE)
+    wait(browser, lambda b: badge.text == "running", timeout=60, what="resumed")
+    assert browser.execute_script("return location.hash") == "#runs/kb"
+
+    browser.refresh()  # the tab and the run are kept
+    ready(browser)
+    assert browser.find_element(By.ID, "tab-runs").is_displayed()
+    wait(browser, lambda b: b.find_element(By.ID, "run-name").text == "kb", what="kb kept across the reload")
+    blocked = [e["message"] for e in browser.get_log("browser") if "Content Security Policy" in e["message"]]
+    assert not blocked  # the page's own code runs under its strict policy
+
+
+def test_token_mode_keeps_the_token_out_of_the_address_and_the_links(browser, tmp_path):
+    """Off loopback: the printed address opens the page once, then the address bar and the run's file
+    links hold no token, and the files still open (the cookie carries it); a wrong token is named."""
+    import re
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from selenium.webdriver.common.by import By
+
+    runs = tmp_path / "runs"
+    (runs / "old" / "logs").mkdir(parents=True)
+    (runs / "old" / "run.json").write_text('{"status": "completed"}')
+    (runs / "old" / "notes.md").write_text("the notes")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command = [sys.executable, "-m", "autotrain.cli.main", "app", "--host", "0.0.0.0", "--port", str(port)]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    proc = subprocess.Popen(
+        [*command, "--runs-dir", str(runs)], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        first = proc.stdout.readline()
+        token = re.search(r"\?token=(\S+)", first).group(1)
+        assert "0.0.0.0" not in first and f":{port}/?token=" in first, first
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/static/app.css").close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        browser.get(f"http://127.0.0.1:{port}/?token=wrong")
+        assert "wrong token" in browser.find_element(By.TAG_NAME, "body").text
+        browser.get(f"http://127.0.0.1:{port}/?token={token}#runs/old")
+        ready(browser)
+        assert browser.execute_script("return location.search") == ""
+        link = wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#run-files a[href$='notes.md']"), what="files")
+        href = link[0].get_attribute("href")
+        assert "token" not in href
+        text = browser.execute_async_script("fetch(arguments[0]).then(r => r.text()).then(arguments[1])", href)
+        assert text == "the notes"
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)

@@ -114,6 +114,7 @@ COMMANDS = [
     "chat",
     "predict",
     "evaluate",
+    "export",
     "app",
 ]
 
@@ -316,14 +317,11 @@ def test_set_null_removes_a_section(cli):
 @pytest.mark.parametrize(
     ("override", "line"),
     [
-        ("training_args.lr=0", "--set training_args.lr: training_args.lr: Input should be greater than 0"),
-        (
-            "training_args.batch_sise=4",
-            "--set training_args.batch_sise: training_args.batch_sise: unknown key (did you mean `batch_size`?)",
-        ),
-        ("peft.r=abc", "--set peft.r: peft.r: Input should be a valid integer"),
-        ("training_args.lr", "--set: <root>: `--set training_args.lr`: expected KEY.PATH=VALUE"),
-        ("data.path.x=1", "--set: data.path.x: cannot set a key inside `data.path`, which is not a section"),
+        ("training_args.lr=0", "--set training_args.lr: must be greater than 0 (got `0`)"),
+        ("training_args.batch_sise=4", "--set training_args.batch_sise: unknown key (did you mean `batch_size`?)"),
+        ("peft.r=abc", "--set peft.r: must be a whole number (got `abc`)"),
+        ("training_args.lr", "--set: `--set training_args.lr`: expected KEY.PATH=VALUE"),
+        ("data.path.x=1", "--set data.path.x: cannot set a key inside `data.path`, which is not a section"),
         ("newsection.x=1", "--set newsection.x: newsection: unknown key"),
         (
             "hub.push_to_hub=true",
@@ -339,6 +337,8 @@ def test_set_errors_name_the_override(cli, command, override, line):
     assert result.exit_code == 2
     assert any(out.startswith(line) for out in result.stderr.splitlines()), result.stderr
     assert f"{SFT}:" not in result.stderr  # the file itself is fine
+    where = line.split(":")[0]  # `--set PATH`: the path is said once, not again as `PATH:`
+    assert not any(out.startswith(f"{where}: {where.removeprefix('--set ')}:") for out in result.stderr.splitlines())
 
 
 # --- AutoTrain Advanced configs and migrate -------------------------------------------------------------

@@ -22,7 +22,9 @@ COMMANDS = [
     ["chat"],
     ["predict"],
     ["evaluate"],
+    ["export"],
     ["app"],
+    ["launch"],
 ]
 
 

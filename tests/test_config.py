@@ -145,7 +145,8 @@ def test_validate_prints_one_line_per_file(cli):
     assert result.exit_code == 2
     assert result.stdout.splitlines() == [f"{good}: ok: llm (sft)", f"{other}: ok: text-classification"]
     assert [line for line in result.stderr.splitlines() if line] == [
-        f"{bad}:12:3: training_args.gradient_accumulaton: unknown key (did you mean `gradient_accumulation`?)"
+        f"{bad}:12:3: training_args.gradient_accumulaton: unknown key (did you mean `gradient_accumulation`?)",
+        "1 problem found in 1 of 3 files.",
     ]
 
 
@@ -153,7 +154,8 @@ def test_unknown_advanced_task_is_reported_once(cli):
     path = CORPUS_DIR / "advanced-unknown-task.yml"
     result = cli("validate", path)
     assert result.exit_code == 2
-    assert len(result.stderr.splitlines()) == 1, result.stderr  # not also "task: required field is missing"
+    # not also "task: required field is missing"
+    assert result.stderr.splitlines()[1:] == ["1 problem found."], result.stderr
 
 
 def test_missing_file_is_bad_input(cli, tmp_path):
@@ -286,10 +288,7 @@ def test_short_optimizer_tuple_is_reported_once():
     with pytest.raises(ConfigError) as caught:
         load_config(REPO_ROOT / "configs/llm/sft.yml", overrides, environ={})
     [issue] = caught.value.issues
-    assert issue.format() == (
-        "--set training_args.optimizer_args.betas: training_args.optimizer_args.betas: "
-        "expects 3 values, got 1 (optimizer `came`)"
-    )
+    assert issue.format() == "--set training_args.optimizer_args.betas: expects 3 values, got 1 (optimizer `came`)"
 
 
 def test_expected_task_mismatch(tmp_path):
@@ -319,3 +318,80 @@ def test_the_word_no_is_a_choice_not_false(cli, tmp_path):
     result = cli("llm", "--config", config, "--dry-run", "--set", "training_args.mixed_precision=no")
     assert result.exit_code == 0, result.output
     assert "precision: no on cpu (asked: no)" in result.stdout
+
+
+# The validated model is the contract: `model_validate` refuses what `load_config` refuses ----------------
+
+CONTRACT_BASE = {"task": "llm", "base_model": "m", "project_name": "p", "data": {"path": "d.jsonl"}}
+CONTRACT_CASES = {
+    "packing-for-dpo": {"trainer": "dpo", "training_args": {"packing": True}},
+    "beta-zero-for-dpo": {"trainer": "dpo", "training_args": {"beta": 0}},
+    "unknown-optimizer-arg": {"training_args": {"optimizer_args": {"bogus": 1}}},
+    "missing-preference-column": {"trainer": "orpo", "data": {"path": "d.jsonl", "column_mapping": {"prompt": "q"}}},
+}
+
+
+@pytest.mark.parametrize("case", list(CONTRACT_CASES))
+def test_model_validate_refuses_what_load_config_refuses(tmp_path, case):
+    """The cross-field rules run inside validation, with the same path and message as load_config's report
+    (which adds the file:line:col)."""
+    from pydantic import ValidationError
+
+    from autotrain.config.llm import LLMConfig
+
+    data = {**CONTRACT_BASE, **CONTRACT_CASES[case]}
+    with pytest.raises(ValidationError) as refused:
+        LLMConfig.model_validate(data)
+    from_model = {(".".join(map(str, e["loc"])), e["msg"]) for e in refused.value.errors()}
+    path = tmp_path / "c.yml"
+    path.write_text(yaml.safe_dump(data))
+    (tmp_path / "d.jsonl").write_text("{}\n")
+    with pytest.raises(ConfigError) as loaded:
+        load_config(path)
+    from_file = {(".".join(map(str, i.path)), i.message) for i in loaded.value.issues}
+    assert from_model == from_file
+    assert all(i.line is not None for i in loaded.value.issues), "load_config keeps pointing at the line"
+
+
+def test_optimizer_args_are_typed_once_validated():
+    from autotrain.config.llm import LLMConfig
+    from autotrain.optimizers.args import Came8BitArgs
+
+    given = {"betas": [0.9, 0.99, 0.999], "block_size": 256}
+    data = {**CONTRACT_BASE, "training_args": {"optimizer": "came_8bit", "optimizer_args": given}}
+    cfg = LLMConfig.model_validate(data)
+    assert isinstance(cfg.training_args.optimizer_args, Came8BitArgs)
+    assert cfg.training_args.optimizer_args.betas == (0.9, 0.99, 0.999)
+    # Saved (autotrain.yaml) as what was given, and read back to the same config.
+    assert cfg.model_dump(mode="json")["training_args"]["optimizer_args"] == given
+    assert LLMConfig.model_validate(cfg.model_dump(mode="json")) == cfg
+
+
+def test_rules_and_schema_errors_are_reported_together(tmp_path):
+    """With a field the schema refuses, the model's rules cannot run: load_config runs them on the rest."""
+    data = {**CONTRACT_BASE, "distributed": {"fsdp": {"version": 2}}, "training_args": {"lr": "fast"}}
+    path = tmp_path / "c.yml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError) as loaded:
+        load_config(path)
+    paths = {".".join(map(str, i.path)) for i in loaded.value.issues}
+    assert paths == {"distributed.fsdp", "training_args.lr"}
+
+
+def test_image_classification_takes_no_max_length():
+    """Nothing reads it for images: the schema has no such field, so every way in refuses it."""
+    from pydantic import ValidationError
+
+    from autotrain.config.classification import ImageClassificationConfig
+
+    data = {"task": "image-classification", "base_model": "m", "project_name": "p", "data": {"path": "d"}}
+    assert ImageClassificationConfig.model_validate(data)
+    with pytest.raises(ValidationError) as refused:
+        ImageClassificationConfig.model_validate({**data, "training_args": {"max_length": 224}})
+    assert [e["loc"] for e in refused.value.errors()] == [("training_args", "max_length")]
+    assert (
+        "max_length"
+        not in json.loads((SCHEMAS / "image-classification.schema.json").read_text())["$defs"][
+            "ClassificationTrainingArgs"
+        ]["properties"]
+    )

@@ -181,6 +181,34 @@ def test_llm_predict_completes_prompts_in_order(llm_run, tmp_path):
     assert [json.loads(line) for line in again.stdout.splitlines()] == rows
 
 
+def test_llm_predict_continues_complete_texts_and_keeps_the_leading_space(llm_run, tmp_path):
+    """A training row verbatim ends where the model puts EOS: it is continued all the same; a completion is
+    the text that follows the prompt, its leading space included (prompt + completion = the decoded output)."""
+    from transformers import AutoTokenizer
+
+    complete = json.loads((DATA / "text.jsonl").read_text().splitlines()[0])["text"]
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": q}) + "\n" for q in (complete, "the apple is")))
+    result = autotrain("predict", llm_run, "--input", data, "--max-new-tokens", 6)
+    assert result.exit_code == 0, result.output
+    whole, open_ended = (json.loads(line)["completion"] for line in result.stdout.splitlines())
+    assert whole != ""
+    assert open_ended.startswith(" ") and open_ended.strip()
+    tokenizer = AutoTokenizer.from_pretrained(llm_run)
+    ids = tokenizer("the apple is" + open_ended)["input_ids"]
+    assert tokenizer.decode(ids, skip_special_tokens=True) == "the apple is" + open_ended
+
+
+def test_predict_leaves_a_partial_file_it_did_not_make(text_run, text_validation, tmp_path):
+    out = tmp_path / "out.jsonl"
+    mine = tmp_path / "out.jsonl.partial"
+    mine.write_text("the user's own file\n")
+    result = autotrain("predict", text_run, "-i", text_validation, "-o", out)
+    assert result.exit_code == 0, result.output
+    assert mine.read_text() == "the user's own file\n" and len(read_jsonl(out)) > 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl", "out.jsonl.partial"]
+
+
 def test_llm_evaluate_is_the_mean_token_loss(llm_run, tmp_path):
     """Every token of plain text counts; checked against a direct computation with transformers."""
     import torch
@@ -299,6 +327,12 @@ def test_chat_reads_piped_stdin_until_exit(llm_run, prompts):
     assert result.exit_code == 0, result.output
     assert len(prompts) == 2 and "sea" not in prompts[1]  # /reset forgot the first turn
     assert "conversation cleared" in result.stderr
+
+
+def test_chat_stdin_that_is_not_utf8_is_bad_input(llm_run, prompts):
+    result = CliRunner().invoke(app, ["chat", str(llm_run), "--max-new-tokens", "2"], input=b"hello\n\xff\xfe\n")
+    assert_bad_input(result, "stdin line 2 is not valid UTF-8")
+    assert len(prompts) == 1  # the first line was answered
 
 
 def test_chat_on_a_classifier_is_bad_input(text_run):

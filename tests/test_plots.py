@@ -8,8 +8,6 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
-
 from autotrain.training.metrics_log import MetricsLog
 from autotrain.training.plots import eval_metric_names, write_plots
 
@@ -25,26 +23,34 @@ HISTORY = [
 ]
 
 
-def test_loss_plot_for_every_task_and_metrics_for_classifiers(tmp_path):
-    pytest.importorskip("matplotlib")
+def test_plots_are_drawn_by_the_plain_install():
+    """matplotlib is a core dependency, not an extra: `pip install -e .` alone gives a run its plots."""
+    import tomllib
+
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    assert any(d.split(">")[0].split("=")[0].strip() == "matplotlib" for d in project["dependencies"])
+    assert not project["optional-dependencies"]["plots"]
+
+
+def test_loss_plot_for_every_task_and_metrics_for_classifiers(tmp_path, capsys):
     assert [p.name for p in write_plots(tmp_path / "llm", HISTORY, "llm")] == ["loss.png"]
     written = write_plots(tmp_path / "cls", HISTORY, "text-classification")
     assert [p.name for p in written] == ["loss.png", "metrics.png"]
     assert all(p.read_bytes().startswith(PNG) and p.parent == tmp_path / "cls" / "plots" for p in written)
     assert eval_metric_names(HISTORY) == ["eval_accuracy", "eval_f1"]
+    assert "plots skipped" not in capsys.readouterr().err
 
 
 def test_nothing_logged_means_no_plot(tmp_path):
-    pytest.importorskip("matplotlib")
     assert write_plots(tmp_path, [{"step": 3, "train_runtime": 1.0}], "image-classification") == []
 
 
-def test_without_matplotlib_the_plots_are_skipped_with_a_notice(tmp_path, monkeypatch, capsys):
+def test_an_environment_without_matplotlib_skips_the_plots_with_a_notice(tmp_path, monkeypatch, capsys):
     for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")] or ["matplotlib"]:
         monkeypatch.setitem(sys.modules, name, None)  # as if not installed, even after other tests imported it
     assert write_plots(tmp_path, HISTORY, "llm") == []
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "plots skipped" in err and '".[plots]"' in err
+    assert err.count("\n") == 1 and "plots skipped" in err and "pip install matplotlib" in err
 
 
 def test_the_metrics_log_appends_one_json_line_per_log(tmp_path):
@@ -76,7 +82,6 @@ def test_the_model_card_shows_the_plots(tmp_path):
 
 
 def test_a_classifier_quick_start_leaves_both_plots(tmp_path):
-    pytest.importorskip("matplotlib")
     config = REPO_ROOT / "configs" / "text-classification" / "quickstart.yml"
     command = [sys.executable, "-m", "autotrain.cli.main", "--config", str(config)]
     command += ["--set", f"project_name={tmp_path / 'run'}"]

@@ -55,7 +55,7 @@ def test_loss_marks_equal_the_collators_labels(tmp_path, rows):
 
     cfg, plan = loaded(write(tmp_path, rows))
     record = preview_llm(cfg, plan, count=3)
-    trainer = build_trainer(cfg, plan, [])
+    trainer, _ = build_trainer(cfg, plan, [])
     kept = len(trainer.train_dataset)  # examples cut to nothing trained are dropped by both
     assert len(record["examples"]) == kept == 3 - record["summary"]["dropped_examples"]
     batch = trainer.data_collator([trainer.train_dataset[i] for i in range(kept)])

@@ -135,7 +135,8 @@ def _trainer(tmp_path: Path, **training):
     from autotrain.trainers.llm.sft import build_trainer
 
     cfg = _config(tmp_path, data=_varied_chat(tmp_path / "varied.jsonl"), max_length=256, **training)
-    return build_trainer(cfg, resolve_plan(cfg, device="cpu"), callbacks=[])
+    trainer, _ = build_trainer(cfg, resolve_plan(cfg, device="cpu"), callbacks=[])
+    return trainer
 
 
 def test_grouped_batches_hold_less_padding_in_as_many_steps(tmp_path):
@@ -273,4 +274,6 @@ def test_a_run_whose_model_fails_the_check_trains_padded_and_records_it(tmp_path
     assert "batches stay padded" in result.output
     manifest = json.loads((tmp_path / "run" / "run.json").read_text())
     assert manifest["plan"]["padding_free"] == ""
+    [refined] = manifest["plan"]["refined_after_loading"]  # the builder's refinement, recorded as one
+    assert (refined["field"], refined["planned"], refined["used"]) == ("padding_free", "rows", "")
     assert "padding_free: ''" in (tmp_path / "run" / "autotrain.yaml").read_text()

@@ -1,4 +1,4 @@
 """`autotrain app`: a local web page to edit configs, start / stop / resume runs and watch them train.
 
-Needs the optional extra: `pip install -e ".[app]"` (fastapi, uvicorn, matplotlib).
+Needs the optional extra: `pip install -e ".[app]"` (fastapi, uvicorn).
 """

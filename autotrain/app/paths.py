@@ -10,14 +10,26 @@ RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 CONFIG_SUFFIXES = (".yml", ".yaml")
 
 
+MAX_NAME = 128  # characters in one part of a path (file systems stop at 255 bytes)
+
+
 class PathRejected(ValueError):
     """A path from a request that would leave its folder, or is not a valid name."""
 
 
+class PathTaken(ValueError):
+    """A path that is valid but already taken by something autotrain must not overwrite (answered 409)."""
+
+
 def confine(root: Path, relative: str) -> Path:
     """`root/relative` resolved, refused when it is absolute, climbs with `..` or resolves outside `root`."""
+    if not isinstance(relative, str):
+        raise PathRejected(f"a path must be a string, not {type(relative).__name__}")
     if not relative or "\x00" in relative:
         raise PathRejected("empty path")
+    long = next((part for part in relative.replace("\\", "/").split("/") if len(part) > MAX_NAME), None)
+    if long is not None:
+        raise PathRejected(f"`{long[:40]}...` is {len(long)} characters long; a name has at most {MAX_NAME}")
     posix, windows = PurePosixPath(relative), PureWindowsPath(relative)
     if posix.is_absolute() or windows.is_absolute() or windows.drive or relative.startswith(("/", "\\")):
         raise PathRejected(f"`{relative}`: absolute paths are not allowed; give a path inside the runs dir")
@@ -61,3 +73,22 @@ def project_folder(root: Path, workdir: Path, project_name: str) -> Path:
             f"project_name `{project_name}` must be a folder directly inside the runs dir `{root}` (e.g. `{shown}`)"
         )
     return folder
+
+
+def config_to_save(root: Path, relative: str, is_run) -> Path:
+    """Where a config named `relative` may be saved: inside `root`, not under a file, not onto a folder,
+    and never inside a run's folder (its `autotrain.yaml` records what the run trained: predict, evaluate
+    and chat read it). `is_run(folder)` says whether a folder holds a run."""
+    file = config_file(root, relative)
+    base = root.resolve()
+    for folder in reversed(file.parents):
+        if not folder.is_relative_to(base) or folder == base:
+            continue
+        shown = folder.relative_to(base).as_posix()
+        if folder.exists() and not folder.is_dir():
+            raise PathTaken(f"`{shown}` is a file: a config cannot be saved under it")
+        if folder.is_dir() and is_run(folder):
+            raise PathTaken(f"`{shown}` is a run's folder: its files are the run's; save the config elsewhere")
+    if file.is_dir():
+        raise PathTaken(f"`{relative}` is a folder: give a file name (NAME.yml)")
+    return file

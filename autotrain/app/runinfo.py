@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from pathlib import Path
@@ -25,6 +26,18 @@ def read_json(path: Path) -> dict:
 def manifest_status(folder: Path) -> str | None:
     """`run.json`'s status (running, completed, interrupted, failed, diverged, bad input)."""
     return read_json(folder / "run.json").get("status")
+
+
+def task(folder: Path) -> str | None:
+    """The task of a finished run, from the `task:` line of the config it saved (no YAML parse needed)."""
+    try:
+        with open(folder / "autotrain.yaml", encoding="utf-8") as handle:
+            for line in itertools.islice(handle, 200):
+                if line.startswith("task:"):
+                    return line.split(":", 1)[1].split("#")[0].strip().strip("'\"") or None
+    except OSError:
+        pass
+    return None
 
 
 def is_run(folder: Path) -> bool:

@@ -7,11 +7,13 @@ A run is started exactly as `autotrain --config FILE` starts it: a child `python
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,12 +26,20 @@ class RunConflict(Exception):
     """The run is not in a state for what was asked (running already, nothing to resume, ...)."""
 
 
+# How a child that wrote no final run.json ended, by its exit code (the CLI's documented codes).
+EXIT_STATUS = {0: "completed", 1: "failed", 2: "bad input", 3: "diverged", 130: "interrupted", 143: "interrupted"}
+# What the CLI leaves in a folder of a run refused before training, besides `logs/`.
+CLI_FILES = {".autotrain-run", ".autotrain.lock"}
+
+
 @dataclass
 class Runs:
     root: Path  # --runs-dir
     workdir: Path  # the child's working directory: relative paths in configs are read from here
     children: dict[str, subprocess.Popen] = field(default_factory=dict)
     secrets: set[str] = field(default_factory=set)  # of the configs started here: redacted from responses
+    # Held from the checks on a run's folder to its child's start: two requests never start one run twice.
+    lock: threading.RLock = field(default_factory=threading.RLock)
 
     def names(self) -> list[str]:
         if not self.root.is_dir():
@@ -55,7 +65,8 @@ class Runs:
             return {"status": "running", "exit_code": None, "pid": child.pid}
         manifest = runinfo.manifest_status(run_folder(self.root, name))
         if child is not None and (manifest in (None, "running")):
-            return {"status": "exited", "exit_code": code, "pid": None}  # stopped before or without run.json
+            # ended before writing its final run.json (bad input found before training, killed, ...)
+            return {"status": EXIT_STATUS.get(code, "failed"), "exit_code": code, "pid": None}
         return {"status": manifest or "new", "exit_code": code, "pid": None}
 
     def summary(self, name: str) -> dict:
@@ -76,6 +87,7 @@ class Runs:
             "log": runinfo.log_tail(folder),
             "files": runinfo.files(folder),
             "config": self.config_of(name),
+            "task": runinfo.task(folder),
         }
 
     def config_of(self, name: str) -> str | None:
@@ -88,10 +100,36 @@ class Runs:
         except PathRejected:
             return None
 
+    def claim(self, folder: Path) -> None:
+        """Refuse a new run in `folder` unless it is new, empty, or holds only what an earlier start from
+        this app wrote (a start refused before training). Call with `lock` held, then `start`."""
+        from autotrain.training.folder import holds_run
+
+        if self.alive(folder.name):
+            raise RunConflict(f"run `{folder.name}` is already running")
+        if holds_run(folder):
+            raise RunConflict(f"`{folder.name}` already holds a run: resume it, or change project_name")
+        if folder.exists() and not folder.is_dir():
+            raise RunConflict(f"`{folder.name}` is a file in the runs dir; change project_name")
+        found = _files(folder) - CLI_FILES
+        if _started_here(folder):  # an earlier start from here, refused before training: its logs only
+            found = {f for f in found if not f.startswith("logs/")}
+        foreign = sorted(found)
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+            raise RunConflict(
+                f"`{folder.name}` holds files autotrain did not write ({shown}); nothing was run. "
+                "Choose a new project_name (a new or empty folder)"
+            )
+
     def start(self, name: str, config: Path, resume: bool = False) -> dict:
         """Start training run `name` from `config` (a file inside the runs dir)."""
-        if self.alive(name):
-            raise RunConflict(f"run `{name}` is already running")
+        with self.lock:
+            if self.alive(name):
+                raise RunConflict(f"run `{name}` is already running")
+            return self._spawn(name, config, resume)
+
+    def _spawn(self, name: str, config: Path, resume: bool) -> dict:
         folder = run_folder(self.root, name)
         command = [sys.executable, "-m", "autotrain.cli.main", "--config", str(config)]
         command += ["--resume"] if resume else []
@@ -127,9 +165,24 @@ class Runs:
         from autotrain.training.folder import is_complete, list_checkpoints
 
         folder = run_folder(self.root, name)
+        if runinfo.manifest_status(folder) == "completed" and not self.alive(name):
+            raise RunConflict(f"run `{name}` completed: there is nothing to resume")
         if not any(is_complete(p) for p in list_checkpoints(folder)):
             raise RunConflict(f"run `{name}` has no complete checkpoint to resume from")
         config = self.config_of(name)
         if config is None:
             raise RunConflict(f"the config of run `{name}` is not known to the app; start it from its YAML")
         return self.start(name, config_file(self.root, config), resume=True)
+
+
+def _files(folder: Path, limit: int = 50) -> set[str]:
+    """Up to `limit` files under `folder` (relative paths); a big folder of one's own is not walked whole."""
+    if not folder.is_dir():
+        return set()
+    return {p.relative_to(folder).as_posix() for p in itertools.islice(folder.rglob("*"), limit) if not p.is_dir()}
+
+
+def _started_here(folder: Path) -> bool:
+    """`logs/app.json` is the state an earlier start from the app wrote (not a file of the same name)."""
+    command = runinfo.read_json(folder / runinfo.APP_STATE).get("command")
+    return isinstance(command, list) and command[:2] == ["-m", "autotrain.cli.main"]

@@ -12,9 +12,18 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException
 
-from autotrain.app import configs, security
-from autotrain.app.paths import PathRejected, config_file, confine, project_folder, run_folder
+from autotrain.app import card, chat, configs, export_api, preview, runinfo, security
+from autotrain.app.paths import (
+    PathRejected,
+    PathTaken,
+    config_file,
+    config_to_save,
+    confine,
+    project_folder,
+    run_folder,
+)
 from autotrain.app.runs import RunConflict, Runs
 from autotrain.config.interpolate import redact
 
@@ -45,17 +54,39 @@ def create_app(runs_dir: str | Path, workdir: str | Path | None = None, token: s
     app.state.token = token
     app.state.error = lambda status, message, **more: Redacted({"error": message, **more}, status_code=status)
     app.state.text = lambda text: PlainTextResponse(redact(text, secrets()))
+    app.state.secrets = secrets
 
     @app.middleware("http")
     async def guard(request: Request, call_next):
-        refused = security.refusal(request.method, request.url.path, request.headers, request.query_params, token)
+        refused = security.refusal(
+            request.method, request.url.path, request.headers, request.query_params, token, request.cookies
+        )
         if refused is not None:
-            return JSONResponse({"error": refused[1]}, status_code=refused[0])
-        return await call_next(request)
+            api = request.url.path.startswith("/api/")
+            response = JSONResponse({"error": refused[1]}, refused[0]) if api else PlainTextResponse(*refused[::-1])
+        else:
+            response = await call_next(request)
+            if token and request.query_params.get("token") == token and request.url.path == "/":
+                # the page drops ?token= from its address; from now on the cookie carries it
+                name = security.cookie_name(request.url.port)
+                response.set_cookie(name, token, httponly=True, samesite="strict", path="/")
+        for key, value in security.HEADERS.items():
+            response.headers.setdefault(key, value)
+        return response
+
+    app.add_middleware(security.BodyLimit)
 
     @app.exception_handler(PathRejected)
     async def rejected(request: Request, exc: PathRejected) -> JSONResponse:
         return app.state.error(400, str(exc))
+
+    @app.exception_handler(PathTaken)
+    async def taken(request: Request, exc: PathTaken) -> JSONResponse:
+        return app.state.error(409, str(exc))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        return app.state.error(exc.status_code, str(exc.detail))
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
@@ -66,9 +97,10 @@ def create_app(runs_dir: str | Path, workdir: str | Path | None = None, token: s
     _config_routes(app, runs)
     _saved_config_routes(app, runs)
     _run_routes(app, runs)
-    from autotrain.app import preview  # the memory estimate and the Data tab
-
-    preview.add_routes(app)
+    card.routes(app, runs)
+    chat.routes(app, runs)
+    export_api.register(app, runs)  # the Export action on a finished run
+    preview.add_routes(app)  # the memory estimate and the Data tab
     return app
 
 
@@ -76,9 +108,11 @@ def _config_routes(app: FastAPI, runs: Runs) -> None:
     error = app.state.error
 
     @app.post("/api/validate")
-    async def validate(request: Request) -> dict:
-        text = (await request.body()).decode("utf-8", errors="replace")
-        result, _ = configs.check(text)
+    async def validate(request: Request):
+        body = await request.body()
+        if configs.too_large(body):
+            return error(413, configs.too_large(body))
+        result, _ = configs.check(body.decode("utf-8", errors="replace"))
         return result
 
     @app.post("/api/yaml/set")
@@ -88,19 +122,30 @@ def _config_routes(app: FastAPI, runs: Runs) -> None:
 
         from autotrain.app.yaml_edit import set_value
 
-        path = body.get("path")
+        path, text = body.get("path"), body.get("text") or ""
         if not isinstance(path, list) or not all(isinstance(p, str) for p in path) or not path:
             return error(400, "path must be a list of keys")
+        if not isinstance(text, str):
+            return error(400, "text must be the YAML, as a string")
+        if configs.too_large(text):
+            return error(413, configs.too_large(text))
         try:
-            text = set_value(str(body.get("text") or ""), path, body.get("value"), bool(body.get("unset")))
+            text = set_value(text, path, body.get("value"), bool(body.get("unset")))
         except yaml.YAMLError as exc:
-            return error(400, f"cannot edit this YAML: {exc}")
+            return error(400, f"cannot edit this YAML: {str(exc)[:500]}")
         result, _ = configs.check(text)
         return {"text": text, **result}
 
     @app.get("/api/templates")
     def templates() -> list:
         return configs.list_templates()
+
+    @app.get("/api/schema")
+    def schema_index() -> dict:
+        """The tasks the page offers; each task's own lists come from its schema below."""
+        from autotrain.config.templates import TASKS
+
+        return {"tasks": list(TASKS)}
 
     @app.get("/api/schema/{task}")
     def schema(task: str):
@@ -117,9 +162,12 @@ def _saved_config_routes(app: FastAPI, runs: Runs) -> None:
 
     @app.get("/api/configs")
     def list_configs() -> list:
+        """Configs to open and save: not a run's own `autotrain.yaml` (that is the record of the run)."""
         root = runs.root.resolve()
         found = [p for pattern in ("*.y*ml", "*/*.y*ml") for p in root.glob(pattern)]
-        return sorted(p.relative_to(root).as_posix() for p in found if p.suffix in (".yml", ".yaml"))[:500]
+        found = [p for p in found if p.suffix in (".yml", ".yaml")]
+        mine = [p for p in found if p.parent == root or not runinfo.is_run(p.parent)]
+        return sorted(p.relative_to(root).as_posix() for p in mine)[:500]
 
     @app.get("/api/configs/{path:path}")
     def read_config(path: str):
@@ -130,12 +178,10 @@ def _saved_config_routes(app: FastAPI, runs: Runs) -> None:
 
     @app.put("/api/configs/{path:path}")
     async def save_config(path: str, request: Request):
-        file = config_file(runs.root, path)
         body = await request.body()
-        if len(body) > MAX_TEXT:
-            return error(413, "config too large")
-        file.parent.mkdir(parents=True, exist_ok=True)
-        file.write_bytes(body)
+        if configs.too_large(body):
+            return error(413, configs.too_large(body))
+        file = save(runs, path, body)
         return {"path": file.relative_to(runs.root.resolve()).as_posix(), "saved": True}
 
 
@@ -178,18 +224,35 @@ def _run_routes(app: FastAPI, runs: Runs) -> None:
         file = confine(run_folder(runs.root, name), path)
         if not file.is_file():
             return error(404, f"no file `{path}` in run `{name}`")
+        headers = {"Cache-Control": "no-store", "Content-Security-Policy": security.FILE_CSP}
         if file.suffix in IMAGE_SUFFIXES:
-            return FileResponse(file, media_type=IMAGE_SUFFIXES[file.suffix], headers={"Cache-Control": "no-store"})
+            if file.suffix == ".svg":  # an SVG may hold a script: never shown in the app's origin
+                headers["Content-Disposition"] = "attachment"
+            return FileResponse(file, media_type=IMAGE_SUFFIXES[file.suffix], headers=headers)
         if file.suffix not in TEXT_SUFFIXES or file.stat().st_size > MAX_TEXT:
             return error(415, "only text files (up to 2 MB) and images are shown")
-        return app.state.text(file.read_text(encoding="utf-8", errors="replace"))
+        response = app.state.text(file.read_text(encoding="utf-8", errors="replace"))
+        response.headers.update(headers)
+        return response
+
+
+def save(runs: Runs, relative: str, content: bytes) -> Path:
+    """Write a config into the runs dir (never into a run's folder, onto a folder or under a file)."""
+    file = config_to_save(runs.root, relative, runinfo.is_run)
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_bytes(content)
+    except OSError as exc:
+        raise PathTaken(f"cannot save `{relative}`: {exc.strerror or exc}") from None
+    return file
 
 
 def _start(app: FastAPI, runs: Runs, body: dict):
     """Validate the config, check where it trains, save it in the runs dir, start the child."""
-    from autotrain.training.folder import holds_run
-
     error = app.state.error
+    save_as = body.get("save_as")
+    if save_as is not None and not isinstance(save_as, str):
+        return error(400, "save_as must be a file name (NAME.yml), as a string")
     if isinstance(body.get("path"), str):
         file = config_file(runs.root, body["path"])
         if not file.is_file():
@@ -199,33 +262,21 @@ def _start(app: FastAPI, runs: Runs, body: dict):
         file, text = None, body["yaml"]
     else:
         return error(400, 'give {"yaml": TEXT} or {"path": "FILE.yml"} (a file inside the runs dir)')
-    result, loaded = configs.check(text, (file.name if file else body.get("save_as")) or "config.yml")
+    if configs.too_large(text):
+        return error(413, configs.too_large(text))
+    result, loaded = configs.check(text, (file.name if file else save_as) or "config.yml")
     if loaded is None:
         return error(400, "the config has problems; nothing was run", **result)
+    missing = configs.missing_paths(loaded, runs.workdir)
+    if missing:
+        return error(400, "; ".join(missing) + "; nothing was run")
     folder = project_folder(runs.root, runs.workdir, loaded.config.project_name)
-    if runs.alive(folder.name):
-        return error(409, f"run `{folder.name}` is already running")
-    if holds_run(folder):
-        return error(409, f"`{folder.name}` already holds a run: resume it, or change project_name")
-    if file is None:
-        file = config_file(runs.root, body.get("save_as") or f"{folder.name}.yml")
-        file.parent.mkdir(parents=True, exist_ok=True)
-        file.write_text(text, encoding="utf-8")
-    runs.secrets |= configs.secrets_of(loaded)
-    return runs.start(folder.name, file)
-
-
-def serve(host: str, port: int, runs_dir: Path) -> None:
-    """Run the app until Ctrl-C; training runs it started keep going."""
-    import secrets as random
-
-    import uvicorn
-
-    token = None if security.is_loopback(host) else random.token_urlsafe(24)
-    app = create_app(runs_dir, Path.cwd(), token=token)
-    shown = f"[{host}]" if ":" in host else host
-    url = f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
-    print(f"autotrain app: {url}  (runs dir: {runs_dir})", flush=True)
-    if token:
-        print(f"token: {token}  (needed by every request: Authorization: Bearer TOKEN or ?token=)", flush=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    with runs.lock:  # from the folder's checks to the child's start: one run per folder
+        try:
+            runs.claim(folder)
+        except RunConflict as exc:
+            return error(409, str(exc))
+        if file is None:
+            file = save(runs, save_as or f"{folder.name}.yml", text.encode("utf-8"))
+        runs.secrets |= configs.secrets_of(loaded)
+        return runs.start(folder.name, file)

@@ -39,16 +39,29 @@ def _walk(root: yaml.Node | None, path: Path_) -> tuple[yaml.Node | None, int, t
     return node, depth, pair
 
 
-def set_value(text: str, path: Path_, value: Any = None, unset: bool = False) -> str:
-    """`text` with `path` set to `value` (or removed with `unset`); raises yaml.YAMLError on bad YAML."""
+MAX_DEPTH = 64  # a config is never this deep; PyYAML's composer recurses once per level
+
+
+def _compose(text: str) -> yaml.Node | None:
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):  # events come without recursion
+        depth += isinstance(event, yaml.CollectionStartEvent) - isinstance(event, yaml.CollectionEndEvent)
+        if depth > MAX_DEPTH:
+            raise yaml.YAMLError(f"the YAML is nested too deeply (over {MAX_DEPTH} levels; a config never is)")
     root = yaml.compose(text, Loader=yaml.SafeLoader)
     if root is not None and not isinstance(root, yaml.MappingNode):
         raise yaml.YAMLError("a config must be a YAML mapping")
+    return root
+
+
+def set_value(text: str, path: Path_, value: Any = None, unset: bool = False) -> str:
+    """`text` with `path` set to `value` (or removed with `unset`); raises yaml.YAMLError on bad YAML."""
+    root = _compose(text)
     node, depth, pair = _walk(root, path)
-    if depth == len(path) and pair is not None:
-        return _remove(text, pair) if unset else _replace(text, node, value)
     if unset:
-        return text  # nothing to remove
+        return _unset(text, root, path) if depth == len(path) and pair is not None else text
+    if depth == len(path) and pair is not None:
+        return _replace(text, node, value)
     nested: Any = value
     for key in reversed(path[depth + 1 :]):
         nested = {key: nested}
@@ -66,6 +79,24 @@ def set_value(text: str, path: Path_, value: Any = None, unset: bool = False) ->
     return _replace(text, parent, merged)
 
 
+def _unset(text: str, root: yaml.Node, path: Path_) -> str:
+    """Remove `path`; a mapping left empty by it goes too (`optimizer_args:` alone would read as null,
+    which no form field can repair)."""
+    while len(path) > 1:
+        parent, _, parent_pair = _walk(root, path[:-1])
+        if not isinstance(parent, yaml.MappingNode) or len(parent.value) > 1:
+            break
+        path = path[:-1]  # the key is the mapping's only one: remove the mapping
+    parent, _, _ = _walk(root, path[:-1])
+    _, _, pair = _walk(root, path)
+    if parent is not None and parent is not root and getattr(parent, "flow_style", False):
+        current = yaml.safe_load(text)
+        for key in path[:-1]:
+            current = current[key]
+        return _replace(text, parent, {k: v for k, v in current.items() if k != path[-1]})
+    return _remove(text, pair)
+
+
 def _replace(text: str, node: yaml.Node, value: Any) -> str:
     start, end = node.start_mark.index, node.end_mark.index
     if isinstance(node, yaml.ScalarNode) and node.value == "" and not node.style and start == end:
@@ -79,6 +110,9 @@ def _remove(text: str, pair: tuple[yaml.Node, yaml.Node]) -> str:
     key_node, value_node = pair
     start = text.rfind("\n", 0, key_node.start_mark.index) + 1
     end = value_node.end_mark.index
+    line_start = text.rfind("\n", 0, end) + 1
+    if line_start and not text[line_start:end].strip():
+        end = line_start  # a block value ends at the next key's indentation: keep that line whole
     if end == 0 or text[end - 1] != "\n":
         newline = text.find("\n", end)
         end = len(text) if newline < 0 else newline + 1

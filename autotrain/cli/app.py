@@ -20,6 +20,10 @@ def app(
         import uvicorn  # noqa: F401
     except ImportError:
         raise fail('the app needs its optional dependencies: pip install -e ".[app]"', EXIT_BAD_INPUT) from None
-    from autotrain.app.server import serve
+    from autotrain.app.listen import PortTaken, bind, serve
 
-    serve(host, port, runs_dir)
+    try:
+        sock = bind(host, port)  # before anything is printed: a taken port is said plainly, exit 2
+    except PortTaken as exc:
+        raise fail(str(exc), EXIT_BAD_INPUT) from None
+    serve(sock, host, port, runs_dir)

@@ -9,7 +9,7 @@ import typer
 
 from autotrain import __version__
 from autotrain.cli import app as webapp
-from autotrain.cli import env, inference, migrate, templates, train, validate
+from autotrain.cli import env, export, inference, launch, migrate, templates, train, validate
 from autotrain.cli.common import Command, ConfigOption, DryRunOption, Group, OverwriteOption, ResumeOption, SetOption
 from autotrain.errors import EXIT_FAILURE, debug_enabled, eprint
 
@@ -33,7 +33,9 @@ app.command("env", cls=Command)(env.env)
 app.command("chat", cls=Command)(inference.chat)
 app.command("predict", cls=Command)(inference.predict)
 app.command("evaluate", cls=Command)(inference.evaluate)
+app.command("export", cls=Command)(export.export)
 app.command("app", cls=Command)(webapp.app)
+app.command("launch", cls=Command)(launch.launch)
 
 
 def _version(value: bool) -> None:

@@ -68,10 +68,15 @@ def migrate(
     text += yaml.safe_dump(ordered, sort_keys=False, default_flow_style=False)
     if output is None:
         print(text, end="")
-    elif output.exists():
+    elif output.exists() or output.is_symlink():
         raise fail(f"{output} exists; choose another -o PATH")
+    elif not output.parent.is_dir():
+        raise fail(f"cannot write {output}: the folder {output.parent} does not exist")
     else:
-        output.write_text(text, encoding="utf-8")
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise fail(f"cannot write {output}: {exc.strerror or exc}") from None
         print(f"wrote {output}")
 
 

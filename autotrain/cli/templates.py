@@ -10,6 +10,8 @@ import typer
 
 from autotrain.cli.common import fail
 from autotrain.config.templates import TASKS, TEMPLATES, schema_path, task_schema, templates_dir
+from autotrain.config.trainers import DEFAULT as DEFAULT_TRAINER
+from autotrain.config.trainers import TRAINERS
 from autotrain.errors import EXIT_BAD_INPUT
 
 _SCHEMA_COMMENT = re.compile(r"^# yaml-language-server: \$schema=(\S+)", re.MULTILINE)
@@ -24,16 +26,19 @@ def _check_task(task: str) -> None:
 
 def init(
     task: str = typer.Argument(..., help="llm | text-classification | image-classification", show_default=False),
-    trainer: str = typer.Option(None, "--trainer", "-t", help="llm only: sft | orpo | dpo | reward | grpo | clm."),
+    trainer: str = typer.Option(None, "--trainer", "-t", help=f"llm only: {' | '.join(TRAINERS)}."),
     output: Path = typer.Option(None, "--output", "-o", help="Where to write it (default: ./TASK[-TRAINER].yml)."),
     force: bool = typer.Option(False, "--force", help="Overwrite OUTPUT if it exists."),
 ) -> None:
     """Write a commented template config to edit."""
     _check_task(task)
     if task == "llm":
-        trainer = trainer or "sft"
+        trainer = trainer or DEFAULT_TRAINER
         if ("llm", trainer) not in TEMPLATES:
-            raise fail(f"unknown trainer `{trainer}`; choose one of: sft, orpo, dpo, reward, grpo, clm")
+            from autotrain.config.suggest import did_you_mean
+
+            hint = did_you_mean(trainer, TRAINERS)
+            raise fail(f"unknown trainer `{trainer}`{hint}; choose one of: {', '.join(TRAINERS)}")
     elif trainer is not None:
         raise fail(f"--trainer applies to `llm` only, not `{task}`")
     key = (task, trainer if task == "llm" else None)
@@ -46,8 +51,7 @@ def init(
     text = _SCHEMA_COMMENT.sub(f"# yaml-language-server: $schema={schema_path(task).as_uri()}", text, count=1)
     # ...and its "run:" line at the copy, not at the template.
     text = text.replace(f"--config configs/{TEMPLATES[key]}", f"--config {output}", 1)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(text, encoding="utf-8")
+    _write(output, text)
     print(
         f"wrote {output}; check it with `autotrain validate {output}`, run it with `autotrain {task} --config {output}`"
     )
@@ -66,5 +70,14 @@ def schema(
         return
     if output.exists() and not force:
         raise fail(f"{output} exists; choose another -o PATH or add --force", EXIT_BAD_INPUT)
-    output.write_text(text, encoding="utf-8")
+    _write(output, text)
     print(f"wrote {output}")
+
+
+def _write(output: Path, text: str) -> None:
+    """Write `output` (its folder made if missing); a folder or file that cannot be written is bad input."""
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise fail(f"cannot write {output}: {exc.strerror or exc}", EXIT_BAD_INPUT) from None

@@ -16,6 +16,7 @@ from autotrain.cli.common import (
     fail,
     report_config_error,
 )
+from autotrain.config.trainers import TRAINERS
 from autotrain.errors import EXIT_BAD_INPUT, eprint
 
 
@@ -69,7 +70,7 @@ def make_command(task: str):
         run_training(config, set_, dry_run, resume, overwrite, expected_task=task, preview=preview)
 
     command.__doc__ = {
-        "llm": "Fine-tune a causal language model (sft, orpo, dpo, reward, grpo or clm trainer).",
+        "llm": f"Fine-tune a causal language model (trainer: {', '.join(TRAINERS)}).",
         "text-classification": "Train a text classifier (AutoModelForSequenceClassification).",
         "image-classification": "Train an image classifier (AutoModelForImageClassification).",
     }[task]

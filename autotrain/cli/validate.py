@@ -18,12 +18,13 @@ def validate(
     from autotrain.config.load import load_config
     from autotrain.errors import ConfigError
 
-    bad = 0
+    bad = problems = 0
     for path in files:
         try:
             loaded = load_config(path, set_ or [])
         except ConfigError as exc:
             bad += 1
+            problems += len(exc.issues)
             for issue in exc.issues:
                 eprint(issue.format())
             continue
@@ -34,4 +35,6 @@ def validate(
         for notice in loaded.notices[1 if loaded.advanced else 0 :]:  # the first one says it was translated
             eprint(f"note: {notice}")
     if bad:
+        files_bad = f" in {bad} of {len(files)} files" if len(files) > 1 else ""
+        eprint(f"{problems} problem{'s' if problems != 1 else ''} found{files_bad}.")
         raise typer.Exit(EXIT_BAD_INPUT)

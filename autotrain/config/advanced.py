@@ -1,6 +1,6 @@
 """Read Hugging Face AutoTrain Advanced configs and translate them to the native format.
 
-AutoTrain Advanced writes `task: llm-orpo`, keeps hyper-parameters in a flat `params:` section and names
+AutoTrain Advanced writes `task: llm-<trainer>`, keeps hyper-parameters in a flat `params:` section and names
 columns `text_column`, `rejected_text_column`, ... Every command accepts such a file: it is translated
 here (with a one-line notice) and validated as a native config, with errors pointing at the original lines.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotrain.config.rules import TRAINER_FIELDS
 from autotrain.config.suggest import did_you_mean
+from autotrain.config.trainers import TRAINERS, trainer_fields
 
 Path_ = tuple
 
@@ -20,12 +20,8 @@ ADVANCED_TASKS = {
     "lm_training": ("llm", None),
     "llm_training": ("llm", None),
     "llm_finetuning": ("llm", None),
-    "llm-sft": ("llm", "sft"),
-    "llm-orpo": ("llm", "orpo"),
-    "llm-dpo": ("llm", "dpo"),
-    "llm-reward": ("llm", "reward"),
-    "llm-grpo": ("llm", "grpo"),
-    "llm-generic": ("llm", "clm"),
+    # `llm-<name>`: each trainer of the table that AutoTrain Advanced has, under its first name there
+    **{f"llm-{spec.advanced[0]}": ("llm", name) for name, spec in TRAINERS.items() if spec.advanced},
     "text_classification": ("text-classification", None),
     "text-classification": ("text-classification", None),
     "text_binary_classification": ("text-classification", None),
@@ -35,22 +31,16 @@ ADVANCED_TASKS = {
     "image_binary_classification": ("image-classification", None),
     "image_multi_class_classification": ("image-classification", None),
 }
-ADVANCED_TRAINERS = {
-    "default": "clm",
-    "generic": "clm",
-    "sft": "sft",
-    "orpo": "orpo",
-    "dpo": "dpo",
-    "reward": "reward",
-    "grpo": "grpo",
-}
+ADVANCED_TRAINERS = {advanced: name for name, spec in TRAINERS.items() for advanced in spec.advanced}
+# What an LLM config leaves out of `params.trainer`: AutoTrain Advanced's own default trainer.
+ADVANCED_DEFAULT_TRAINER = ADVANCED_TRAINERS["default"]
 
 # AutoTrain Advanced column names -> native column names, per task family.
 LLM_COLUMNS = {
     "text_column": "text",
     "prompt_text_column": "prompt",
     "rejected_text_column": "rejected",
-    "answer_column": "answer",  # grpo: the reference answer its rewards compare with
+    "answer_column": "answer",  # the reference answer that reward functions compare with
 }
 CLASSIFICATION_COLUMNS = {"text_column": "text", "image_column": "image", "target_column": "target"}
 
@@ -137,7 +127,11 @@ NOTED_WHEN_SET = {
     "liger_kernel": "Liger kernels are not used; training runs on plain transformers",
     "pretrain": "no equivalent; training starts from `base_model` as usual",
 }
+_TRAINER_FIELDS = set(trainer_fields())
 DATA_KEYS = ("path", "train_split", "valid_split", "chat_template", "column_mapping")
+HUB_KEYS = ("username", "token", "push_to_hub")
+# Task names only AutoTrain Advanced writes begin so; a misspelt one (`llm-sftt`) is still its config.
+ADVANCED_PREFIXES = ("llm-", "llm_", "lm_", "text_", "image_")
 TOP_LEVEL = {"task", "base_model", "project_name", "log", "backend", "data", "params", "hub"}
 
 
@@ -146,7 +140,7 @@ def is_advanced(data: dict) -> bool:
     task = data.get("task")
     return "params" in data or (
         isinstance(task, str)
-        and task in ADVANCED_TASKS
+        and (task in ADVANCED_TASKS or task.startswith(ADVANCED_PREFIXES))
         and task not in ("llm", "text-classification", "image-classification")
     )
 
@@ -176,7 +170,7 @@ def translate(data: dict) -> tuple[dict, dict[Path_, Path_], list[tuple[Path_, s
         out.put(("log",), data["log"], ("log",))
     peft_on = _params(data.get("params"), task_name, task == "llm", out)
     if task == "llm" and "trainer" not in out.native:
-        out.put(("trainer",), "clm", ("task",))
+        out.put(("trainer",), ADVANCED_DEFAULT_TRAINER, ("task",))
     _data(data.get("data"), task == "llm", out)
     _hub(data, out)
     if task == "llm" and not peft_on:
@@ -197,8 +191,9 @@ def _drop_unused_by_trainer(out: _Translation) -> None:
     """AutoTrain Advanced takes `max_prompt_length`, `dpo_beta`, ... for every trainer and ignores them
     where they do not apply; a native config refuses them there, so the translation leaves them out."""
     trainer, args = out.native.get("trainer"), out.native.get("training_args", {})
-    for key, trainers in TRAINER_FIELDS.items():
-        if key in args and trainer not in trainers:
+    used = TRAINERS[trainer].fields if trainer in TRAINERS else ()
+    for key in [key for key in args if key in _TRAINER_FIELDS]:
+        if key not in used:
             del args[key]
             original = out.renamed.pop(("training_args", key))
             out.notices.append((original, f"dropped: `trainer: {trainer}` does not use it"))
@@ -243,12 +238,13 @@ def _params(params: Any, task_name: str, is_llm: bool, out: _Translation) -> boo
         if not is_llm and key in LLM_ONLY:
             out.problems.append((("params", key), f"`{key}` applies to LLM tasks only, not `task: {task_name}`"))
             continue
+        if target == ("training_args", "max_length") and ADVANCED_TASKS[task_name][0] == "image-classification":
+            out.notices.append((("params", key), "dropped: image-classification sizes images, not tokens"))
+            continue
         if key == "trainer":
-            if value not in ADVANCED_TRAINERS:
-                hint = did_you_mean(str(value), ADVANCED_TRAINERS)
-                out.problems.append((("params", key), f"unknown trainer `{value}`{hint}"))
+            value = _trainer(value, task_name, out)
+            if value is None:
                 continue
-            value = ADVANCED_TRAINERS[value]
         elif key == "disable_gradient_checkpointing":
             value = not value
         elif key == "mixed_precision" and value in (None, "none"):
@@ -257,6 +253,31 @@ def _params(params: Any, task_name: str, is_llm: bool, out: _Translation) -> boo
             continue  # AutoTrain Advanced ignores LoRA settings when peft is off
         out.put(target, value, ("params", key))
     return peft_on
+
+
+def _trainer(value: Any, task_name: str, out: _Translation) -> str | None:
+    """`params.trainer` as a native trainer, or None (with the problem added). AutoTrain Advanced lets it
+    override the task's own trainer (`task: llm-<one>` with `trainer: <another>` trains the other): so does the
+    translation, with a note, since the two disagree."""
+    choices = ", ".join(ADVANCED_TRAINERS)
+    if not isinstance(value, str):
+        out.problems.append((("params", "trainer"), f"must be one word, one of: {choices}"))
+        return None
+    if value not in ADVANCED_TRAINERS:
+        hint = did_you_mean(value, ADVANCED_TRAINERS)
+        out.problems.append((("params", "trainer"), f"unknown trainer `{value}`{hint}; expected one of: {choices}"))
+        return None
+    trainer, of_task = ADVANCED_TRAINERS[value], ADVANCED_TASKS[task_name][1]
+    if of_task is not None and trainer != of_task:
+        task_of_trainer = next(name for name, (_, t) in ADVANCED_TASKS.items() if t == trainer)
+        out.notices.append(
+            (
+                ("params", "trainer"),
+                f"`trainer: {value}` overrides `task: {task_name}`: this trains `{trainer}`, as AutoTrain "
+                f"Advanced would; set `task: {task_of_trainer}` or drop `params.trainer` to say which you mean",
+            )
+        )
+    return trainer
 
 
 def _data(source: Any, is_llm: bool, out: _Translation) -> None:
@@ -283,22 +304,37 @@ def _columns(mapping: dict, is_llm: bool, chat: bool, out: _Translation) -> None
             out.problems.append((("data", "column_mapping", column), f"unknown AutoTrain Advanced column{hint}"))
             continue
         native_column = names[column]
-        if is_llm and column == "text_column" and out.native.get("trainer") in ("orpo", "dpo", "reward"):
-            native_column = "chosen"
-        elif is_llm and column == "text_column" and out.native.get("trainer") == "grpo":
-            native_column = "prompt"  # GRPO's text is the prompt: the model writes the completions
-        elif is_llm and column == "text_column" and out.native.get("trainer") == "sft" and chat:
-            native_column = "messages"
+        if is_llm and column == "text_column":
+            native_column = _text_column(out.native.get("trainer"), chat)
         out.put(("data", "column_mapping", native_column), dataset_column, ("data", "column_mapping", column))
+
+
+def _text_column(trainer: str | None, chat: bool) -> str:
+    """The native column of an LLM's `text_column`, by the trainer's data format."""
+    data_format = TRAINERS[trainer].data_format if trainer in TRAINERS else "blocks"
+    if data_format == "preference":
+        return "chosen"
+    if data_format == "prompts":
+        return "prompt"  # the model writes the completions: its text is the prompt
+    return "messages" if data_format == "chat" and chat else "text"
 
 
 def _hub(data: dict, out: _Translation) -> None:
     hub = data.get("hub") or {}
     if not isinstance(hub, dict):
+        out.problems.append((("hub",), "must be a mapping of `key: value` lines"))
+        return
+    for key in hub:
+        if key not in HUB_KEYS:
+            hint = f"{did_you_mean(str(key), HUB_KEYS)}; expected: {', '.join(HUB_KEYS)}"
+            out.problems.append((("hub", key), f"unknown AutoTrain Advanced hub key{hint}"))
+    username = hub.get("username")
+    if username is not None and not isinstance(username, str):
+        out.problems.append((("hub", "username"), "must be text: the hub user or organisation to push to"))
         return
     if hub.get("push_to_hub"):
         out.put(("hub", "push_to_hub"), True, ("hub", "push_to_hub"))
-        if hub.get("username") and data.get("project_name"):
+        if username and data.get("project_name"):
             out.put(("hub", "repo_id"), f"{hub['username']}/{data['project_name']}", ("hub", "username"))
     if hub.get("token"):
         out.put(("hub", "token"), hub["token"], ("hub", "token"))

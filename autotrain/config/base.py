@@ -5,8 +5,19 @@ from __future__ import annotations
 import os
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
+from pydantic.json_schema import WithJsonSchema
 
+from autotrain.config.trainers import columns_help
 from autotrain.fields import Bool, Float, Int, NoWord
 from autotrain.optimizers.table import DEFAULT as DEFAULT_OPTIMIZER
 from autotrain.optimizers.table import OPTIMIZERS
@@ -42,8 +53,8 @@ class DataConfig(StrictModel):
     )
     column_mapping: dict[str, str] = Field(
         default_factory=dict,
-        description="Task columns -> dataset columns. llm sft: text | messages; orpo/dpo/reward: prompt, chosen, "
-        "rejected; clm: text; classification: text | image, target.",
+        description=f"Task columns -> dataset columns. llm, by trainer: {columns_help()}; classification: "
+        "text | image, target.",
     )
 
 
@@ -54,9 +65,20 @@ class HubConfig(StrictModel):
     token: str | None = Field(None, description="Hub token; use `${HF_TOKEN}`. Never printed or saved.")
 
 
+def _process_count(value: Any) -> Any:
+    """The bounds of a number of processes, checked here: as `ge`/`le` on the `int | "auto"` field, pydantic
+    would apply them to "auto" too and crash with a TypeError."""
+    if isinstance(value, int) and not isinstance(value, bool) and not 1 <= value <= 1024:
+        raise ValueError("must be from 1 to 1024, or `auto`")
+    return value
+
+
+ProcessCount = Annotated[Int | Literal["auto"], BeforeValidator(_process_count)]
+
+
 class DistributedConfig(StrictModel):
-    num_processes: Int | Literal["auto"] = Field(
-        1, description="Processes (GPUs) per machine; `auto` = every visible GPU.", ge=1, le=1024
+    num_processes: ProcessCount = Field(
+        1, description="Processes (GPUs) per machine, 1-1024; `auto` = every visible GPU."
     )
     strategy: Literal["ddp", "fsdp", "deepspeed"] = Field("ddp", description="How processes share the work.")
     fsdp: FsdpConfig | None = Field(None, description="FSDP options (strategy: fsdp).")
@@ -65,6 +87,22 @@ class DistributedConfig(StrictModel):
     machine_rank: Int = Field(0, ge=0, le=4095, description="This machine's rank, 0 .. num_machines-1.")
     main_process_ip: str | None = Field(None, description="Address of machine 0 (multi-node).")
     main_process_port: Int = Field(29500, ge=1, le=65535, description="Port on machine 0 (multi-node).")
+    backend: Literal["accelerate", "ray"] = Field(
+        "accelerate",
+        description="Who starts the processes: accelerate (torch's elastic agent, one machine or several started "
+        "by you or a scheduler) or ray (Ray Train workers, num_processes x num_machines of them; pip install "
+        "'autotrain[ray]').",
+    )
+    ray_address: str | None = Field(
+        None, description="backend: ray: an existing Ray cluster (`auto`, `ray://host:10001`); null = a local Ray."
+    )
+    rendezvous_timeout: Int = Field(
+        60,
+        ge=5,
+        le=86_400,
+        description="Multi-node: seconds from each machine's start by which every machine has checked in at "
+        "main_process_ip:port, or this one has stopped with one line naming who came and who did not.",
+    )
 
 
 class FsdpConfig(StrictModel):
@@ -82,6 +120,34 @@ class DeepSpeedConfig(StrictModel):
 
 
 DistributedConfig.model_rebuild()
+
+
+class ClusterConfig(StrictModel):
+    """What only a scheduler needs (`autotrain launch --target ...`); training never reads it."""
+
+    nodes: Int | None = Field(
+        None, ge=1, le=4096, description="Machines to ask for (default: distributed.num_machines)."
+    )
+    gpus_per_node: Int = Field(1, ge=0, le=64, description="GPUs per machine; one process per GPU.")
+    gpu_type: str | None = Field(
+        None, description="GPU model, e.g. `A100` or `H100` (SkyPilot accelerators; Slurm --gpus-per-node TYPE:N)."
+    )
+    image: str | None = Field(None, description="Container image with autotrain installed (needed for Kubernetes).")
+    partition: str | None = Field(None, description="Slurm partition.")
+    account: str | None = Field(None, description="Slurm account.")
+    namespace: str = Field("default", description="Kubernetes namespace.")
+    volume_claim: str | None = Field(
+        None,
+        description="Kubernetes PersistentVolumeClaim mounted at /workspace: data and the project folder live there.",
+    )
+    time_limit_minutes: Int | None = Field(None, ge=1, le=10**7, description="Job time limit (Slurm --time).")
+    stop_before_limit: Int = Field(
+        300,
+        ge=30,
+        le=86_400,
+        description="Seconds before the time limit at which the run is told to checkpoint and stop.",
+    )
+    setup: str | None = Field(None, description="SkyPilot setup commands (default: `pip install -e .` unless `image`).")
 
 
 class EarlyStopping(StrictModel):
@@ -114,16 +180,17 @@ class TrainingArgs(StrictModel):
         DEFAULT_OPTIMIZER,
         description="Bundled (came, came_8bit, fused_adam, came_8bit+fused_adam) or transformers'.",
     )
-    optimizer_args: dict[str, Any] = Field(
+    # Given as a mapping; once validated, the chosen optimizer's typed arguments (its model in the optimizer
+    # table), which is what the plan builds the optimizer from. Dumped back as the mapping that was given.
+    optimizer_args: Annotated[
+        dict[str, Any] | BaseModel, WithJsonSchema({"type": "object", "additionalProperties": True})
+    ] = Field(
         default_factory=dict,
         description="Constructor arguments of the chosen optimizer (typed per optimizer; lr and weight_decay "
         "come from training_args).",
     )
     scheduler: Scheduler = Field("linear", description="Learning-rate schedule after warmup.")
     gradient_checkpointing: Bool = Field(False, description="Recompute activations in backward to save memory.")
-    max_length: Int = Field(
-        512, ge=8, le=16_777_216, description="Tokens per sample (text-classification: max sequence length)."
-    )
     logging_steps: Int = Field(10, ge=1, le=10**12, description="Log every N optimizer steps.")
     save_steps: Int | None = Field(
         None, ge=1, le=10**12, description="Checkpoint every N steps; null = at each epoch end."
@@ -138,22 +205,48 @@ class TrainingArgs(StrictModel):
     )
     dataloader_num_workers: Int = Field(0, ge=0, le=256, description="Data-loading worker processes.")
 
+    @field_validator("optimizer_args", mode="before")
+    @classmethod
+    def _typed_optimizer_args(cls, value: Any, info: ValidationInfo) -> Any:
+        if "optimizer" not in info.data or not isinstance(value, dict):
+            return value  # the optimizer (reported already) or the mapping itself is wrong
+        from autotrain.config.rules import typed_optimizer_args
+
+        return typed_optimizer_args(info.data["optimizer"], value)
+
+    @field_serializer("optimizer_args")
+    def _given_optimizer_args(self, value: Any, info) -> Any:
+        return value.model_dump(mode=info.mode, exclude_unset=True) if isinstance(value, BaseModel) else value
+
 
 class TaskConfig(StrictModel):
-    """Fields every task has."""
+    """Fields every task has. Validation runs the cross-field rules too (autotrain/config/rules.py)."""
 
     task: TaskName = Field(description="What to train.")
     base_model: str = Field(description="Hub model id or local folder to start from.")
     project_name: str = Field(
         description="Output folder for checkpoints, the model and logs (`~` expands); a folder of its own."
     )
-    log: Literal["none", "tensorboard", "wandb"] = Field("none", description="Where metrics are reported.")
+    log: Literal["none", "tensorboard", "wandb", "mlflow", "trackio"] = Field(
+        "none", description="Where metrics are reported (transformers' report_to; needs that package)."
+    )
     revision: str | None = Field(None, description="Hub revision (branch, tag or commit) of base_model.")
     trust_remote_code: Bool = Field(False, description="Run model code from the hub repo. Off unless you ask.")
     distributed: DistributedConfig = Field(default_factory=DistributedConfig, description="Multi-GPU / multi-node.")
     hub: HubConfig = Field(default_factory=HubConfig, description="Pushing the result to the Hugging Face Hub.")
+    cluster: ClusterConfig = Field(
+        default_factory=ClusterConfig,
+        description="Scheduler settings for `autotrain launch` (Slurm, Kubernetes, SkyPilot).",
+    )
 
     @field_validator("project_name")
     @classmethod
     def _expand_home(cls, value: str) -> str:
         return os.path.expanduser(value) if value.startswith("~") else value
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self):
+        from autotrain.config.rules import enforce_rules
+
+        enforce_rules(self)
+        return self

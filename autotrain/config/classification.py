@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from autotrain.config.base import DataConfig, EarlyStopping, TaskConfig, TrainingArgs
-from autotrain.fields import Bool, Float
+from autotrain.fields import Bool, Float, Int
 
 
 class ClassificationData(DataConfig):
@@ -25,11 +25,16 @@ class ClassificationTrainingArgs(TrainingArgs):
     load_best_model: Bool = Field(True, description="Keep the best checkpoint (by early_stopping.metric) at the end.")
 
 
+class TextClassificationTrainingArgs(ClassificationTrainingArgs):
+    # Text only: images are sized by the model's image processor, so image-classification has no max_length.
+    max_length: Int = Field(512, ge=8, le=16_777_216, description="Tokens per text (longer texts are truncated).")
+
+
 class TextClassificationConfig(TaskConfig):
     task: Literal["text-classification"] = Field(description="What to train.")
     data: ClassificationData = Field(description="Training data; column_mapping: text, target.")
-    training_args: ClassificationTrainingArgs = Field(
-        default_factory=ClassificationTrainingArgs, description="Training settings."
+    training_args: TextClassificationTrainingArgs = Field(
+        default_factory=TextClassificationTrainingArgs, description="Training settings."
     )
 
 

@@ -1,4 +1,4 @@
-"""The `task: llm` config: SFT, ORPO, DPO, reward, GRPO and plain causal-LM fine-tuning."""
+"""The `task: llm` config: one causal LM fine-tuned by one of the trainers of `autotrain.config.trainers`."""
 
 from __future__ import annotations
 
@@ -8,24 +8,17 @@ from typing import Literal
 from pydantic import Field
 
 from autotrain.config.base import DataConfig, StrictModel, TaskConfig, TrainingArgs
+from autotrain.config.export import ExportConfig
+from autotrain.config.trainers import DEFAULT as DEFAULT_TRAINER
+from autotrain.config.trainers import TRAINERS, used_by
 from autotrain.fields import Bool, Float, Int
 
-LLMTrainer = Literal["sft", "orpo", "dpo", "reward", "grpo", "clm"]
+LLMTrainer = Literal[tuple(TRAINERS)]  # every name in the trainer table
 
-# Columns each trainer reads, after `column_mapping` renames the dataset's columns onto them.
-TRAINER_COLUMNS: dict[str, tuple[tuple[str, ...], ...]] = {
-    # sft: plain text, chat messages, or a prompt and its completion (strings or message lists; the loss is
-    # on the completion unless `completion_only_loss: false`)
-    "sft": (("text",), ("messages",), ("prompt", "completion")),
-    "orpo": (("prompt", "chosen", "rejected"),),
-    "dpo": (("prompt", "chosen", "rejected"),),
-    "reward": (("chosen", "rejected"),),
-    # grpo: prompts only; the model writes the completions, reward functions score them (`answer`: the
-    # reference answer that the built-in rewards compare a completion with)
-    "grpo": (("prompt",),),
-    "clm": (("text",),),
-}
-OPTIONAL_COLUMNS: dict[str, tuple[str, ...]] = {"reward": ("prompt",), "grpo": ("answer",)}
+
+def _for(field: str, what: str) -> str:
+    """A trainer-specific field's description, led by the trainers that read it (from the table)."""
+    return f"{used_by(field)}: {what}"
 
 
 class LLMData(DataConfig):
@@ -49,71 +42,97 @@ class PeftConfig(StrictModel):
 
 
 class LLMTrainingArgs(TrainingArgs):
-    max_length: Int = Field(1024, ge=8, le=16_777_216, description="Tokens per sample (clm: block size).")
+    max_length: Int = Field(
+        1024, ge=8, le=16_777_216, description="Tokens per sample (raw-text training: the block size)."
+    )
     max_prompt_length: Int | None = Field(
         None,
         ge=1,
         le=16_777_216,
-        description="orpo / dpo / reward / grpo: prompt tokens kept (truncated from the left).",
+        description=_for("max_prompt_length", "prompt tokens kept (truncated from the left)."),
     )
     max_completion_length: Int | None = Field(
         None,
         ge=1,
         le=16_777_216,
-        description="orpo / dpo: completion tokens kept; grpo: tokens generated per completion (null: 512).",
+        description=_for(
+            "max_completion_length",
+            "completion tokens kept, or generated per completion by a trainer that samples (null: 512).",
+        ),
     )
     beta: Float | None = Field(
-        None, ge=0, le=1000, description="orpo lambda / dpo beta / grpo KL coefficient (trainer default when null)."
+        None,
+        ge=0,
+        le=1000,
+        description=_for(
+            "beta",
+            "preference / KL strength: the odds-ratio weight (lambda), the preference beta, or the KL "
+            "coefficient of a trainer that samples (trainer default when null).",
+        ),
     )
     num_generations: Int | None = Field(
         None,
         ge=2,
         le=1024,
-        description="grpo: completions sampled per prompt, scored against each other (null: 8). "
-        "batch_size x gradient_accumulation must be a multiple of it.",
+        description=_for(
+            "num_generations",
+            "completions sampled per prompt, scored against each other (null: 8). "
+            "batch_size x gradient_accumulation must be a multiple of it.",
+        ),
     )
-    temperature: Float | None = Field(None, gt=0, le=100, description="grpo: sampling temperature (null: 1.0).")
-    top_p: Float | None = Field(None, gt=0, le=1, description="grpo: nucleus sampling (null: 1.0, off).")
-    top_k: Int | None = Field(None, ge=0, le=1_000_000, description="grpo: top-k sampling (null or 0: off).")
+    temperature: Float | None = Field(
+        None, gt=0, le=100, description=_for("temperature", "sampling temperature (null: 1.0).")
+    )
+    top_p: Float | None = Field(None, gt=0, le=1, description=_for("top_p", "nucleus sampling (null: 1.0, off)."))
+    top_k: Int | None = Field(None, ge=0, le=1_000_000, description=_for("top_k", "top-k sampling (null or 0: off)."))
     rewards: list[str] | None = Field(
         None,
         min_length=1,
         max_length=64,
-        description="grpo: reward functions, summed: built-in `answer_match` (the completion's final number "
-        "equals the `answer` column's, GSM8K style), `exact_match` (the completion equals `answer`), or your "
-        "own as `module:function` or `path/to/file.py:function` (called with prompts, completions and the "
-        "data's other columns; returns one float per completion). null: answer_match.",
+        description=_for(
+            "rewards",
+            "reward functions, summed: built-in `answer_match` (the completion's final number equals the "
+            "`answer` column's, GSM8K style), `exact_match` (the completion equals `answer`), or your own as "
+            "`module:function` or `path/to/file.py:function` (called with prompts, completions and the data's "
+            "other columns; returns one float per completion). null: answer_match.",
+        ),
     )
     reward_weights: list[Float] | None = Field(
-        None, min_length=1, max_length=64, description="grpo: one weight per reward (null: all 1)."
+        None, min_length=1, max_length=64, description=_for("reward_weights", "one weight per reward (null: all 1).")
     )
-    packing: Bool = Field(False, description="sft: pack several samples into each max_length block.")
+    packing: Bool = Field(False, description=_for("packing", "pack several samples into each max_length block."))
     padding_free: Bool = Field(
         True,
-        description=(
-            "sft: no padding: each batch's samples are laid end to end in rows as long as its longest sample, "
-            "kept apart by their position ids (with flash_attention_2 on CUDA, in one row). The batches are the "
-            "same samples as padded ones and the loss is the same; only the padding is gone. A model that would "
-            "attend across the samples (checked when training starts) keeps padded batches. Ignored with packing."
+        description=_for(
+            "padding_free",
+            "no padding: each batch's samples are laid end to end in rows as long as its longest sample, kept "
+            "apart by their position ids (with flash_attention_2 on CUDA, in one row). The batches are the same "
+            "samples as padded ones and the loss is the same; only the padding is gone. A model that would attend "
+            "across the samples (checked when training starts) keeps padded batches. Ignored with packing.",
         ),
     )
     length_grouping: Bool = Field(
         False,
-        description=(
-            "sft: batch samples of similar length together, as many batches per epoch as batch_size gives, "
-            "about as many tokens in each, in random order. Less padding, but the batches are no longer random: "
-            "on short fine-tunes it costs a few percent of held-out loss (see the README). Ignored with packing."
+        description=_for(
+            "length_grouping",
+            "batch samples of similar length together, as many batches per epoch as batch_size gives, about as "
+            "many tokens in each, in random order. Less padding, but the batches are no longer random: on short "
+            "fine-tunes it costs a few percent of held-out loss (see docs/configs.md). Ignored with packing.",
         ),
     )
     completion_only_loss: Bool | None = Field(
-        None, description="sft: compute loss on the assistant part only (chat data; TRL's default when null)."
+        None,
+        description=_for(
+            "completion_only_loss", "compute loss on the assistant part only (chat data; TRL's default when null)."
+        ),
     )
 
 
 class LLMConfig(TaskConfig):
     task: Literal["llm"] = Field(description="What to train.")
     trainer: LLMTrainer = Field(
-        "sft", description="sft | orpo | dpo | reward | grpo | clm (plain causal LM on raw text)."
+        DEFAULT_TRAINER,
+        description="; ".join(f"{name}: {spec.help}" for name, spec in TRAINERS.items()),
     )
     attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = Field("sdpa", description="Attention kernel.")
     data: LLMData = Field(description="Training data.")
@@ -123,6 +142,9 @@ class LLMConfig(TaskConfig):
         None,
         description="A .gguf file in base_model (a local folder or hub repo) to start from, de-quantized; "
         "or name the .gguf file itself as base_model. Needs `pip install gguf`.",
+    )
+    export: ExportConfig | None = Field(
+        None, description="Export when training ends, as `autotrain export` does (merged, GGUF or Ollama)."
     )
 
     @property

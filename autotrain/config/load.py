@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import functools
 import re
-import typing
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,18 +11,20 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from autotrain.config import advanced
+from autotrain.config import advanced, messages
 from autotrain.config.base import TaskConfig
 from autotrain.config.classification import ImageClassificationConfig, TextClassificationConfig
 from autotrain.config.interpolate import REDACTED, SECRET_KEYS, interpolate, redact, secret_values
 from autotrain.config.llm import LLMConfig
 from autotrain.config.overrides import apply_overrides
 from autotrain.config.paths import check_paths, text_problems
-from autotrain.config.rules import check_rules
-from autotrain.config.suggest import did_you_mean
+from autotrain.config.rules import OPTIMIZER_ARGS_ERROR, RULE_ERROR, check_rules
+from autotrain.config.suggest import did_you_mean, key_hint
 from autotrain.config.yaml_source import Locator, read_yaml
 from autotrain.errors import ConfigError, ConfigIssue
 
+# Unknown keys past this many get no suggestion: so many are not typos, and each search costs.
+SUGGEST_LIMIT = 200
 TASK_MODELS: dict[str, type[TaskConfig]] = {
     "llm": LLMConfig,
     "text-classification": TextClassificationConfig,
@@ -140,25 +142,41 @@ def _task(data: dict, locator: Locator, issues: list[ConfigIssue], expected: str
 
 
 def _validate(model: type[TaskConfig], data: dict, task: str, locator: Locator, issues: list[ConfigIssue]):
-    """Schema and cross-field rules in one pass; the config (None if the schema refused it)."""
-    rule_issues = [locator.issue(p, m) for p, m in check_rules(model, data, task)]
-    covered = {issue.path for issue in rule_issues}
+    """Schema and cross-field rules in one pass; the config (None if validation refused it).
+
+    The model runs the rules itself once its fields are valid. When the schema refused some of them, the
+    rules run here on the fields that did pass, so that every mistake is reported at once.
+    """
     config = None
     try:
         config = model.model_validate(data)
     except ValidationError as exc:
-        errors = exc.errors()
+        errors = [e for e in exc.errors() if e["type"] != RULE_ERROR]
+        # With fields refused by the schema the model's rules did not run: run them on the fields that passed.
+        rules = check_rules(model, data, task) if errors else ((tuple(e["loc"]), e["msg"]) for e in exc.errors())
+        rule_issues = [locator.issue(p, m) for p, m in rules]
+        covered = {issue.path for issue in rule_issues}
+        unions = messages.union_members(errors)
         # A misspelt required key is one mistake: report the typo with its suggestion, not also the
         # "missing" field it was meant to be.
-        typos = {tuple(e["loc"][:-1]) + (_suggestion(e, model),) for e in errors if e["type"] == "extra_forbidden"}
+        with_missing = {tuple(e["loc"][:-1]) for e in errors if e["type"] == "missing"}
+        extra = [e for e in errors if e["type"] == "extra_forbidden"][:SUGGEST_LIMIT]
+        typos = {tuple(e["loc"][:-1]) + (_suggestion(e, model),) for e in extra if tuple(e["loc"][:-1]) in with_missing}
+        unknown = 0
         for err in errors:
             loc = tuple(err["loc"])
             if loc in covered or loc[:-1] in covered and err["type"] == "extra_forbidden":
                 continue
             if err["type"] == "missing" and loc in typos:
                 continue
-            issues.append(locator.issue(loc, _message(err, model)))
-    issues += rule_issues
+            if loc[:-1] in unions:  # one line for a value that fits none of a union's types
+                if loc[:-1] not in covered:
+                    issues.append(locator.issue(loc[:-1], _got(messages.union_message(unions[loc[:-1]]), err)))
+                    covered.add(loc[:-1])
+                continue
+            unknown += err["type"] == "extra_forbidden"
+            issues.append(locator.issue(loc, _message(err, model, suggest=unknown <= SUGGEST_LIMIT)))
+        issues += rule_issues
     if config is not None:
         issues += [locator.issue(p, m) for p, m in check_paths(config, locator.source)]
     return config
@@ -173,21 +191,27 @@ def _sorted(issues: list[ConfigIssue], secrets: Collection[str] = ()) -> list[Co
     return sorted(unique, key=lambda i: (i.line is None, i.line or 0, i.col or 0))
 
 
-def _message(err: dict, model: type[BaseModel]) -> str:
+def _message(err: dict, model: type[BaseModel], suggest: bool = True) -> str:
     kind, loc = err["type"], tuple(err["loc"])
     if kind == "extra_forbidden":
         known = _fields_at(model, loc[:-1])
-        return f"unknown key{did_you_mean(str(loc[-1]), known)}" + (
-            f"; valid keys here: {', '.join(known)}" if known and len(known) <= 12 else ""
-        )
+        hint = key_hint(str(loc[-1]), loc[:-1], known, lambda path: _exists(model, path)) if suggest else ""
+        return f"unknown key{hint}" + (f"; valid keys here: {', '.join(known)}" if known and len(known) <= 12 else "")
     if kind == "missing":
         return "required field is missing"
+    if kind == OPTIMIZER_ARGS_ERROR:
+        return err["msg"]  # says already what is wrong with which optimizer's argument
     if kind == "literal_error":
         expected = re.findall(r"'([^']*)'|(\d+)", err.get("ctx", {}).get("expected", ""))
         choices = [a or b for a, b in expected]
         return f"`{err['input']}` is not one of: {', '.join(choices)}{did_you_mean(str(err['input']), choices)}"
-    message = err["msg"].removeprefix("Value error, ")
-    secret = bool(loc) and str(loc[-1]).lower() in SECRET_KEYS
+    return _got(messages.plain(err, model), err)
+
+
+def _got(message: str, err: dict) -> str:
+    """`message (got `value`)`, unless the value is a section, a list or a secret."""
+    loc = tuple(err["loc"])
+    secret = any(str(part).lower() in SECRET_KEYS for part in loc)
     if "input" in err and not isinstance(err["input"], (dict, list)) and not secret:
         message += f" (got `{err['input']}`)"
     return message
@@ -202,23 +226,19 @@ def _suggestion(err: dict, model: type[BaseModel]) -> str | None:
     return match[0] if match else None
 
 
-def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
+@functools.lru_cache(maxsize=256)  # asked once per unknown key, and a config may hold thousands
+def _fields_at(model: type[BaseModel], loc: tuple) -> tuple[str, ...]:
     """Field names of the pydantic model that sits at `loc` inside `model` (empty if none)."""
-    current: Any = model
-    for part in loc:
-        current = _unwrap_model(current)
-        if current is None or not isinstance(part, str) or part not in current.model_fields:
-            return []
-        current = current.model_fields[part].annotation
-    current = _unwrap_model(current)
-    return list(current.model_fields) if current is not None else []
+    inner = messages.model_in(messages.annotation_at(model, loc) if loc else model)
+    return tuple(inner.model_fields) if inner is not None else ()
 
 
-def _unwrap_model(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in typing.get_args(annotation):
-        found = _unwrap_model(arg)
-        if found is not None:
-            return found
-    return None
+def _exists(model: type[BaseModel], path: tuple) -> bool:
+    """Whether a config of `model` can hold a value at `path` (inside a mapping field, any key can)."""
+    for n in range(1, len(path) + 1):
+        annotation = messages.annotation_at(model, path[:n])
+        if annotation is None:
+            return False
+        if messages.model_in(annotation) is None:
+            return True
+    return True

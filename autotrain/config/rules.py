@@ -1,9 +1,11 @@
 """Cross-field rules, on typed values. Each rule names both fields it relates.
 
-The rules read a typed view of the config: every value that passes the schema on its own, defaults filled
-in by the schema (never repeated here). A rule declares the fields it reads and runs unless one of them is
-itself invalid, so the rules are reported in the same pass as the schema's errors (every mistake at once)
-without guessing at values the schema refused.
+The rules are part of validation: every task config runs them in a model validator (`enforce_rules`), so
+`Config.model_validate` refuses what `load_config` refuses. When the schema has refused some fields the
+model validator cannot run; `load_config` then runs the rules on a typed view of the config: every value
+that passes the schema on its own, defaults filled in by the schema (never repeated here). A rule declares
+the fields it reads and runs unless one of them is itself invalid, so the rules are reported in the same
+pass as the schema's errors (every mistake at once) without guessing at values the schema refused.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from autotrain.config.llm import OPTIONAL_COLUMNS, TRAINER_COLUMNS
+from autotrain.config.messages import plain
 from autotrain.config.suggest import did_you_mean
+from autotrain.config.trainers import TRAINERS, trainer_fields, used_by
 from autotrain.optimizers.table import OPTIMIZERS
 
 Path = tuple[str, ...]
@@ -27,6 +31,9 @@ CLASSIFICATION_COLUMNS = {
     "image-classification": ("image", "target"),
 }
 LLM_ONLY_KEYS = ("trainer", "peft", "attn_implementation")
+# pydantic error types of the issues raised here: their message is final (load_config shows it as it is).
+RULE_ERROR = "cross_field"
+OPTIMIZER_ARGS_ERROR = "optimizer_args"
 
 
 # --- the typed view ------------------------------------------------------------------------------------
@@ -90,13 +97,34 @@ def rule(*fields: str, task: str | None = None) -> Callable[[Rule], Rule]:
     return register
 
 
+def _applies(for_task: str | None, task: str) -> bool:
+    return for_task in (None, task if task == "llm" else "classification")
+
+
 def check_rules(model: type[BaseModel], raw: dict, task: str) -> Iterator[Issue]:
+    """The rules on the parts of `raw` that pass the schema (for a config the schema refused in part)."""
     cfg, bad = typed_view(model, raw)
     for fields, for_task, fn in RULES:
-        if for_task in (None, task if task == "llm" else "classification") and all(_usable(f, bad) for f in fields):
+        if _applies(for_task, task) and all(_usable(f, bad) for f in fields):
             yield from fn(cfg)
     if task != "llm":
         yield from _llm_only_keys(raw, task)
+
+
+def enforce_rules(cfg: BaseModel) -> None:
+    """Every rule of the config's task on a config the schema accepted; raise them all as one ValidationError."""
+    issues = [issue for _, for_task, fn in RULES if _applies(for_task, cfg.task) for issue in fn(cfg)]
+    if issues:
+        raise _validation_error(type(cfg).__name__, RULE_ERROR, issues)
+
+
+def _validation_error(title: str, kind: str, issues: list[Issue]) -> ValidationError:
+    details = [
+        # The message goes in through the context: a template would read its braces as placeholders.
+        InitErrorDetails(type=PydanticCustomError(kind, "{message}", {"message": message}), loc=path, input=None)
+        for path, message in issues
+    ]
+    return ValidationError.from_exception_data(title, details)
 
 
 # --- every task ------------------------------------------------------------------------------------------
@@ -115,36 +143,45 @@ def _eval_steps(cfg) -> Iterator[Issue]:
         yield ("training_args", "eval_steps"), "`training_args.eval_strategy: steps` needs `training_args.eval_steps`"
 
 
-@rule("training_args.optimizer", "training_args.optimizer_args")
-def _optimizer_args(cfg) -> Iterator[Issue]:
-    """`optimizer_args` checked against the chosen optimizer's typed arguments (the optimizer table)."""
-    name = cfg.training_args.optimizer
+def typed_optimizer_args(name: str, given: Any) -> BaseModel:
+    """`optimizer_args` as the typed arguments of optimizer `name` (the optimizer table's model for it).
+
+    Raises a ValidationError whose issues sit at their keys inside `optimizer_args`, each message saying
+    which optimizer it is about. The config's `training_args` calls this in its validation.
+    """
     spec = OPTIMIZERS[name]
+    if isinstance(given, spec.args):
+        return given
     try:
-        spec.args.model_validate(cfg.training_args.optimizer_args)
+        return spec.args.model_validate(given)
     except ValidationError as exc:
-        errors = exc.errors()
-        # A tuple given too few values fails once per absent item: report it once, at the tuple.
-        absent = Counter(e["loc"][:-1] for e in errors if _absent_item(e))
-        for err in errors:
-            loc = ("training_args", "optimizer_args", *err["loc"])
-            if _absent_item(err):
-                if err["loc"][:-1] in absent:
-                    got = len(err["input"]) if isinstance(err["input"], (list, tuple)) else 1
-                    yield (
-                        loc[:-1],
-                        f"expects {got + absent.pop(err['loc'][:-1])} values, got {got} (optimizer `{name}`)",
-                    )
-            elif err["type"] == "extra_forbidden":
-                key, known = str(err["loc"][-1]), spec.args.model_fields
-                hint = (
-                    f" (set `training_args.{key}` instead)"
-                    if key in ("lr", "weight_decay")
-                    else did_you_mean(key, known)
+        raise _validation_error(
+            "optimizer_args", OPTIMIZER_ARGS_ERROR, list(_optimizer_args_issues(name, exc))
+        ) from None
+
+
+def _optimizer_args_issues(name: str, exc: ValidationError) -> Iterator[Issue]:
+    spec = OPTIMIZERS[name]
+    errors = exc.errors()
+    # A tuple given too few values fails once per absent item: report it once, at the tuple.
+    absent = Counter(e["loc"][:-1] for e in errors if _absent_item(e))
+    for err in errors:
+        loc = tuple(err["loc"])
+        if _absent_item(err):
+            if err["loc"][:-1] in absent:
+                got = len(err["input"]) if isinstance(err["input"], (list, tuple)) else 1
+                yield (
+                    loc[:-1],
+                    f"expects {got + absent.pop(err['loc'][:-1])} values, got {got} (optimizer `{name}`)",
                 )
-                yield loc, f"`{name}` takes no argument `{key}`{hint}; it takes: {', '.join(known)}"
-            else:
-                yield loc, f"{err['msg'].removeprefix('Value error, ')} (optimizer `{name}`)"
+        elif err["type"] == "extra_forbidden":
+            key, known = str(err["loc"][-1]), spec.args.model_fields
+            hint = (
+                f" (set `training_args.{key}` instead)" if key in ("lr", "weight_decay") else did_you_mean(key, known)
+            )
+            yield loc, f"`{name}` takes no argument `{key}`{hint}; it takes: {', '.join(known)}"
+        else:
+            yield loc, f"{plain(err, spec.args)} (optimizer `{name}`)"
 
 
 def _absent_item(err: dict) -> bool:
@@ -225,16 +262,14 @@ def _merge_needs_whole_weights(cfg) -> Iterator[Issue]:
 @rule("trainer", "data.column_mapping", task="llm")
 def _llm_columns(cfg) -> Iterator[Issue]:
     trainer, mapping = cfg.trainer, cfg.data.column_mapping
-    groups = TRAINER_COLUMNS[trainer]
-    allowed = tuple(dict.fromkeys(c for group in groups for c in group)) + OPTIONAL_COLUMNS.get(trainer, ())
-    yield from _mapping_rules(mapping, allowed, f"`trainer: {trainer}`")
+    groups = TRAINERS[trainer].columns
+    yield from _mapping_rules(mapping, TRAINERS[trainer].all_columns, f"`trainer: {trainer}`")
     if not mapping:
         return
     present = [group for group in groups if any(c in mapping for c in group)]
-    if trainer == "sft" and len(present) > 1:
-        yield ("data", "column_mapping"), "`trainer: sft` takes `text` or `messages` in `data.column_mapping`, not both"
-    elif trainer == "sft" and present == [("prompt", "completion")] and len(mapping) == 1:
-        yield ("data", "column_mapping"), "`trainer: sft` needs `prompt` and `completion` together"
+    if len(present) > 1:
+        either = " or ".join(f"`{'`, `'.join(group)}`" for group in groups)
+        yield ("data", "column_mapping"), f"`trainer: {trainer}` takes {either} in `data.column_mapping`, not both"
     elif len(groups) == 1:
         missing = [c for c in groups[0] if c not in mapping]
         if missing:
@@ -274,20 +309,6 @@ def _gguf_file(cfg) -> Iterator[Issue]:
         )
 
 
-# Which LLM trainers use each trainer-specific field of training_args.
-TRAINER_FIELDS = {
-    "max_prompt_length": ("orpo", "dpo", "reward", "grpo"),
-    "beta": ("orpo", "dpo", "reward", "grpo"),
-    "max_completion_length": ("orpo", "dpo", "grpo"),
-    "packing": ("sft",),
-    "completion_only_loss": ("sft",),
-    "num_generations": ("grpo",),
-    "temperature": ("grpo",),
-    "top_p": ("grpo",),
-    "top_k": ("grpo",),
-    "rewards": ("grpo",),
-    "reward_weights": ("grpo",),
-}
 # GRPO's built-in reward functions (autotrain/trainers/llm/rewards.py), each with the column it reads.
 BUILTIN_REWARDS = {"answer_match": "answer", "exact_match": "answer"}
 GRPO_DEFAULT_GENERATIONS = 8  # TRL's GRPOConfig default
@@ -296,15 +317,24 @@ GRPO_DEFAULT_REWARDS = ("answer_match",)  # training_args.rewards: null
 
 @rule("trainer", "training_args", task="llm")
 def _trainer_fields(cfg) -> Iterator[Issue]:
-    args, trainer = cfg.training_args, cfg.trainer
-    for key, trainers in TRAINER_FIELDS.items():
-        if trainer not in trainers and getattr(args, key):  # None / false: left at its default
+    args, spec = cfg.training_args, TRAINERS[cfg.trainer]
+    for key in trainer_fields():
+        value = getattr(args, key)
+        # None / false / the default: left alone (padding_free is on by default and harmless elsewhere).
+        if key not in spec.fields and value and value != type(args).model_fields[key].default:
             yield (
                 ("training_args", key),
-                f"`training_args.{key}` applies to {'/'.join(trainers)}, not `trainer: {trainer}`",
+                f"`training_args.{key}` applies to {used_by(key).replace(' / ', '/')}, not `trainer: {spec.name}`",
             )
-    if args.beta == 0 and trainer in ("orpo", "dpo", "reward"):
-        yield ("training_args", "beta"), f"`training_args.beta` must be above 0 for `trainer: {trainer}`"
+    for key in spec.positive:
+        if getattr(args, key) == 0:
+            yield ("training_args", key), f"`training_args.{key}` must be above 0 for `trainer: {spec.name}`"
+    if args.batch_size < spec.min_batch_size:
+        yield (
+            ("training_args", "batch_size"),
+            f"`trainer: {spec.name}` needs `training_args.batch_size` of at least {spec.min_batch_size} (per "
+            f"device; got {args.batch_size}): its loss compares the samples of each batch",
+        )
     if args.max_prompt_length is not None and args.max_prompt_length >= args.max_length:
         yield (
             ("training_args", "max_prompt_length"),
@@ -314,9 +344,10 @@ def _trainer_fields(cfg) -> Iterator[Issue]:
 
 
 @rule("trainer", "training_args", "data.column_mapping", task="llm")
-def _grpo(cfg) -> Iterator[Issue]:
-    """Rewards that exist (or look importable), one weight each, and whole groups of completions per batch."""
-    if cfg.trainer != "grpo":
+def _sampled_completions(cfg) -> Iterator[Issue]:
+    """Rewards that exist (or look importable), one weight each, and whole groups of completions per batch:
+    for every trainer that samples scored completions (reads `rewards` and `num_generations`)."""
+    if "rewards" not in TRAINERS[cfg.trainer].fields:
         return
     args = cfg.training_args
     rewards = args.rewards or list(GRPO_DEFAULT_REWARDS)
@@ -378,6 +409,13 @@ def _llm_only_keys(raw: dict, task: str) -> Iterator[Issue]:
     data = raw.get("data")
     if isinstance(data, dict) and "chat_template" in data:
         yield ("data", "chat_template"), f"`data.chat_template` applies to `task: llm` only, not `task: {task}`"
+    args = raw.get("training_args")
+    if task == "image-classification" and isinstance(args, dict) and "max_length" in args:
+        yield (
+            ("training_args", "max_length"),
+            "`training_args.max_length` applies to text (llm, text-classification), not `task: image-classification`:"
+            " images are sized by the model's image processor; remove it",
+        )
 
 
 def _mapping_rules(mapping: dict, allowed: tuple[str, ...], context: str) -> Iterator[Issue]:

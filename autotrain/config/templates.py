@@ -5,14 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from autotrain.config.trainers import TRAINERS
+
 TASKS = ("llm", "text-classification", "image-classification")
 TEMPLATES = {
-    ("llm", "sft"): "llm/sft.yml",
-    ("llm", "orpo"): "llm/llama3-orpo.yml",
-    ("llm", "dpo"): "llm/dpo.yml",
-    ("llm", "reward"): "llm/reward.yml",
-    ("llm", "grpo"): "llm/grpo.yml",
-    ("llm", "clm"): "llm/clm.yml",
+    **{("llm", name): spec.template for name, spec in TRAINERS.items()},
     ("text-classification", None): "text-classification/imdb.yml",
     ("image-classification", None): "image-classification/beans.yml",
 }

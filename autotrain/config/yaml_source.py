@@ -49,6 +49,12 @@ class Locator:
         # Problems found while reading (duplicate keys), reported with the schema's.
         self.problems: list[ConfigIssue] = []
 
+    def _by_text(self) -> dict[Path_, Path_]:
+        """Marks by the text of their keys: pydantic names a key `~` (None) or `1` as "None", "1"."""
+        if getattr(self, "_text_paths", None) is None:
+            self._text_paths = {tuple(map(str, p)): p for p in self.marks}
+        return self._text_paths
+
     def issue(self, path: Path_, message: str) -> ConfigIssue:
         path = tuple(path)
         for n in range(len(path), -1, -1):
@@ -56,6 +62,8 @@ class Locator:
             if prefix in self.overridden:
                 return ConfigIssue(path, message, source="--set " + ".".join(map(str, prefix)))
             original = self.renamed.get(prefix, prefix)
+            if original not in self.marks and n:
+                original = self._by_text().get(tuple(map(str, original)), original)
             if original in self.marks:
                 line, col = self.marks[original]
                 return ConfigIssue(path, message, line, col, self.source)
@@ -209,6 +217,8 @@ class _Composer:
     def _attach(self, event: yaml.Event, value: Any, size: int, counted: bool) -> None:
         if not self.stack:
             self.root = value
+            if isinstance(event, yaml.ScalarEvent):  # a bare scalar as the whole file: point at it
+                self.marks[()] = (event.start_mark.line + 1, event.start_mark.column + 1)
             return
         top = self.stack[-1]
         top.size += size

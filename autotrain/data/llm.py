@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from autotrain.config.llm import OPTIONAL_COLUMNS, TRAINER_COLUMNS, LLMConfig
+from autotrain.config.llm import LLMConfig
+from autotrain.config.trainers import TRAINERS
 from autotrain.data.loading import load_split, require_columns
 from autotrain.errors import UserInputError
 
@@ -11,11 +12,12 @@ def column_mapping(cfg: LLMConfig, dataset) -> dict[str, str]:
     """Task column -> dataset column; without a mapping, the dataset's own names are used."""
     if cfg.data.column_mapping:
         return dict(cfg.data.column_mapping)
-    groups = TRAINER_COLUMNS[cfg.trainer]
+    spec = TRAINERS[cfg.trainer]
+    groups = spec.columns
     for group in groups:
         if all(c in dataset.column_names for c in group):
             mapping = {c: c for c in group}
-            mapping.update({c: c for c in OPTIONAL_COLUMNS.get(cfg.trainer, ()) if c in dataset.column_names})
+            mapping.update({c: c for c in spec.optional_columns if c in dataset.column_names})
             return mapping
     wanted = " or ".join("/".join(g) for g in groups)
     raise UserInputError(
@@ -43,13 +45,13 @@ def load_llm_split(cfg: LLMConfig, split: str, token: str | None = None):
         remove_columns=[c for c in dataset.column_names if c not in mapping],
         desc=None,
     )
-    if cfg.trainer in ("orpo", "dpo", "reward"):
-        dataset = _preference_format(dataset, cfg, name)
-    elif cfg.trainer == "grpo":
-        dataset = _prompt_format(dataset, cfg, name)
-    elif "completion" in dataset.column_names:
-        dataset = _completion_format(dataset, cfg, name)
-    elif "messages" in dataset.column_names:
+    return FORMATS[TRAINERS[cfg.trainer].data_format](dataset, cfg, name)
+
+
+def _chat_format(dataset, cfg: LLMConfig, name: str):
+    if "completion" in dataset.column_names:
+        return _completion_format(dataset, cfg, name)
+    if "messages" in dataset.column_names:
         _check_messages(dataset, "messages", name)
         if cfg.data.chat_template == "none":
             raise UserInputError(
@@ -58,33 +60,57 @@ def load_llm_split(cfg: LLMConfig, split: str, token: str | None = None):
     return dataset
 
 
+def _blocks_format(dataset, cfg: LLMConfig, name: str):
+    return dataset  # raw text: the builder tokenizes it into blocks
+
+
 def _check_messages(dataset, column: str, name: str) -> None:
-    first = dataset[0][column]
-    ok = isinstance(first, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in first)
-    if not ok:
-        raise UserInputError(
-            f"{name}: column `{column}` must hold lists of {{role, content}} messages; "
-            f"row 0 holds {type(first).__name__}"
-        )
+    """Every row of `column` is a list of {role, content} messages: a bad row is named here, not met
+    mid-run as a library's KeyError."""
+    if _typed_as_messages(dataset, column):
+        return  # the column's type says so for every row: no need to look at each
+    row = 0
+    for batch in dataset.select_columns([column]).iter(batch_size=1000):
+        for value in batch[column]:
+            if not _is_messages(value):
+                shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+                raise UserInputError(
+                    f"{name}: row {row} (counting from 0), column `{column}`: must be a list of "
+                    f"{{role, content}} messages; it holds {type(value).__name__} {shown}"
+                )
+            row += 1
+
+
+def _typed_as_messages(dataset, column: str) -> bool:
+    """The Arrow type is a list of {role, content} structs, and no row is null."""
+    from datasets import List
+
+    feature = dataset.features.get(column)
+    inner = feature.feature if isinstance(feature, List) else None
+    return isinstance(inner, dict) and {"role", "content"} <= set(inner) and dataset.data.column(column).null_count == 0
+
+
+def _is_messages(value) -> bool:
+    return isinstance(value, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in value)
 
 
 def _preference_format(dataset, cfg: LLMConfig, name: str):
+    """A `prompt` and the answers to it (chosen / rejected, or one completion): the texts may be message lists.
+
+    Columns that hold neither text nor messages (a `label`) pass through untouched.
+    """
     row = dataset[0]
-    conversational = any(isinstance(row.get(c), list) for c in ("prompt", "chosen", "rejected"))
+    texts = [c for c in dataset.column_names if isinstance(row[c], (str, list))]
+    conversational = any(isinstance(row[c], list) for c in texts)
     if cfg.data.chat_template == "none" and conversational:
         raise UserInputError(f"{name}: message-list columns need a chat template, not `chat_template: none`")
     if not conversational:
         return dataset
 
-    # TRL's conversational preference format: prompt is a message list ending with the user turn,
-    # chosen/rejected are the assistant turns that follow.
+    # TRL's conversational format: prompt is a message list ending with the user turn, each answer is the
+    # assistant turn(s) that follow.
     def convert(example):
-        out = {}
-        if "prompt" in example:
-            out["prompt"] = _as_messages(example["prompt"], "user")
-        out["chosen"] = _as_messages(example["chosen"], "assistant")
-        out["rejected"] = _as_messages(example["rejected"], "assistant")
-        return out
+        return {c: _as_messages(example[c], "user" if c == "prompt" else "assistant") for c in texts}
 
     return dataset.map(convert)
 
@@ -117,6 +143,14 @@ def _completion_format(dataset, cfg: LLMConfig, name: str):
             "completion": _as_messages(row["completion"], "assistant"),
         }
     )
+
+
+FORMATS = {  # autotrain.config.trainers.DATA_FORMATS -> the function that shapes its rows
+    "chat": _chat_format,
+    "blocks": _blocks_format,
+    "preference": _preference_format,
+    "prompts": _prompt_format,
+}
 
 
 # Rows of a finished run's inputs (predict, evaluate) ---------------------------------------------------

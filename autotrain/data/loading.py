@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from autotrain.errors import UserInputError
@@ -28,7 +30,8 @@ def _load_file(file: Path, token: str | None = None):
     if file.stat().st_size == 0:
         raise UserInputError(f"{file}: the split is empty (the file has no rows)")
     try:
-        return datasets.load_dataset(builder, data_files=str(file), split="train", **kwargs)
+        with _quiet_parser():
+            return datasets.load_dataset(builder, data_files=str(file), split="train", **kwargs)
     except UnicodeDecodeError as exc:
         raise UserInputError(
             f"{file}: not valid UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8"
@@ -36,6 +39,9 @@ def _load_file(file: Path, token: str | None = None):
     except Exception as exc:  # datasets wraps parser errors in its own types
         if "corresponds to no data" in str(exc):  # a header line and no rows
             raise UserInputError(f"{file}: the split is empty (the file has no rows)") from None
+        shape = _json_lines_problem(file) if builder == "json" else None
+        if shape:
+            raise UserInputError(shape) from None
         cause = exc
         while cause.__cause__ is not None or cause.__context__ is not None:
             nxt = cause.__cause__ or cause.__context__
@@ -43,6 +49,50 @@ def _load_file(file: Path, token: str | None = None):
                 raise UserInputError(f"{file}: not valid UTF-8 text; save it as UTF-8") from None
             cause = nxt
         raise UserInputError(f"{file}: cannot read it as {builder}: {str(exc).splitlines()[0]}") from None
+
+
+@contextlib.contextmanager
+def _quiet_parser() -> Iterator[None]:
+    """datasets logs a parser's failure (with its traceback) before raising it; the error raised here says
+    it in one line, so that log is held back (AUTOTRAIN_DEBUG=1 shows it)."""
+    import logging
+
+    from autotrain.errors import debug_enabled
+
+    parser = logging.getLogger("datasets.packaged_modules.json.json")
+    before = parser.level
+    if not debug_enabled():
+        parser.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        parser.setLevel(before)
+
+
+def _json_lines_problem(file: Path) -> str | None:
+    """Why a JSON Lines file did not load, where a line says it: the first line that is not valid JSON or
+    not an object (an array, a string, a number). None if every line is an object (or it is one JSON
+    document, not JSON Lines)."""
+    import json
+
+    kinds = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "true/false"}
+    with open(file, encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except ValueError as exc:
+                if number == 1 and file.suffix.lower() == ".json":
+                    return None  # a JSON document over several lines, not JSON Lines
+                return f"{file}:{number}: not valid JSON ({exc.msg} at column {exc.colno})"
+            if not isinstance(value, dict):
+                kind = "null" if value is None else kinds.get(type(value), type(value).__name__)
+                return (
+                    f"{file}:{number}: the line holds {kind}, not an object; each line must be one JSON "
+                    'object of columns, such as {"text": "..."}'
+                )
+    return None
 
 
 def load_split(path: str, split: str, token: str | None = None, revision: str | None = None):

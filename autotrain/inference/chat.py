@@ -20,15 +20,40 @@ RESET_COMMAND = "/reset"
 def typed_lines(stdin: TextIO) -> Iterator[str]:
     """Lines from a terminal (with a prompt and line editing) or from a pipe, until EOF."""
     interactive = stdin.isatty()
+    raw = getattr(stdin, "buffer", None)  # a pipe is read as bytes, so a bad line is found as that line
+    number = 0
     while True:
+        number += 1
         try:
-            line = input("> ") if interactive else stdin.readline()
+            line = input("> ") if interactive else _decoded(raw.readline(), number) if raw else stdin.readline()
         except (EOFError, KeyboardInterrupt):
             print(file=sys.stderr)
             return
+        except UnicodeDecodeError:
+            raise UserInputError(_not_utf8(f"stdin line {number}")) from None
         if not interactive and line == "":
             return
-        yield line.rstrip("\r\n")
+        yield checked_text(line.rstrip("\r\n"), f"stdin line {number}")
+
+
+def _decoded(line: bytes, number: int) -> str:
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UserInputError(_not_utf8(f"stdin line {number}")) from None
+
+
+def checked_text(text: str, where: str) -> str:
+    """`text` if it is valid Unicode; bytes that were not UTF-8 (decoded as lone surrogates) are bad input."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserInputError(_not_utf8(where)) from None
+    return text
+
+
+def _not_utf8(where: str) -> str:
+    return f"{where} is not valid UTF-8 text; send UTF-8"
 
 
 class Conversation:
@@ -46,11 +71,13 @@ class Conversation:
         self.messages = list(self.start)
 
     def prompt_ids(self) -> list[int]:
+        from autotrain.inference.bounds import clip_messages
         from autotrain.inference.generate import prompt_ids
 
         turns = self.messages[len(self.start) :]
         while True:
-            ids = prompt_ids(self.tokenizer, self.start + turns, budget=None)
+            messages = clip_messages(self.tokenizer, self.start + turns, self.budget)  # a huge line costs little
+            ids = prompt_ids(self.tokenizer, messages, budget=None)
             if len(ids) <= self.budget or len(turns) <= 1:
                 break
             turns = turns[2:]  # the oldest user message and the reply to it
@@ -68,7 +95,7 @@ def reply(run, conversation: Conversation, config) -> str:
     from autotrain.inference.generate import generate
 
     streamer = TextStreamer(run.processor, skip_prompt=True, skip_special_tokens=True)
-    text = generate(run, [conversation.prompt_ids()], config, streamer=streamer)[0]
+    text = generate(run, [conversation.prompt_ids()], config, streamer=streamer)[0].strip()
     conversation.messages.append({"role": "assistant", "content": text})
     return text
 
@@ -85,8 +112,8 @@ def chat(run, settings: GenerationSettings, messages: Iterable[str], system: str
     config = generation_config(settings, run.processor, run.model)
     conversation = Conversation(run.processor, run.max_tokens, system)
     replies = 0
-    for message in messages:
-        command = message.strip()
+    for number, message in enumerate(messages, 1):
+        command = checked_text(message, f"message {number}").strip()
         if command in EXIT_COMMANDS:
             break
         if command == RESET_COMMAND:

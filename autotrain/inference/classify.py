@@ -31,7 +31,11 @@ def _text_logits(run, texts: list[str], batch_size: int, advance):
     """Shortest texts batched together, so batches pad little; results put back in input order."""
     import numpy as np
 
+    from autotrain.inference.bounds import clip_text
+
     tokenizer = run.processor
+    keep = "end" if tokenizer.truncation_side == "left" else "start"
+    texts = [clip_text(tokenizer, text, run.max_tokens, keep) for text in texts]  # truncation encodes all first
     encoded = tokenizer(texts, truncation=True, max_length=run.max_tokens)
     keys = list(encoded.keys())
     order = sorted(range(len(texts)), key=lambda i: len(encoded["input_ids"][i]))
@@ -47,11 +51,12 @@ def _text_logits(run, texts: list[str], batch_size: int, advance):
 def _image_logits(run, images: list, batch_size: int, advance):
     import numpy as np
 
-    from autotrain.trainers.image_classification import open_rgb
+    from autotrain.inference.bounds import model_side, open_image
 
+    side = model_side(run.processor)
     parts = []
     for start in range(0, len(images), batch_size):
-        batch = [open_rgb(value) for value in images[start : start + batch_size]]
+        batch = [open_image(value, side) for value in images[start : start + batch_size]]
         parts.append(_forward(run, run.processor(images=batch, return_tensors="pt")))
         advance(len(batch))
     return np.concatenate(parts) if parts else np.zeros((0, run.model.config.num_labels), dtype=np.float32)

@@ -107,7 +107,10 @@ def _assistant_spans(tokenizer, messages: list[dict], first: int = 0) -> tuple[s
 
 def scored_tokens(tokenizer, row: dict, kind: str, max_tokens: int) -> ScoredRow:
     """Token ids (cut to `max_tokens`, as training cut them) and labels: the id where it is scored."""
+    from autotrain.inference.bounds import clip_text
+
     text, spans, special = _scored_text(tokenizer, row, kind)
+    text = clip_text(tokenizer, text, max_tokens, keep="start")  # only the first max_tokens are scored
     encoded = tokenizer(
         text, add_special_tokens=special, return_offsets_mapping=True, truncation=True, max_length=max_tokens
     )

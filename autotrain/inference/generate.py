@@ -47,6 +47,9 @@ def generation_config(settings: GenerationSettings, tokenizer, model):
     sampling = {"temperature": settings.temperature, "top_p": settings.top_p} if settings.temperature > 0 else {}
     return GenerationConfig(
         max_new_tokens=settings.max_new_tokens,
+        # A prompt that is a complete text (a training row ends there, and EOS follows it) is still continued:
+        # the stop tokens are barred from the first new token, so no completion is empty.
+        min_new_tokens=1,
         do_sample=settings.temperature > 0,
         eos_token_id=stop_ids(tokenizer, model),
         pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
@@ -57,10 +60,14 @@ def generation_config(settings: GenerationSettings, tokenizer, model):
 def prompt_ids(tokenizer, prompt: str | list[dict], budget: int | None) -> list[int]:
     """Token ids of a prompt: a string is continued as plain text, a message list goes through the chat
     template (ending with the assistant's turn). Over `budget` tokens, the end of the prompt is kept."""
+    from autotrain.inference.bounds import clip_messages, clip_text
+
     if isinstance(prompt, str):
-        ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
+        text = prompt if budget is None else clip_text(tokenizer, prompt, budget, keep="end")
+        ids = tokenizer(text, add_special_tokens=True)["input_ids"]
     else:
-        ids = tokenizer(render_chat(tokenizer, prompt, reply=True), add_special_tokens=False)["input_ids"]
+        messages = prompt if budget is None else clip_messages(tokenizer, prompt, budget)
+        ids = tokenizer(render_chat(tokenizer, messages, reply=True), add_special_tokens=False)["input_ids"]
     return ids if budget is None else ids[-budget:]
 
 
@@ -82,5 +89,16 @@ def generate(run, prompts: list[list[int]], config, streamer: Any = None) -> lis
     batch = tokenizer.pad({"input_ids": prompts}, padding=True, return_tensors="pt").to(run.device)
     with torch.inference_mode():
         out = run.model.generate(**batch, generation_config=config, streamer=streamer)
-    new = out[:, batch["input_ids"].shape[1] :]
-    return [text.strip() for text in tokenizer.batch_decode(new, skip_special_tokens=True)]
+    new = out[:, batch["input_ids"].shape[1] :].tolist()
+    return [continuation(tokenizer, prompt, ids) for prompt, ids in zip(prompts, new, strict=True)]
+
+
+def continuation(tokenizer, prompt: list[int], new: list[int]) -> str:
+    """The text the new tokens add to the prompt, its leading space included: decoded together with the
+    prompt and cut after the prompt's text, because tokenizers that mark word starts (SentencePiece) drop
+    the first word's space when its tokens are decoded alone."""
+    whole = tokenizer.decode(prompt + new, skip_special_tokens=True)
+    before = tokenizer.decode(prompt, skip_special_tokens=True)
+    if whole.startswith(before):
+        return whole[len(before) :]
+    return tokenizer.decode(new, skip_special_tokens=True)

@@ -37,9 +37,15 @@ def read_rows(cfg: TaskConfig, path: Path, labels: bool = False) -> Rows:
         texts, keys = load_text_rows(cfg, name, labels)
         return Rows("text", list(texts["text"]), keys, name)
     if cfg.task == "image-classification":
+        import warnings
+
+        from PIL import Image
+
         from autotrain.data.classification import load_image_rows
 
-        images, keys = load_image_rows(cfg, name, labels)
+        with warnings.catch_warnings():  # inference sets its own, lower bound on pixels (inference.bounds)
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            images, keys = load_image_rows(cfg, name, labels)
         return Rows("image", list(images["image"]), keys, name)
     from autotrain.data.llm import load_prompt_rows
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,7 +103,9 @@ def load_run(folder: Path, device: str = "auto") -> FinishedRun:
 
 
 def _max_tokens(cfg, model, processor) -> int:
-    """`training_args.max_length`; for text classifiers capped as training capped it."""
+    """`training_args.max_length`; for text classifiers capped as training capped it (images: 0, no tokens)."""
+    if cfg.task == "image-classification":
+        return 0
     if cfg.task == "text-classification":
         from autotrain.trainers.text_classification import max_tokens
 
@@ -113,11 +116,15 @@ def _max_tokens(cfg, model, processor) -> int:
 def _from_run(loader, folder: Path, what: str, **kwargs):
     try:
         return loader.from_pretrained(str(folder), **kwargs)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, pickle.UnpicklingError) as exc:
         raise UserInputError(f"cannot load the {what} saved in `{folder}`: {_first_line(exc)}") from None
 
 
 def _first_line(exc: Exception) -> str:
+    from autotrain.training.verify import refused_pickle
+
+    if refused_pickle(exc):
+        return refused_pickle(exc)
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
@@ -137,21 +144,41 @@ def _load_classifier(folder: Path, cfg):
     return model, processor
 
 
-def _llm_dtype(device: str):
+def recorded_plan(folder: Path) -> dict:
+    """The plan the run in `folder` trained with (run.json), or {} for a run that recorded none."""
+    try:
+        plan = json.loads((folder / "run.json").read_text(encoding="utf-8")).get("plan")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return plan if isinstance(plan, dict) else {}
+
+
+def _llm_dtype(folder: Path, device: str):
+    """The dtype the run loaded its weights in (its recorded plan), so inference computes as training did.
+
+    Only what this device cannot run changes it: fp16 on a CPU (no fast kernels) loads in fp32, bf16 on a GPU
+    without it in fp16. A run recorded before the plan held the dtype loads in fp32.
+    """
     import torch
 
-    if device == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return torch.float32
+    name = recorded_plan(folder).get("load_dtype", "float32")
+    if name == "float16" and device == "cpu":
+        name = "float32"
+    elif name == "bfloat16" and device == "cuda" and not torch.cuda.is_bf16_supported():
+        name = "float16"
+    return getattr(torch, name) if name in ("float32", "float16", "bfloat16") else torch.float32
 
 
 def _load_llm(folder: Path, cfg, device: str):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if cfg.trainer == "reward":
+    from autotrain.config.trainers import TRAINERS
+
+    if not TRAINERS[cfg.trainer].generates:
+        generating = ", ".join(name for name, spec in TRAINERS.items() if spec.generates)
         raise UserInputError(
-            f"`{folder}` holds a reward model: it scores texts and does not generate; "
-            "chat, predict and evaluate take sft, orpo, dpo, grpo and clm runs"
+            f"`{folder}` holds a `trainer: {cfg.trainer}` model: it scores texts and does not generate; "
+            f"chat, predict and evaluate take runs of: {generating}"
         )
     quantization = cfg.peft.quantization if cfg.uses_peft else None
     if quantization and device != "cuda":
@@ -162,7 +189,7 @@ def _load_llm(folder: Path, cfg, device: str):
     merged = folder / "merged"
     source = merged if (merged / "config.json").is_file() else folder
     tokenizer = _from_run(AutoTokenizer, source, "tokenizer", trust_remote_code=cfg.trust_remote_code)
-    kwargs = {"dtype": _llm_dtype(device), "trust_remote_code": cfg.trust_remote_code}
+    kwargs = {"dtype": _llm_dtype(folder, device), "trust_remote_code": cfg.trust_remote_code}
     if (source / "config.json").is_file():
         return _from_run(AutoModelForCausalLM, source, "model", **kwargs), tokenizer
     return _adapter_on_base(folder, cfg, device, kwargs), tokenizer
@@ -177,15 +204,15 @@ def _adapter_on_base(folder: Path, cfg, device: str, kwargs: dict):
 
     if cfg.peft.quantization:
         from autotrain.trainers.llm.model import quantization_config
-        from autotrain.training.precision import resolve_precision
+        from autotrain.training.precision import Precision
 
-        kwargs["quantization_config"] = quantization_config(
-            cfg, resolve_precision(cfg.training_args.mixed_precision, device)
-        )
+        # The compute dtype training resolved (recorded in its plan), not a new decision.
+        resolved = recorded_plan(folder).get("mixed_precision", {}).get("resolved", "bf16")
+        kwargs["quantization_config"] = quantization_config(cfg, Precision(resolved, device))
     kwargs = {k: v for k, v in kwargs.items() if k != "trust_remote_code"}  # load_pretrained takes it from cfg
     base = load_pretrained(AutoModelForCausalLM, cfg, "weights", None, **kwargs)
     try:
         model = PeftModel.from_pretrained(base, str(folder))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, pickle.UnpicklingError) as exc:
         raise UserInputError(f"cannot load the LoRA adapter saved in `{folder}`: {_first_line(exc)}") from None
     return model if cfg.peft.quantization else model.merge_and_unload()

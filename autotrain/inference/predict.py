@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -30,22 +31,57 @@ def check_output(output: Path | None, force: bool) -> None:
         raise UserInputError(f"--output `{output}` already exists; add --force to replace it")
     if not output.parent.is_dir():
         raise UserInputError(f"--output `{output}`: the folder `{output.parent}` does not exist")
+    if not os.access(output.parent, os.W_OK | os.X_OK):
+        raise UserInputError(f"--output `{output}`: the folder `{output.parent}` is not writable")
 
 
 @contextlib.contextmanager
-def jsonl_writer(output: Path | None) -> Iterator[Callable[[dict], None]]:
-    """Write to stdout, or to `output` through a `.partial` file renamed when every row is written."""
+def jsonl_writer(output: Path | None, force: bool = False) -> Iterator[Callable[[dict], None]]:
+    """Write to stdout, or to `output` through a temporary file of its own, renamed when every row is written.
+
+    The temporary file gets a fresh name, created exclusively (`O_EXCL`) beside `output`, so no file that
+    autotrain did not create is ever written to or deleted; without `force`, an `output` that appeared
+    while predicting is not replaced either."""
     if output is None:
         yield lambda row: sys.stdout.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
         sys.stdout.flush()
         return
-    partial = output.with_name(output.name + ".partial")
+    partial, fd = _exclusive_partial(output)
     try:
-        with open(partial, "w", encoding="utf-8") as handle:
+        with open(fd, "w", encoding="utf-8") as handle:
             yield lambda row: handle.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-        partial.replace(output)
+        _publish(partial, output, force)
     finally:
         partial.unlink(missing_ok=True)
+
+
+def _exclusive_partial(output: Path) -> tuple[Path, int]:
+    """A new file `.NAME.RANDOM.partial` beside `output`, created here and nowhere else."""
+    import secrets
+
+    while True:
+        partial = output.with_name(f".{output.name}.{secrets.token_hex(4)}.partial")
+        try:
+            return partial, os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise UserInputError(f"--output `{output}`: cannot write in `{output.parent}` ({exc.strerror})") from None
+
+
+def _publish(partial: Path, output: Path, force: bool) -> None:
+    if force:
+        partial.replace(output)
+        return
+    appeared = UserInputError(f"--output `{output}` was created while predicting; add --force to replace it")
+    try:
+        os.link(partial, output)  # fails, rather than replaces, if `output` exists by now
+    except FileExistsError:
+        raise appeared from None
+    except OSError:  # a file system without hard links: the check before predicting stands
+        if output.exists():
+            raise appeared from None
+        partial.replace(output)
 
 
 @contextlib.contextmanager
@@ -140,7 +176,7 @@ def run_predict(
     run = load_run(run_dir, device)
     size = batch_size_of(run, batch_size)
     start = time.perf_counter()
-    with jsonl_writer(output) as write:
+    with jsonl_writer(output, force) as write:
         predict_rows(run, rows, write, size, settings)
     elapsed = time.perf_counter() - start
     where = f" to {output}" if output else ""

@@ -33,9 +33,10 @@ class CameArgs(_Args):
     compile: Bool | None = Field(
         None,
         description=(
-            "Run each matrix's step as torch.compile'd fused passes (C++ on CPU, Triton on CUDA), compiled "
-            "once per shape: null (auto) compiles matrices of 2**20 elements or more; false never compiles. "
-            "Where compiling fails, the eager step runs (one notice on stderr)."
+            "Run the step of each group of same-shaped params through torch.compile (C++ on CPU, Triton on "
+            "CUDA), once per group shape: null (auto) compiles groups of 2**20 elements or more on the CPU, none "
+            "on a GPU, and nothing in runs of under 200 max_steps; false never compiles. Where compiling fails, "
+            "the eager step runs (one notice on stderr)."
         ),
     )
 

@@ -9,55 +9,8 @@ import torch
 from torch import Tensor
 
 from autotrain.optimizers.came import CAME
+from autotrain.optimizers.came_math import MIN_ABSMAX
 from autotrain.optimizers.sharding import local, shards_of
-
-_LEVELS = 127  # signed codes -127..127; -128 is never produced, so the map is symmetric
-_MIN_ABSMAX = 1e-30  # keeps 1/absmax * 127**2 finite; blocks below it are numerically zero anyway
-_SQRT_CHUNK = 1 << 18  # elements per fp64 copy in sqrt_
-
-
-def sqrt_(x: Tensor) -> Tensor:
-    """``x.sqrt_()``, correctly rounded.
-
-    On the CPU, ATen's float sqrt goes through MKL's vector math, which is an ulp off for about 0.7% of
-    inputs, while compiled code (came_fused) uses the exact instruction: a code whose sqrt lands near a
-    half-integer would round differently. fp64 sqrt rounded to fp32 is the correctly rounded result, so
-    the CPU takes that, a slice at a time.
-    """
-    if x.device.type != "cpu":
-        return x.sqrt_()
-    for part in x.view(-1).split(_SQRT_CHUNK):
-        part.copy_(part.double().sqrt_())
-    return x
-
-
-def quantize_blockwise_(x: Tensor, codes: Tensor, absmax: Tensor, scratch: Tensor | None = None) -> None:
-    """Encode fp32 ``x`` (n_blocks, block_size) into int8 ``codes`` and fp32 ``absmax`` (n_blocks,).
-
-    code = sign(x) * round(127 * sqrt(|x| / absmax)). ``scratch`` (same shape as ``x``) avoids a
-    full-size allocation; ``x`` itself is left untouched.
-    """
-    scratch = torch.abs(x, out=scratch) if scratch is not None else x.abs()
-    torch.amax(scratch, dim=1, out=absmax)
-    absmax.clamp_(min=_MIN_ABSMAX)
-    # Truncation toward zero after +0.5 on the magnitude rounds half away from zero.
-    sqrt_(scratch.mul_((_LEVELS**2 / absmax).unsqueeze(1))).add_(0.5).copysign_(x)
-    codes.copy_(scratch)
-
-
-def dequantize_blockwise(
-    codes: Tensor, absmax: Tensor, out: Tensor | None = None, scratch: Tensor | None = None
-) -> Tensor:
-    """Decode int8 ``codes`` (n_blocks, block_size) to fp32: c * |c| * absmax / 127^2.
-
-    ``out`` receives the result and ``scratch`` (fp32, same shape) is clobbered; both are
-    allocated when not given.
-    """
-    # Same-dtype element-wise ops are several times faster than int8/fp32 mixed ones on CPU.
-    scratch = scratch.copy_(codes) if scratch is not None else codes.float()
-    scratch.mul_((absmax.sqrt() / _LEVELS).unsqueeze(1))  # c * sqrt(absmax) / 127
-    out = torch.abs(scratch, out=out) if out is not None else scratch.abs()
-    return out.mul_(scratch)
 
 
 def row_aligned_block(cols: int, block_size: int) -> int:
@@ -68,10 +21,6 @@ def row_aligned_block(cols: int, block_size: int) -> int:
     if cols <= block_size:
         return cols * (block_size // cols)
     return next((size for size in range(block_size, block_size // 2 - 1, -1) if size and cols % size == 0), block_size)
-
-
-def _unpadded(blocks: Tensor, shape: torch.Size) -> Tensor:
-    return blocks.view(-1)[: shape.numel()].view(shape)
 
 
 class CAME8Bit(CAME):
@@ -98,15 +47,12 @@ class CAME8Bit(CAME):
     decodes to exactly 0; an all-zero block has a clamped positive scale (no 0/0); code 127
     decodes to ``absmax`` (to an ulp or two), so constant blocks round-trip.
 
-    The eager step works on two full-size fp32 buffers per quantized param, one after the other:
-    the dequantized ``m``, and one buffer that holds in turn ``G^2``, the change of ``m``, the
-    instability, the step and the requantization scratch (plus fp32 copies of the grad and param when those
-    are fp16/bf16; math is fp32 and the result is written back in the param dtype). The compiled
-    step (``compile``, see :class:`CAME`) decodes, updates and re-encodes ``m`` inside its fused
-    passes and allocates nothing full-size; on the CPU it writes the eager step's codes bit for bit
-    (on CUDA, up to rounding). Codes and
-    scales are plain tensors in ``optimizer.state`` and keep their dtypes through
-    ``load_state_dict`` (also for bf16 params).
+    Matrices of the same shape and blocks step together (see :class:`CAME`): decode, update and
+    re-encode are one statement of the maths (``came_math``) over the group's stacked codes, which the
+    compiled step fuses into its loops. Codes and scales are plain tensors in ``optimizer.state``
+    (views of the group's stacked ones) and keep their dtypes through ``load_state_dict`` (also for
+    bf16 params); a state with an fp32 first moment where this optimizer keeps codes (one CAME wrote,
+    or other ``min_8bit_size`` / ``block_size``) is refused with a message that says so.
     With ``min_8bit_size`` larger than every param this is exactly :class:`CAME`.
 
     Under FSDP2 the blocks tile each rank's shard (counted as the largest shard, so every rank has
@@ -115,7 +61,7 @@ class CAME8Bit(CAME):
     DTensors. Their blocks depend on the shard sizes, so resume with the same number of processes.
 
     Args:
-        params, lr, eps, clip_threshold, betas, weight_decay, compile: as :class:`CAME`.
+        params, lr, eps, clip_threshold, betas, weight_decay, compile, capturable: as :class:`CAME`.
         block_size: elements per quantization block (one fp32 scale each).
         min_8bit_size: params with fewer elements keep an fp32 ``m``.
     """
@@ -123,7 +69,7 @@ class CAME8Bit(CAME):
     def __init__(
         self,
         params: Iterable[Tensor] | Iterable[dict[str, Any]],
-        lr: float,
+        lr: float | Tensor,
         eps: tuple[float, float] = (1e-30, 1e-16),
         clip_threshold: float = 1.0,
         betas: tuple[float, float, float] = (0.9, 0.999, 0.9999),
@@ -131,6 +77,7 @@ class CAME8Bit(CAME):
         block_size: int = 2048,
         min_8bit_size: int = 16384,
         compile: bool | None = None,
+        capturable: bool = False,
     ) -> None:
         if not block_size >= 1:
             raise ValueError(f"Invalid block_size value: {block_size}")
@@ -138,39 +85,39 @@ class CAME8Bit(CAME):
             raise ValueError(f"Invalid min_8bit_size value: {min_8bit_size}")
         self.block_size = block_size
         self.min_8bit_size = min_8bit_size
-        super().__init__(params, lr, eps, clip_threshold, betas, weight_decay, compile)
+        super().__init__(params, lr, eps, clip_threshold, betas, weight_decay, compile, capturable)
 
     def __getstate__(self) -> dict[str, Any]:
         # Optimizer pickles only defaults/state/param_groups.
         return {**super().__getstate__(), "block_size": self.block_size, "min_8bit_size": self.min_8bit_size}
 
-    def _init_exp_avg(self, p: Tensor, group: dict[str, Any], state: dict[str, Any]) -> None:
+    def _quantized(self, p: Tensor) -> bool:
         # Global shape and size (p is a DTensor under FSDP2): every rank quantizes the same params.
-        if p.ndim < 2 or p.numel() < self.min_8bit_size:
-            super()._init_exp_avg(p, group, state)
-            return
-        # Blocks tile this rank's shard, counted as the largest shard so that every rank holds as
-        # many blocks and the codes form one evenly dim-0 sharded (world * n_blocks, block_size) tensor.
-        shards = shards_of(p)
+        return p.ndim >= 2 and p.numel() >= max(self.min_8bit_size, 1)
+
+    def _moment_keys(self, p: Tensor) -> tuple[str, ...]:
+        return ("exp_avg_codes", "exp_avg_absmax") if self._quantized(p) else ("exp_avg",)
+
+    def _blocks(self, p: Tensor) -> tuple[int, int]:
+        """(blocks, block) of ``p``'s codes on this rank. They tile the shard, counted as the largest one,
+        so every rank holds as many blocks and the codes form one evenly dim-0 sharded tensor."""
         block = row_aligned_block(p.shape[-1], self.block_size)
-        n_blocks = -(-shards.padded_local_numel // block)
+        return -(-shards_of(p).padded_local_numel // block), block
+
+    def _init_exp_avg(self, p: Tensor, state: dict[str, Any]) -> None:
+        if not self._quantized(p):
+            super()._init_exp_avg(p, state)
+            return
+        shards, (n_blocks, block) = shards_of(p), self._blocks(p)
         codes = torch.zeros((n_blocks, block), dtype=torch.int8, device=p.device)
-        absmax = torch.full((n_blocks,), _MIN_ABSMAX, dtype=torch.float32, device=p.device)
+        absmax = torch.full((n_blocks,), MIN_ABSMAX, dtype=torch.float32, device=p.device)
         state["exp_avg_codes"] = shards.state(codes, (shards.world * n_blocks, block))
         state["exp_avg_absmax"] = shards.state(absmax, (shards.world * n_blocks,))
 
-    def _step_param(self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
-        if "exp_avg_codes" not in state:
-            super()._step_param(p, grad, state, group)
-            return
-        codes, absmax, shape = local(state["exp_avg_codes"]), local(state["exp_avg_absmax"]), local(p).shape
-        if self._compiles(p):
-            # Decoded, updated and re-encoded inside the passes: no full-size fp32 copy of m.
-            self._fused_update(p, grad, (codes, absmax), state, group)
-            return
-        grad = grad.float()
-        scratch = torch.empty(codes.shape, dtype=torch.float32, device=codes.device)
-        blocks = dequantize_blockwise(codes, absmax, scratch=scratch)
-        self._update(p, grad, _unpadded(blocks, shape), state, group, out=_unpadded(scratch, shape))
-        # The padded tail of the last block decodes to 0 and is never updated, so it stays 0.
-        quantize_blockwise_(blocks, codes, absmax, scratch)
+    def _check_moment_shape(self, p: Tensor, saved: dict[str, Any]) -> None:
+        if "exp_avg_codes" in saved and tuple(local(saved["exp_avg_codes"]).shape) != self._blocks(p):
+            raise ValueError(
+                f"This CAME8Bit state holds a {tuple(p.shape)} parameter's first moment in blocks of "
+                f"{local(saved['exp_avg_codes']).shape[-1]}, not {self._blocks(p)[1]}: resume with the "
+                "block_size (and number of processes) that wrote it"
+            )

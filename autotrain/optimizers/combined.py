@@ -98,6 +98,11 @@ class CAME8BitFusedAdam(Optimizer):
     def optimizers(self) -> list[Optimizer]:
         return [opt for opt in (self.came, self.adam) if opt is not None]
 
+    @property
+    def skipped_tensors(self) -> int:
+        """Updates CAME8Bit skipped for a non-finite gradient (see CAME); FusedAdam does not check."""
+        return 0 if self.came is None else self.came.skipped_tensors
+
     def _optimizer_of(self, param: Tensor) -> Optimizer:
         for opt in self.optimizers:
             if any(param is p for group in opt.param_groups for p in group["params"]):

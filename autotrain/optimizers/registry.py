@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel
+
 from autotrain.optimizers.table import OPTIMIZERS, OptimizerSpec
 
 
@@ -17,7 +19,10 @@ def _spec(name: str) -> OptimizerSpec:
     return OPTIMIZERS[name]
 
 
-def _validated(spec: OptimizerSpec, optimizer_args: dict[str, Any] | None) -> dict[str, Any]:
+def _validated(spec: OptimizerSpec, optimizer_args: BaseModel | dict[str, Any] | None) -> dict[str, Any]:
+    """The arguments as keyword arguments: a validated config holds them typed already (`spec.args`)."""
+    if isinstance(optimizer_args, spec.args):
+        return optimizer_args.model_dump()
     return spec.args.model_validate(optimizer_args or {}).model_dump()
 
 

@@ -11,6 +11,7 @@ code, and a rank that stopped on bad input (2) or divergence (3) should make the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -130,7 +131,25 @@ def _quiet_agent() -> None:
             logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
-def _run_launcher(args: list[str], world: int) -> int:
+@contextlib.contextmanager
+def _port_held_by_check_in(held: bool):
+    """Machine 0's check-in store (run/rendezvous.py) already serves main_process_port, and the launcher's
+    rendezvous reuses that server (both are multi-tenant TCPStores in this process): accelerate's test that
+    the port is free would refuse it, so it is skipped while the launcher starts."""
+    import accelerate.utils.launch as accelerate_launch_utils
+
+    original = getattr(accelerate_launch_utils, "is_port_in_use", None)
+    if not held or original is None:  # nothing to skip (a later accelerate may not test the port here)
+        yield
+        return
+    accelerate_launch_utils.is_port_in_use = lambda port=None: False
+    try:
+        yield
+    finally:
+        accelerate_launch_utils.is_port_in_use = original
+
+
+def _run_launcher(args: list[str], world: int, port_held: bool = False) -> int:
     import subprocess
 
     import torch.distributed.run  # noqa: F401  (imported here so that _quiet_agent reaches its loggers)
@@ -144,7 +163,8 @@ def _run_launcher(args: list[str], world: int) -> int:
     previous = os.environ.get(LAUNCHED_ENV)
     os.environ[LAUNCHED_ENV] = "1"  # inherited by every rank
     try:
-        accelerate_launch(parsed)
+        with _port_held_by_check_in(port_held):
+            accelerate_launch(parsed)
         return EXIT_OK
     except ChildFailedError as exc:
         codes = {rank: failure.exitcode for rank, failure in exc.failures.items()}
@@ -178,7 +198,13 @@ def _run_launcher(args: list[str], world: int) -> int:
             os.environ[LAUNCHED_ENV] = previous
 
 
-def relaunch(loaded: LoadedConfig, plan: RunPlan, resume: str | None = None, argv_sets: Sequence[str] = ()) -> int:
+def relaunch(
+    loaded: LoadedConfig,
+    plan: RunPlan,
+    resume: str | None = None,
+    argv_sets: Sequence[str] = (),
+    port_held: bool = False,
+) -> int:
     """Run the config in `plan.world_size` processes; returns the run's exit code.
 
     Raises UserInputError (exit 2 in the runner) for what can be refused before any process starts.
@@ -194,4 +220,4 @@ def relaunch(loaded: LoadedConfig, plan: RunPlan, resume: str | None = None, arg
     eprint(f"launching {plan.world_size} processes ({dist.strategy}){where} with accelerate")
     if debug_enabled():
         eprint("launch: " + display_command(loaded, plan, argv_sets, resume))
-    return _run_launcher(command[1 + len(LAUNCHER) :], plan.world_size)
+    return _run_launcher(command[1 + len(LAUNCHER) :], plan.world_size, port_held and dist.machine_rank == 0)

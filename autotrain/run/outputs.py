@@ -24,7 +24,9 @@ def save_config(loaded: LoadedConfig, folder: Path, plan: RunPlan | None = None)
     (folder / "autotrain.yaml").write_text(text, encoding="utf-8")
 
 
-def write_model_card(loaded: LoadedConfig, folder: Path, metrics: dict, plots: list[Path] = ()) -> None:
+def write_model_card(
+    loaded: LoadedConfig, folder: Path, metrics: dict, plots: list[Path] = (), plan: RunPlan | None = None, state=None
+) -> None:
     cfg = loaded.config
     what = f"{cfg.task}" + (f" ({cfg.trainer})" if cfg.task == "llm" else "")
     lines = [
@@ -39,8 +41,7 @@ def write_model_card(loaded: LoadedConfig, folder: Path, metrics: dict, plots: l
         f"Fine-tuned from `{cfg.base_model}` with autotrain: {what}.",
         "",
         f"- data: `{cfg.data.path}` (split `{cfg.data.train_split}`)",
-        f"- epochs: {cfg.training_args.epochs}, learning rate: {cfg.training_args.lr}, "
-        f"optimizer: {cfg.training_args.optimizer}",
+        *_training_lines(cfg, plan, state),
     ]
     shown = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
     if shown:
@@ -79,6 +80,30 @@ def add_memory_to_card(folder: Path, memory: dict) -> None:
     card.write_text(text, encoding="utf-8")
 
 
+def _training_lines(cfg, plan: RunPlan | None, state) -> list[str]:
+    """What the run did, from the plan and the Trainer's state: steps and epochs done (a run bounded by
+    `max_steps` does not train `epochs`), the batch per optimizer step, optimizer, precision, final loss."""
+    args = cfg.training_args
+    bound = f"`max_steps: {args.max_steps}`" if args.max_steps else f"`epochs: {args.epochs}`"
+    if state is not None:
+        lines = [f"- trained: {state.global_step} steps, {state.epoch or 0:.2f} epochs (asked: {bound})"]
+    else:
+        lines = [f"- asked: {bound}"]
+    if plan is not None:
+        lines.append(
+            f"- batch per step: {plan.effective_batch_size} = batch_size {args.batch_size} x gradient_accumulation "
+            f"{args.gradient_accumulation} x {plan.world_size} process(es)"
+        )
+    lines.append(f"- learning rate: {args.lr}, optimizer: {plan.optimizer.name if plan else args.optimizer}")
+    if plan is not None:
+        mode = "fp32" if plan.precision.mode == "no" else plan.precision.mode
+        lines.append(f"- precision: {mode} on {plan.precision.device} (asked: {plan.asked_precision})")
+    logged = [e for e in state.log_history if isinstance(e.get("loss"), (int, float))] if state is not None else []
+    if logged:  # `train_loss` in the results is the mean over the run, far above where it ended
+        lines.append(f"- final train loss: {logged[-1]['loss']:.4f} at step {logged[-1]['step']}")
+    return lines
+
+
 def save_final(trainer, loaded: LoadedConfig, plan: RunPlan, metrics: dict) -> None:
     """Model (or adapter), tokenizer/processor, merged model on request, config, metrics, card."""
     cfg = loaded.config
@@ -104,15 +129,41 @@ def save_final(trainer, loaded: LoadedConfig, plan: RunPlan, metrics: dict) -> N
         from autotrain.training.plots import write_plots
 
         plots = write_plots(folder, trainer.state.log_history, cfg.task)  # plots/loss.png (+ metrics.png)
-        write_model_card(loaded, folder, card_metrics, plots)
+        write_model_card(loaded, folder, card_metrics, plots, plan, trainer.state)
 
 
 def write_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
 
 
-def push_to_hub(loaded: LoadedConfig) -> str:
-    """Upload the finished project folder (not its checkpoints or logs) to `hub.repo_id`."""
+def export_after_training(loaded: LoadedConfig, say) -> tuple[int, list[Path]]:
+    """The config's `export:` section, run on the saved run as `autotrain export` runs it: (exit code, files to
+    push beside the model). A failed export leaves the trained model as it is and sets the run's exit code."""
+    from autotrain.errors import EXIT_BAD_INPUT, EXIT_PARITY, ParityError, UserInputError
+    from autotrain.export.pipeline import ExportRequest, export_run
+    from autotrain.export.report import card_section
+
+    spec, folder = loaded.config.export, Path(loaded.config.project_name)
+    out = Path(spec.output) if spec.output else None
+    request = ExportRequest(folder, spec.format, spec.quant, out, force=True, running_ok=True)
+    try:
+        result = export_run(request, say=say)
+    except (UserInputError, ParityError) as exc:
+        say(f"error: export: {exc}")
+        return (EXIT_PARITY if isinstance(exc, ParityError) else EXIT_BAD_INPUT), []
+    say(f"exported to {result.folder}/" + (f"; {result.ollama_command}" if result.ollama_command else ""))
+    card = folder / "README.md"
+    if card.is_file():
+        card.write_text(card.read_text(encoding="utf-8").rstrip() + "\n\n" + card_section(result.report), "utf-8")
+    pushed = [f for f in result.files if f.suffix == ".gguf"]
+    if result.ollama_command:
+        pushed.append(result.folder / "Modelfile")
+    return 0, pushed if spec.push_to_hub else []
+
+
+def push_to_hub(loaded: LoadedConfig, extra_files: list[Path] = ()) -> str:
+    """Upload the finished project folder (not its checkpoints, logs or exports) to `hub.repo_id`, and
+    `extra_files` (an exported GGUF file) beside the model."""
     from huggingface_hub import HfApi
 
     cfg = loaded.config
@@ -127,7 +178,13 @@ def push_to_hub(loaded: LoadedConfig) -> str:
             "logs/**",
             "run.json",
             "training_args.bin",
+            "export-*/**",
+            "*.failed/**",
         ],
         commit_message="Upload model trained with autotrain",
     )
+    for path in extra_files:
+        message = f"Add {path.name} (autotrain export)"
+        repo_id = cfg.hub.repo_id
+        api.upload_file(path_or_fileobj=str(path), path_in_repo=path.name, repo_id=repo_id, commit_message=message)
     return str(repo)

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 from pathlib import Path
@@ -36,6 +37,18 @@ class ProjectFolder:
         self._lock_made = False  # this run made the lock file (so it takes it away on abandon)
 
     def claim(self, resume: str | None, overwrite: bool) -> ProjectFolder:
+        try:
+            return self._claim(resume, overwrite)
+        except OSError as exc:
+            if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise
+            where = exc.filename or self.folder
+            raise UserInputError(
+                f"project folder `{self.folder}`: cannot write to `{where}` ({exc.strerror}); "
+                "choose a project_name in a folder you can write to"
+            ) from None
+
+    def _claim(self, resume: str | None, overwrite: bool) -> ProjectFolder:
         if resume and overwrite:
             raise UserInputError("--resume and --overwrite contradict each other; pick one")
         folder = self.folder

@@ -7,7 +7,6 @@ Exit codes: 0 done, 1 failure during training (traceback in project_name/logs/),
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import shlex
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 from autotrain.config.load import LoadedConfig
 from autotrain.errors import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILURE, EXIT_OK, UserInputError, debug_enabled, eprint
 from autotrain.run.launch import LAUNCHED_ENV
+from autotrain.run.ray_launch import RAY_LAUNCHED
 from autotrain.training.quiet import quiet_bars, quiet_libraries
 
 
@@ -49,11 +49,13 @@ class _Run:
         self.cfg = loaded.config
         self.folder = Path(self.cfg.project_name)
         self.argv_sets = list(argv_sets)
-        self.launched = os.environ.get(LAUNCHED_ENV) == "1"  # a rank started by run.launch
+        # a rank started by run.launch ("1") or a Ray Train worker (run.ray_launch)
+        self.launched = os.environ.get(LAUNCHED_ENV) in ("1", RAY_LAUNCHED)
         self.main_process = os.environ.get("RANK", "0") == "0"
         self.manifest = None
         self.started = False  # trainer.train() was entered
         self.plan = None  # RunPlan, once resolved
+        self.rendezvous = None  # the multi-node check-in store (machine 0 serves it while the run lasts)
 
     def say(self, message: str, every_rank: bool = False) -> None:
         """Progress messages come from the main process only; errors from every rank that has one."""
@@ -87,15 +89,29 @@ def run(loaded: LoadedConfig, resume: str | None = None, overwrite: bool = False
                     return EXIT_OK
             else:  # machine 0 claims the (shared) folder; the others only write into it
                 this.folder.mkdir(parents=True, exist_ok=True)
+            ray = this.cfg.distributed.backend == "ray"  # Ray places the workers: no machines to check in
+            if this.cfg.distributed.num_machines > 1 and not ray:  # before the training stack loads: fail in seconds
+                from autotrain.run.rendezvous import check_in
+
+                this.rendezvous = check_in(this.cfg.distributed)  # kept: the launcher reuses its server
         from autotrain.training.signals import GracefulStop
 
         stop = GracefulStop()
         stop.install()
         this.plan = _resolve(this)
+        if os.environ.get(LAUNCHED_ENV) == "1" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            from autotrain.run.rendezvous import check_ranks
+
+            check_ranks(this.cfg.distributed.rendezvous_timeout)  # before the model loads
+        if not this.launched and this.cfg.distributed.backend == "ray":
+            from autotrain.run.ray_launch import run_on_ray
+
+            return run_on_ray(loaded, this.plan, resume=resume, argv_sets=this.argv_sets)
         if not this.launched and this.plan.world_size > 1:
             from autotrain.run.launch import relaunch
 
-            return relaunch(loaded, this.plan, resume=resume, argv_sets=this.argv_sets)
+            held = this.rendezvous is not None
+            return relaunch(loaded, this.plan, resume=resume, argv_sets=this.argv_sets, port_held=held)
         return _train(this, resume, stop)
     except BaseException as exc:
         code = _failure_code(this, exc)
@@ -164,10 +180,8 @@ def _train(this: _Run, resume: str | None, stop) -> int:
 
     before_model = current_rss()
     progress = ProgressCallback()
-    trainer = build_trainer(cfg, this.plan, [progress, stop], token=cfg.hub.token)
-    used = getattr(trainer, "autotrain_padding_free", this.plan.padding_free)
-    if used != this.plan.padding_free:  # a check on the loaded model overruled the plan: record what runs
-        this.plan = dataclasses.replace(this.plan, padding_free=used)
+    # The builder returns the plan it ran: the resolved one, or one it refined (recorded as such).
+    trainer, this.plan = build_trainer(cfg, this.plan, [progress, stop], token=cfg.hub.token)
     trainer.remove_callback(PrinterCallback)  # our progress display replaces its raw dict lines
     install_loss_hooks(trainer, cfg.training_args.nan_policy)
     AtomicCheckpoints(folder, cfg.training_args.save_total_limit, [checkpoint] if checkpoint else []).attach(trainer)
@@ -242,18 +256,34 @@ def _completed(this: _Run, trainer, metrics: dict) -> int:
     if getattr(trainer, "skipped_batches", 0):
         metrics["skipped_batches"] = trainer.skipped_batches
         this.say(f"warning: skipped {trainer.skipped_batches} batch(es) with a non-finite loss")
+    if getattr(trainer, "skipped_tensors", 0):
+        metrics["skipped_tensors"] = trainer.skipped_tensors
+        this.say(f"warning: the optimizer skipped {trainer.skipped_tensors} parameter update(s): non-finite gradient")
     _record_memory(this)  # before saving: the peak of training, not of writing the model
     save_final(trainer, this.loaded, this.plan, metrics)
     if this.manifest is not None and "memory" in this.manifest.data:
         from autotrain.run.outputs import add_memory_to_card
 
         add_memory_to_card(this.folder, this.manifest.data["memory"])
-    this.say(f"done: model saved to {this.folder}/ (train loss {metrics.get('train_loss', float('nan')):.4f})")
+    this.say(f"done: model saved to {this.folder}/ ({_losses(trainer, metrics)})")
+    code, exported = EXIT_OK, []
+    if getattr(this.cfg, "export", None) is not None and trainer.is_world_process_zero():
+        from autotrain.run.outputs import export_after_training
+
+        code, exported = export_after_training(this.loaded, this.say)
     if this.cfg.hub.push_to_hub and trainer.is_world_process_zero():
         from autotrain.run.outputs import push_to_hub
 
-        this.say(f"pushed to {push_to_hub(this.loaded)}")
-    return this.finish("completed", EXIT_OK, _last_checkpoint(this.folder))
+        this.say(f"pushed to {push_to_hub(this.loaded, exported)}")
+    return this.finish("completed", code, _last_checkpoint(this.folder))
+
+
+def _losses(trainer, metrics: dict) -> str:
+    """`final loss 1.6312 at step 50; mean train loss over the run 2.9229`: the Trainer's `train_loss` is the mean of
+    every step, far above where the progress display ended; both are said, each by its name."""
+    logged = [e for e in trainer.state.log_history if isinstance(e.get("loss"), (int, float))]
+    mean = f"mean train loss over the run {metrics.get('train_loss', float('nan')):.4f}"
+    return f"final loss {logged[-1]['loss']:.4f} at step {logged[-1]['step']}; {mean}" if logged else mean
 
 
 def _failure_code(this: _Run, exc: BaseException) -> int:
@@ -275,6 +305,11 @@ def _failure_code(this: _Run, exc: BaseException) -> int:
     if isinstance(exc, Diverged):
         this.say(f"error: {exc}" + (f"; the last good checkpoint is {last}" if last else ""), every_rank=True)
         return this.finish("diverged", EXIT_DIVERGED, last)
+    from autotrain.training.verify import refused_pickle
+
+    if refused_pickle(exc):  # torch refused to unpickle a model file: the input, not the run (and no advice)
+        this.say(f"error: the model files (base_model or a checkpoint): {refused_pickle(exc)}", every_rank=True)
+        return this.finish("bad input", EXIT_BAD_INPUT, last)
     log = _write_traceback(this.folder, this.loaded.secrets)
     if debug_enabled():
         traceback.print_exc()

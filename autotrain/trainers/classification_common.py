@@ -115,8 +115,12 @@ def label_kwargs(labels: list[str]) -> dict[str, Any]:
 
 
 def evaluate_and_report(trainer) -> dict[str, float]:
-    """Evaluate the final (or best) model, write `eval_results.json`, show the metrics as a table."""
-    metrics = trainer.evaluate()
+    """Evaluate the final (or best) model, write `eval_results.json`, show the metrics as a table.
+
+    When the last evaluation of training already measured the final weights (at the last step, no best
+    model reloaded), its metrics are the final ones: reused, not computed and shown a second time.
+    """
+    metrics = _last_step_evaluation(trainer) or trainer.evaluate()
     trainer.save_metrics("eval", metrics)
     if trainer.is_world_process_zero():
         from rich.console import Console
@@ -130,3 +134,19 @@ def evaluate_and_report(trainer) -> dict[str, float]:
                 table.add_row(name, f"{metrics[f'eval_{name}']:.4f}")
         Console().print(table)
     return metrics
+
+
+def _last_step_evaluation(trainer) -> dict[str, float] | None:
+    state = trainer.state
+    best = state.best_model_checkpoint
+    if trainer.args.load_best_model_at_end and (not best or not best.endswith(f"checkpoint-{state.global_step}")):
+        return None  # earlier weights were reloaded: measure them
+    if not state.log_history:
+        return None
+    last = state.log_history[-1] if "eval_loss" in state.log_history[-1] else None
+    if last is None:  # the Trainer logs the train summary after the last evaluation
+        evals = [e for e in state.log_history if "eval_loss" in e]
+        last = evals[-1] if evals else None
+    if last is None or last.get("step") != state.global_step:
+        return None
+    return {k: v for k, v in last.items() if k.startswith("eval_") or k == "epoch"}

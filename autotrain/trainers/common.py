@@ -53,8 +53,9 @@ def build_tokenizer(cfg: TaskConfig, token: str | None = None):
     return tokenizer
 
 
-def make_trainer(trainer_cls, plan: RunPlan, **kwargs: Any):
-    """`trainer_cls(**kwargs)` with the planned bundled optimizer, if any.
+def make_trainer(trainer_cls, plan: RunPlan, **kwargs: Any) -> tuple[Any, RunPlan]:
+    """`trainer_cls(**kwargs)` with the planned bundled optimizer, if any, and the plan it runs: the pair
+    every builder returns (a builder that refines the plan returns `plan.refine(...)` instead).
 
     It goes in as `optimizer_cls_and_kwargs`, so the Trainer still builds the param groups (no weight
     decay on biases and norms) and the LR scheduler. TRL's DPO and ORPO trainers do not take that
@@ -68,4 +69,4 @@ def make_trainer(trainer_cls, plan: RunPlan, **kwargs: Any):
     trainer = trainer_cls(**kwargs)
     if chosen is not None and not takes_it:
         trainer.optimizer_cls_and_kwargs = chosen
-    return trainer
+    return trainer, plan

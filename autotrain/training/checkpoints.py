@@ -44,7 +44,10 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def find_resume_checkpoint(project: Path, resume: str, warn=print) -> str:
-    """`latest` = the newest complete checkpoint in `project`; anything else is a checkpoint path."""
+    """`latest` = the newest complete checkpoint in `project` whose files check out (a damaged one is
+    passed over with a warning); anything else is a checkpoint path, which must check out."""
+    from autotrain.training.verify import checkpoint_problem
+
     if resume != "latest":
         path = Path(resume)
         if not path.is_dir():
@@ -53,6 +56,9 @@ def find_resume_checkpoint(project: Path, resume: str, warn=print) -> str:
             raise UserInputError(
                 f"--resume {resume}: the checkpoint is incomplete (no {COMPLETE_MARKER}); it was not fully written"
             )
+        problem = checkpoint_problem(path)
+        if problem:
+            raise UserInputError(f"--resume {resume}: the checkpoint is damaged: {problem}")
         return str(path)
     checkpoints = list_checkpoints(project)
     for broken in (p for p in checkpoints if not is_complete(p)):
@@ -63,7 +69,17 @@ def find_resume_checkpoint(project: Path, resume: str, warn=print) -> str:
             f"--resume: no complete checkpoint in `{project}`; start without --resume "
             "(add --overwrite to replace what is there)"
         )
-    return str(complete[-1])
+    problems = []
+    for candidate in reversed(complete):
+        problem = checkpoint_problem(candidate)
+        if problem is None:
+            return str(candidate)
+        problems.append(problem)
+        warn(f"warning: skipping damaged checkpoint {candidate}: {problem}")
+    raise UserInputError(
+        f"--resume: every complete checkpoint in `{project}` is damaged (newest: {problems[0]}); "
+        "start without --resume (add --overwrite to replace what is there)"
+    )
 
 
 class AtomicCheckpoints(TrainerCallback):

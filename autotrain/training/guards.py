@@ -12,6 +12,48 @@ class Diverged(Exception):
         self.step = step
 
 
+class RepeatedSkips(Diverged):
+    """The optimizer skipped tensors with non-finite gradients on too many consecutive steps."""
+
+    def __init__(self, step: int, steps: int, tensors: int):
+        Exception.__init__(
+            self,
+            f"training diverged: the optimizer skipped parameters with non-finite gradients on {steps} "
+            f"consecutive steps (up to step {step}; {tensors} skipped in all); lower training_args.lr or "
+            "check the data",
+        )
+        self.step = step
+
+
+def skipped_tensors(optimizer) -> int | None:
+    """How many (param, step) updates ``optimizer`` skipped for non-finite gradients (CAME, CAME8Bit and
+    the hybrid count them; None for optimizers that do not). Reading it synchronises with the device."""
+    while optimizer is not None and not hasattr(optimizer, "skipped_tensors"):
+        optimizer = getattr(optimizer, "optimizer", None)  # accelerate's wrapper
+    return None if optimizer is None else optimizer.skipped_tensors
+
+
+def skip_guard(trainer, limit: int = 10):
+    """A callback that stops the run once the optimizer skipped tensors on ``limit`` consecutive steps, and
+    leaves the total in ``trainer.skipped_tensors`` (the run reports it)."""
+    from transformers import TrainerCallback
+
+    class SkipGuard(TrainerCallback):
+        seen, consecutive = 0, 0
+
+        def on_step_end(self, args, state, control, **kwargs):
+            count = skipped_tensors(trainer.optimizer)
+            if count is None:
+                return
+            self.consecutive = self.consecutive + 1 if count > self.seen else 0
+            self.seen = trainer.skipped_tensors = count
+            if self.consecutive >= limit:
+                raise RepeatedSkips(state.global_step, self.consecutive, count)
+
+    trainer.skipped_tensors = 0
+    return SkipGuard()
+
+
 def _count_tokens(inputs):
     """Non-padding tokens of a batch, whatever the trainer calls its columns (input_ids, chosen_input_ids...).
 
@@ -63,3 +105,4 @@ def install_loss_hooks(trainer, policy: str) -> None:
         return (zero, result[1]) if return_outputs else zero
 
     trainer.compute_loss = compute_loss
+    trainer.add_callback(skip_guard(trainer))

@@ -271,9 +271,21 @@ def _config_json(cfg, token: str | None) -> str:
 
 
 def _unreachable(cfg) -> bool:
-    from autotrain.training.hub import hub_id, hub_problems
+    """True when base_model is a hub id and the hub does not answer a connection within two seconds (the
+    hub client would retry for half a minute before giving up)."""
+    import socket
+    from urllib.parse import urlparse
 
-    return hub_id(cfg.base_model) is not None and any("base_model" in p for p in hub_problems(cfg))
+    from autotrain.training.hub import hub_id
+
+    if hub_id(cfg.base_model) is None:
+        return False
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), 2).close()
+    except OSError:
+        return True
+    return False
 
 
 # --- what the device has, what fits -----------------------------------------------------------------

@@ -8,6 +8,7 @@ again; the runner records it beside the config in `autotrain.yaml` and `run.json
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,12 +70,25 @@ class RunPlan:
     optimizer: OptimizerPlan
     training_args: dict[str, Any]  # TrainingArguments fields; a builder adds only its trainer's own
     problems: tuple[str, ...] = ()  # what this machine cannot do as asked (see `preflight`)
-    length_grouped: bool = False  # sft: batches of similar length in random order (see `groups_by_length`)
-    padding_free: str = ""  # sft: "rows", "one sequence" or "" (padded; see `padding_free`)
+    length_grouped: bool = False  # batches of similar length in random order (see `groups_by_length`)
+    padding_free: str = ""  # "rows", "one sequence" or "" (padded; see `padding_free`)
+    load_dtype: str = "float32"  # the torch dtype the model's weights are loaded in (see `load_dtype`)
+    # (field, planned, used, why): what a builder changed once the model was loaded (see `refine`)
+    refined: tuple[tuple[str, Any, Any, str], ...] = ()
 
     @property
     def world_size(self) -> int:
         return self.processes_per_machine * self.num_machines
+
+    def refine(self, why: str, **changes: Any) -> RunPlan:
+        """A new plan with `changes`, each recorded beside what was planned and why.
+
+        The one way a builder changes the plan: a check on the loaded model that overrules a decision
+        (a model that would attend across padding-free rows keeps padded batches). The runner records the
+        plan the builder returns.
+        """
+        notes = tuple((key, getattr(self, key), value, why) for key, value in changes.items())
+        return dataclasses.replace(self, **changes, refined=self.refined + notes)
 
     def record(self) -> dict[str, Any]:
         """What was asked beside what was resolved, as plain JSON data: saved in autotrain.yaml and run.json."""
@@ -93,6 +107,10 @@ class RunPlan:
             "training_arguments": {k: v for k, v in self.training_args.items() if k != "output_dir"},
             "length_grouped_batches": self.length_grouped,
             "padding_free": self.padding_free,
+            "load_dtype": self.load_dtype,
+            "refined_after_loading": [
+                {"field": key, "planned": planned, "used": used, "why": why} for key, planned, used, why in self.refined
+            ],
         }
 
 
@@ -109,7 +127,7 @@ def resolve_plan(cfg: TaskConfig, device: str | None = None) -> RunPlan:
     except UserInputError as exc:
         problems, precision = (str(exc),), resolve_precision("no", device)
     per_machine = processes_per_machine(cfg.distributed.num_processes)
-    optimizer = resolve_optimizer(args.optimizer, args.optimizer_args, args.lr)
+    optimizer = resolve_optimizer(args.optimizer, args.optimizer_args, args.lr, args.max_steps)
     return RunPlan(
         precision=precision,
         asked_precision=args.mixed_precision,
@@ -121,18 +139,51 @@ def resolve_plan(cfg: TaskConfig, device: str | None = None) -> RunPlan:
         problems=problems,
         length_grouped=groups_by_length(cfg),
         padding_free=padding_free(cfg, precision),
+        load_dtype=load_dtype(cfg, precision),
     )
 
 
-def resolve_optimizer(name: str, optimizer_args: dict[str, Any], lr: float) -> OptimizerPlan:
+def load_dtype(cfg: TaskConfig, precision: Precision) -> str:
+    """The dtype the weights are loaded in (a torch dtype's name; inference loads a run's model in it too).
+
+    Classifiers: fp32 (small models; mixed precision runs under autocast). LLMs: LoRA trains on a frozen
+    base, kept in the compute dtype; a full fine-tune keeps fp32 weights unless bf16 on a GPU (fp16 AMP
+    needs fp32 master weights; CPU bf16 runs fp32 weights under autocast).
+    """
+    if cfg.task != "llm" or precision.mode == "no":
+        return "float32"
+    half = "bfloat16" if precision.mode == "bf16" else "float16"
+    if cfg.uses_peft and precision.device != "cpu":
+        return half
+    if precision.mode == "bf16" and precision.device == "cuda":
+        return half
+    return "float32"
+
+
+# CAME's compiled step costs about a minute of compiling on a fresh machine (a few seconds with inductor's
+# cache) and saves a fraction of each step: a run shorter than this does not compile (`compile: null` only).
+COMPILE_PAYS_AFTER_STEPS = 200
+
+
+def resolve_optimizer(name: str, optimizer_args, lr: float, max_steps: int | None = None) -> OptimizerPlan:
+    """`optimizer_args`: the typed arguments of a validated config (or a plain mapping, validated here)."""
     from autotrain.optimizers.registry import hf_optimizer_settings, optimizer_cls_and_kwargs
     from autotrain.optimizers.table import OPTIMIZERS
 
     if OPTIMIZERS[name].bundled:
         cls, kwargs = optimizer_cls_and_kwargs(name, optimizer_args)
+        _decide_compile(kwargs.get("came", kwargs), max_steps)
         # The Trainer passes param groups (with weight_decay) but not lr on this path.
         return OptimizerPlan(name, cls=cls, kwargs={**kwargs, "lr": lr})
     return OptimizerPlan(name, hf_settings=hf_optimizer_settings(name, optimizer_args))
+
+
+def _decide_compile(kwargs: dict[str, Any], max_steps: int | None) -> None:
+    """A CAME variant's `compile: null` (auto) becomes false for a run of known length too short for
+    compiling to pay; the kwargs, so the decision, are recorded with the plan."""
+    known_short = max_steps is not None and max_steps < COMPILE_PAYS_AFTER_STEPS
+    if known_short and "compile" in kwargs and kwargs["compile"] is None:
+        kwargs["compile"] = False
 
 
 def has_eval(cfg: TaskConfig) -> bool:
@@ -183,19 +234,26 @@ def training_arguments(cfg: TaskConfig, precision: Precision, optimizer: Optimiz
 
 
 def groups_by_length(cfg: TaskConfig) -> bool:
-    """SFT batches samples of similar length (`length_grouping`), padded to each batch's longest sample
-    (TRL's collator): as many batches per epoch as random ones, about as many tokens in each, in random
-    order (autotrain.training.batching). Packed blocks all have the same length.
+    """Batches of samples of similar length (`length_grouping`, for the trainers that read it), padded to
+    each batch's longest sample (TRL's collator): as many batches per epoch as random ones, about as many
+    tokens in each, in random order (autotrain.training.batching). Packed blocks all have the same length.
 
     The other LLM trainers keep random batches: their datasets have no `input_ids` to sort by (preference
-    pairs), or blocks of one length (clm).
+    pairs), or blocks of one length.
     """
     args = cfg.training_args
-    return cfg.task == "llm" and cfg.trainer == "sft" and args.length_grouping and not args.packing
+    return _reads(cfg, "length_grouping") and args.length_grouping and not args.packing
+
+
+def _reads(cfg: TaskConfig, field: str) -> bool:
+    """The config's trainer reads `training_args.<field>` (the trainer table says which do)."""
+    from autotrain.config.trainers import TRAINERS
+
+    return cfg.task == "llm" and field in TRAINERS[cfg.trainer].fields
 
 
 def padding_free(cfg: TaskConfig, precision: Precision) -> str:
-    """How SFT batches drop their padding: "one sequence", "rows", or "" (padded batches).
+    """How batches drop their padding: "one sequence", "rows", or "" (padded batches).
 
     flash_attention_2 on CUDA takes the sample boundaries of one flattened sequence from the position ids
     and computes no padding at all. Other kernels get a mask built from the position ids, as long as the
@@ -203,7 +261,7 @@ def padding_free(cfg: TaskConfig, precision: Precision) -> str:
     (autotrain.training.batching.pack_rows), so attention costs no more than with padding.
     """
     args = cfg.training_args
-    if not (cfg.task == "llm" and cfg.trainer == "sft" and args.padding_free and not args.packing):
+    if not (_reads(cfg, "padding_free") and args.padding_free and not args.packing):
         return ""
     return "one sequence" if precision.device == "cuda" and cfg.attn_implementation == "flash_attention_2" else "rows"
 

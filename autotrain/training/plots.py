@@ -1,8 +1,9 @@
 """Pictures of a finished run: `plots/loss.png` (train/eval loss and the lr schedule per step) and, for
 classifiers, `plots/metrics.png` (eval metrics per evaluation).
 
-matplotlib is optional (`pip install -e ".[plots]"`): it is imported here, inside the function, so the CLI
-stays fast, and without it the plots are skipped with one notice line.
+matplotlib is a dependency, imported here, inside the function, so the CLI stays fast. An environment that
+lacks it all the same (installed with --no-deps) skips the plots with one notice line rather than failing
+the finished run.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def write_plots(folder: str | Path, log_history: list[dict], task: str) -> list[
     except ImportError:
         from autotrain.errors import eprint
 
-        eprint('note: plots skipped: matplotlib is not installed (pip install -e ".[plots]")')
+        eprint("note: plots skipped: matplotlib is not installed (a dependency of autotrain: pip install matplotlib)")
         return []
     out = Path(folder) / "plots"
     written = []

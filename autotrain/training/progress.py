@@ -30,6 +30,7 @@ class ProgressCallback(TrainerCallback):
         self.first_samples = 0
         self.last = {"loss": float("nan"), "lr": float("nan")}
         self.trainer = None  # set by the runner; its `tokens_seen` feeds tokens/s
+        self.ended = False  # after training, results are shown by whoever asks for them (a table), not here
 
     def _rate(self, state) -> tuple[str, float]:
         """Throughput as text (tokens/s, or samples/s for inputs without tokens) and seconds left."""
@@ -71,7 +72,7 @@ class ProgressCallback(TrainerCallback):
             self.progress.update(self.task, completed=state.global_step)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or not logs:
+        if not state.is_world_process_zero or not logs or self.ended:
             return
         if "loss" in logs:
             self.last["loss"] = logs["loss"]
@@ -81,7 +82,7 @@ class ProgressCallback(TrainerCallback):
             self.last["reward"] = logs["reward"]
         rate, eta = self._rate(state)
         loss, lr = self.last["loss"], self.last["lr"]
-        reward = f"  reward {self.last['reward']:.3f}" if "reward" in self.last else ""
+        reward = f"  reward {_number(self.last['reward'], '.3f')}" if "reward" in self.last else ""
         if self.progress is not None:
             self.progress.update(
                 self.task, completed=state.global_step, loss=f"{loss:.4f}", lr=f"{lr:.2e}", rate=rate, reward=reward
@@ -106,9 +107,15 @@ class ProgressCallback(TrainerCallback):
             )
 
     def on_train_end(self, args, state, control, **kwargs):
+        self.ended = True
         self.close()
 
     def close(self) -> None:
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
+
+
+def _number(value, spec: str) -> str:
+    """A logged value as text; a mean over nothing is logged as None (or NaN), shown as `n/a`."""
+    return format(value, spec) if isinstance(value, (int, float)) and math.isfinite(value) else "n/a"

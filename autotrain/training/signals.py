@@ -19,6 +19,7 @@ from transformers import TrainerCallback
 from autotrain.errors import EXIT_SIGINT, EXIT_SIGTERM
 
 EXIT_CODES = {signal.SIGINT: EXIT_SIGINT, signal.SIGTERM: EXIT_SIGTERM}
+STOP_FILE_ENV = "AUTOTRAIN_STOP_FILE"
 
 
 class Interrupted(Exception):
@@ -35,7 +36,10 @@ class GracefulStop(TrainerCallback):
     SIGTERM over SIGINT), settled at each step end and at the end of training.
     """
 
-    def __init__(self):
+    def __init__(self, stop_file: str | None = None):
+        # Where signals cannot reach the training thread (a Ray Train worker), the launcher asks for the
+        # stop by creating this file; every rank looks for it at each step end.
+        self.stop_file = stop_file or os.environ.get(STOP_FILE_ENV)
         self.received: int | None = None
         self.agreed: int | None = None
         self.training = False
@@ -43,6 +47,10 @@ class GracefulStop(TrainerCallback):
         self._group = None
 
     def install(self) -> None:
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            return  # handlers can only be set from the main thread; the stop file still works
         for signum in EXIT_CODES:
             self._previous[signum] = signal.signal(signum, self._handle)
 
@@ -74,6 +82,8 @@ class GracefulStop(TrainerCallback):
         )
 
     def _agree(self) -> None:
+        if self.received is None and self.stop_file and os.path.exists(self.stop_file):
+            self.received = _requested(self.stop_file)
         self.agreed = signal_on_any_rank(self.received, self._group)
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -96,6 +106,16 @@ class GracefulStop(TrainerCallback):
             import torch.distributed as dist
 
             dist.barrier(group=self._group)
+
+
+def _requested(stop_file: str) -> int:
+    """The signal number the launcher wrote into the stop file (SIGTERM if unreadable)."""
+    try:
+        with open(stop_file, encoding="ascii") as handle:
+            signum = int(handle.read().strip() or signal.SIGTERM)
+    except (OSError, ValueError):
+        return signal.SIGTERM
+    return signum if signum in EXIT_CODES else signal.SIGTERM
 
 
 def stop_flag_group():

@@ -1,1 +1,1 @@
-"""LLM trainers: one module per `trainer:` value (sft, orpo, dpo, reward, grpo, clm)."""
+"""LLM trainers: one builder module per entry of the trainer table (`autotrain.config.trainers`)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from autotrain.config.llm import LLMConfig
+from autotrain.config.trainers import TRAINERS
 from autotrain.trainers import common
 from autotrain.training.plan import RunPlan
 from autotrain.training.precision import Precision
@@ -32,25 +33,10 @@ def use_chat_template(tokenizer, cfg: LLMConfig) -> bool:
     template = cfg.data.chat_template
     if template in CHAT_TEMPLATES:
         tokenizer.chat_template = CHAT_TEMPLATES[template]
-    elif template == "tokenizer" and cfg.trainer != "clm" and not tokenizer.chat_template:
+    elif template == "tokenizer" and TRAINERS[cfg.trainer].data_format != "blocks" and not tokenizer.chat_template:
         tokenizer.chat_template = CHAT_TEMPLATES["chatml"]
         return True
     return False
-
-
-def load_dtype(cfg: LLMConfig, precision: Precision):
-    """LoRA trains on a frozen base, kept in the compute dtype; a full fine-tune keeps fp32 weights
-    unless bf16 on a GPU (fp16 AMP needs fp32 master weights; CPU bf16 runs fp32 weights under autocast)."""
-    import torch
-
-    if precision.mode == "no":
-        return torch.float32
-    half = torch.bfloat16 if precision.mode == "bf16" else torch.float16
-    if cfg.uses_peft and precision.device != "cpu":
-        return half
-    if precision.mode == "bf16" and precision.device == "cuda":
-        return half
-    return torch.float32
 
 
 def quantization_config(cfg: LLMConfig, precision: Precision):
@@ -71,14 +57,17 @@ def quantization_config(cfg: LLMConfig, precision: Precision):
     )
 
 
-def build_model(cfg: LLMConfig, plan: RunPlan, token: str | None = None, reward: bool = False):
+def build_model(cfg: LLMConfig, plan: RunPlan, token: str | None = None, scorer: bool = False):
+    """The causal LM to train (`scorer`: a one-logit sequence classifier instead, that scores texts)."""
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     quant = quantization_config(cfg, plan.precision)
-    kwargs = {"dtype": load_dtype(cfg, plan.precision), "attn_implementation": cfg.attn_implementation}
+    import torch
+
+    kwargs = {"dtype": getattr(torch, plan.load_dtype), "attn_implementation": cfg.attn_implementation}
     if quant is not None:
         kwargs["quantization_config"] = quant
-    if reward:
+    if scorer:
         cls, kwargs["num_labels"] = AutoModelForSequenceClassification, 1
     else:
         cls = AutoModelForCausalLM

@@ -31,7 +31,7 @@ def build_trainer(cfg: LLMConfig, plan: RunPlan, callbacks: list, token: str | N
     from trl import RewardConfig, RewardTrainer
 
     ready = prepare(cfg, plan, token)
-    model = build_model(cfg, plan, token, reward=True)
+    model = build_model(cfg, plan, token, scorer=True)
     model.config.pad_token_id = ready.tokenizer.pad_token_id
     return llm_trainer(
         RewardTrainer,

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import math
+import numbers
 import re
 import sys
 from collections.abc import Callable
@@ -69,8 +71,61 @@ def resolve(names: list[str], columns: list[str]) -> list[Callable]:
                 )
             functions.append(BUILTIN[name])
         else:
-            functions.append(_import(name))
+            functions.append(checked(_import(name), name))
     return functions
+
+
+def checked(function: Callable, name: str) -> Callable:
+    """`function` with its answers checked on every call: one number or None per completion. A NaN, a
+    string or a missing list is the reward's mistake, named here, not a crash deep in the trainer."""
+    import functools
+    import inspect
+
+    if inspect.iscoroutinefunction(function):  # TRL runs these on its own event loop; it checks the length
+        return function
+
+    @functools.wraps(function)
+    def scored(*args, completions: list, **kwargs):
+        result = function(*args, completions=completions, **kwargs)
+        return _rewards_of(result, len(completions), name)
+
+    return scored
+
+
+def _rewards_of(result, expected: int, name: str) -> list:
+    def bad(what: str) -> UserInputError:
+        return UserInputError(
+            f"reward `{name}` returned {what}; a reward function returns one number per completion "
+            f"({expected} here), or None for a completion it does not score"
+        )
+
+    if isinstance(result, (str, bytes, dict)) or not hasattr(result, "__len__"):
+        raise bad(_shown(result))
+    values = list(result)
+    if len(values) != expected:
+        raise bad(f"{len(values)} values")
+    rewards = []
+    for i, value in enumerate(values):
+        number = _number(value)
+        if value is not None and (number is None or not math.isfinite(number)):
+            raise bad(f"{_shown(value)} for completion {i}")
+        rewards.append(number)
+    return rewards
+
+
+def _number(value) -> float | None:
+    if isinstance(value, numbers.Real):
+        return float(value)
+    item = getattr(value, "item", None)  # a numpy or torch scalar
+    if callable(item) and getattr(value, "ndim", 1) == 0:
+        number = item()
+        return float(number) if isinstance(number, numbers.Real) else None
+    return None
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
 
 
 def _import(name: str) -> Callable:

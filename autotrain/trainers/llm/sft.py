@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from autotrain.config.llm import LLMConfig
@@ -10,7 +12,7 @@ from autotrain.trainers.llm.model import build_model
 from autotrain.training.plan import RunPlan
 
 
-def build_trainer(cfg: LLMConfig, plan: RunPlan, callbacks: list, token: str | None = None):
+def build_trainer(cfg: LLMConfig, plan: RunPlan, callbacks: list, token: str | None = None) -> tuple[Any, RunPlan]:
     from trl import SFTConfig, SFTTrainer
 
     ready = prepare(cfg, plan, token)
@@ -19,12 +21,12 @@ def build_trainer(cfg: LLMConfig, plan: RunPlan, callbacks: list, token: str | N
     trainer_cls = length_grouped(SFTTrainer) if plan.length_grouped else SFTTrainer
     if plan.padding_free == "rows":
         trainer_cls = counting_row_tokens(trainer_cls)
-    trainer = llm_trainer(trainer_cls, SFTConfig, cfg, plan, ready, callbacks, model=model, args=extra)
+    trainer, plan = llm_trainer(trainer_cls, SFTConfig, cfg, plan, ready, callbacks, model=model, args=extra)
     if plan.padding_free == "one sequence":
         use_padding_free_batches(trainer)
     elif plan.padding_free == "rows" and not use_row_packed_batches(trainer):
-        trainer.autotrain_padding_free = ""  # what the run records (the plan said rows)
-    return trainer
+        plan = plan.refine("the loaded model was not seen to keep samples laid end to end apart", padding_free="")
+    return trainer, plan
 
 
 def sft_arguments(cfg: LLMConfig) -> dict:

@@ -138,8 +138,11 @@ export class SchemaForm {
     const input = this.input(k, node, nullable, dotted);
     const help = document.createElement("small");
     help.textContent = node.description || "";
+    help.id = "h-" + dotted;
     const error = document.createElement("div");
     error.className = "error";
+    error.id = "e-" + dotted;
+    input.setAttribute("aria-describedby", `${error.id} ${help.id}`); // the error is read first
     box.append(label, input, help, error);
     // `pending`: typed but not yet sent. A reply to an earlier edit must not overwrite it: the field has
     // lost focus by then when the user moves on quickly, and the send would carry the old value back.
@@ -212,14 +215,28 @@ export class SchemaForm {
   showProblems(problems) {
     for (const f of this.fields.values()) {
       f.box.classList.remove("bad");
+      f.input.removeAttribute("aria-invalid");
       f.box.querySelector(".error").textContent = "";
     }
     return problems.filter((p) => {
       const f = this.fields.get(p.path);
       if (!f) return true;
       f.box.classList.add("bad");
+      f.input.setAttribute("aria-invalid", "true");
       f.box.querySelector(".error").textContent = p.message;
       return false;
     });
+  }
+
+  // Open the sections around the field of `path` and move the focus to it; false when there is none.
+  focusField(path) {
+    const f = this.fields.get(path);
+    if (!f) return false;
+    for (let el = f.box.parentElement; el && el !== this.el; el = el.parentElement) {
+      if (el.tagName === "DETAILS") el.open = true;
+    }
+    f.input.focus();
+    f.input.scrollIntoView({ block: "center" });
+    return true;
   }
 }

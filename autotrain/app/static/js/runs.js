@@ -1,7 +1,10 @@
 // The Runs tab: every run under the runs dir with its status; the selected one's progress, live charts,
-// plots, log tail and files. Polls twice a second while the run trains, every 3 s otherwise.
+// plots, log tail and files. Polls twice a second while the run trains, every 3 s otherwise. Each row is
+// a tab stop (Enter or Space selects it, arrow keys move between rows); the selected run is kept in the
+// address (#runs/NAME), so a reload shows it again. Each poll of the selected run is announced as a
+// `run-shown` event (its detail: the run), for the parts of the page that follow it.
 
-import { api, notice, withToken } from "./api.js";
+import { api, notice } from "./api.js";
 import { COLORS, fmt, lineChart } from "./chart.js";
 
 const $ = (id) => document.getElementById(id);
@@ -64,14 +67,15 @@ function drawProgress(run) {
   badge.textContent = run.status;
   badge.className = "badge " + run.status.replace(/\s+/g, "-");
   $("stop").disabled = run.status !== "running";
-  $("resume").disabled = run.status === "running" || !run.files.some((f) => f.path.startsWith("checkpoint-"));
+  const checkpoint = run.files.some((f) => f.path.startsWith("checkpoint-"));
+  $("resume").disabled = run.status === "running" || run.status === "completed" || !checkpoint;
 }
 
 function drawFiles(run) {
   const key = run.files.map((f) => `${f.path}:${f.size}`).join("|");
   if (key === shownFiles) return;
   shownFiles = key;
-  const url = (path) => withToken(`/api/runs/${encodeURIComponent(run.name)}/files/${path}`);
+  const url = (path) => `/api/runs/${encodeURIComponent(run.name)}/files/${path}`;
   $("run-files").replaceChildren(
     ...run.files.map((f) => {
       const li = document.createElement("li");
@@ -120,6 +124,7 @@ async function pollDetail() {
   const atEnd = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
   log.textContent = run.log;
   if (atEnd) log.scrollTop = log.scrollHeight;
+  document.dispatchEvent(new CustomEvent("run-shown", { detail: run }));
   detailTimer = setTimeout(pollDetail, run.status === "running" ? FAST : SLOW);
 }
 
@@ -128,8 +133,34 @@ export function select(name) {
   records = [];
   shownFiles = "";
   $("chart-loss").dataset.lastStep = "-1";
-  for (const row of document.querySelectorAll("#runs-table tbody tr")) row.classList.toggle("selected", row.dataset.name === name);
+  for (const row of document.querySelectorAll("#runs-table tbody tr")) markSelected(row);
+  if (location.hash.startsWith("#runs")) history.replaceState(history.state, "", "#runs/" + encodeURIComponent(name));
   pollDetail();
+}
+
+function markSelected(row) {
+  row.classList.toggle("selected", row.dataset.name === selected);
+  row.setAttribute("aria-selected", String(row.dataset.name === selected));
+}
+
+function newRow(name) {
+  const tr = document.createElement("tr");
+  tr.dataset.name = name;
+  tr.tabIndex = 0;
+  tr.setAttribute("role", "row");
+  tr.innerHTML = "<td></td><td><span class='badge'></span></td><td></td><td></td>";
+  tr.addEventListener("click", () => select(name));
+  tr.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" || e.key === " ") {
+      e.preventDefault();
+      select(name);
+    } else if (e.key === "ArrowDown" || e.key === "ArrowUp") {
+      e.preventDefault();
+      const next = e.key === "ArrowDown" ? tr.nextElementSibling : tr.previousElementSibling;
+      if (next) next.focus();
+    }
+  });
+  return tr;
 }
 
 function fillRow(tr, r) {
@@ -144,17 +175,17 @@ async function pollList() {
   try {
     const runs = await api.get("/api/runs");
     $("runs-empty").hidden = runs.length > 0;
-    $("runs-table").querySelector("tbody").replaceChildren(
-      ...runs.map((r) => {
-        const tr = document.createElement("tr");
-        tr.dataset.name = r.name;
-        tr.classList.toggle("selected", r.name === selected);
-        tr.innerHTML = "<td></td><td><span class='badge'></span></td><td></td><td></td>";
-        fillRow(tr, r);
-        tr.addEventListener("click", () => select(r.name));
-        return tr;
-      }),
-    );
+    // Rows are kept and updated, not rebuilt: the row that has the keyboard focus keeps it.
+    const body = $("runs-table").querySelector("tbody");
+    const rows = new Map([...body.rows].map((tr) => [tr.dataset.name, tr]));
+    const wanted = runs.map((r) => {
+      const tr = rows.get(r.name) || newRow(r.name);
+      fillRow(tr, r);
+      markSelected(tr);
+      return tr;
+    });
+    for (const [name, tr] of rows) if (!runs.some((r) => r.name === name)) tr.remove();
+    wanted.forEach((tr, i) => { if (body.rows[i] !== tr) body.insertBefore(tr, body.rows[i] || null); });
   } catch (e) {
     notice(e.message, true);
   }

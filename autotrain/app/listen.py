@@ -1,0 +1,79 @@
+"""Where the app listens and the addresses it prints: the port is taken before anything is announced,
+and in token mode the printed addresses are ones another machine can open."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import socket
+from pathlib import Path
+
+from autotrain.app import security
+
+ANY = ("0.0.0.0", "::", "")
+
+
+class PortTaken(OSError):
+    """The port cannot be listened on; the message names it and says what to do."""
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port, or PortTaken with the reason (in use, not allowed, no such address)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: TIME_WAIT is no conflict
+    try:
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            taken = f"port {port} on {host} is in use by another program"
+            raise PortTaken(f"{taken}; pick another: autotrain app --port {port + 1}") from None
+        if exc.errno == errno.EACCES:
+            raise PortTaken(f"port {port} needs privileges on this machine; pick one above 1023: --port 7860") from None
+        raise PortTaken(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+def _own_addresses() -> list[str]:
+    """This machine's non-loopback IP addresses (the route out first), best effort and offline."""
+    found: list[str] = []
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(("192.0.2.1", 9))  # no packet is sent: this only picks the outgoing interface
+        found.append(probe.getsockname()[0])
+    with contextlib.suppress(OSError):
+        for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET):
+            found.append(info[4][0])
+    return [a for a in dict.fromkeys(found) if not security.is_loopback(a) and a not in ANY]
+
+
+def addresses(host: str, port: int) -> list[str]:
+    """URLs of the app: for a wildcard host, the machine's name and addresses (what others can open)."""
+    if host not in ANY:
+        return [f"http://{f'[{host}]' if ':' in host else host}:{port}/"]
+    names = [socket.gethostname(), *_own_addresses()]
+    return [f"http://{name}:{port}/" for name in dict.fromkeys(n for n in names if n)]
+
+
+def serve(sock: socket.socket, host: str, port: int, runs_dir: Path) -> None:
+    """Run the app on `sock` until Ctrl-C; training runs it started keep going."""
+    import secrets as random
+
+    import uvicorn
+
+    from autotrain.app.server import create_app
+
+    token = None if security.is_loopback(host) else random.token_urlsafe(24)
+    app = create_app(runs_dir, Path.cwd(), token=token)
+    for url in addresses(host, port):
+        print(f"autotrain app: {url}" + (f"?token={token}" if token else ""), flush=True)
+    print(f"runs dir: {runs_dir}", flush=True)
+    if token:
+        print(
+            "every request needs the token: open an address above once (the page keeps it in a cookie), "
+            "or send Authorization: Bearer TOKEN",
+            flush=True,
+        )
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    server.run(sockets=[sock])

@@ -1,0 +1,64 @@
+"""`autotrain export RUN_DIR`: a finished run as a merged folder, a GGUF file or an Ollama model, checked
+against the trained model. The work is in autotrain.export, imported inside the command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from autotrain.cli.common import fail
+from autotrain.cli.inference import RunDirArgument, reported
+from autotrain.config.export import FORMATS, GGUF_QUANTS, MERGED_DTYPES, quant_problem
+from autotrain.errors import EXIT_PARITY, eprint
+
+
+def export(
+    run_dir: Path = RunDirArgument,
+    format_: str = typer.Option(
+        "gguf", "--format", "-f", help=f"One of: {', '.join(FORMATS)}.", metavar="FORMAT", show_default=True
+    ),
+    quant: str = typer.Option(
+        None,
+        "--quant",
+        "-q",
+        help=f"GGUF weights: {', '.join(GGUF_QUANTS)} (default f16); merged: {', '.join(MERGED_DTYPES)} (default f32).",
+        show_default=False,
+    ),
+    output: Path = typer.Option(
+        None, "--output", "-o", help="Output folder (default: RUN_DIR/export-FORMAT-QUANT).", show_default=False
+    ),
+    force: bool = typer.Option(False, "--force", help="Replace an earlier export in the output folder."),
+) -> None:
+    """Export a finished run (merged weights, GGUF, or GGUF + Ollama Modelfile) and check that the export
+    gives the trained model's greedy answers; exit 4 when it does not (the export is kept as OUT.failed)."""
+    problem = quant_problem(format_, quant)
+    if problem:
+        raise fail(problem)
+    from autotrain.errors import ParityError
+
+    with reported():
+        from autotrain.export.pipeline import ExportRequest, export_run
+
+        try:
+            result = export_run(ExportRequest(run_dir, format_, quant, output, force), say=eprint)
+        except ParityError as exc:
+            raise fail(str(exc), EXIT_PARITY) from None
+    for file in result.files:
+        print(f"exported: {file} ({file.stat().st_size / 1e6:.1f} MB)")
+    print(summary_line(result.report))
+    if result.ollama_command:
+        print(f"to run it in Ollama:\n  {result.ollama_command}")
+
+
+def summary_line(report: dict) -> str:
+    parity = report["parity"]
+    parts = []
+    for reader, result in parity["readers"].items():
+        if not result.get("exercised", True):
+            parts.append(f"{reader}: not checked ({result['reason']})")
+            continue
+        row = result.get("vs_trained", result)
+        diff = row.get("max_logit_diff", row.get("max_logit_diff_first_token"))
+        parts.append(f"{reader}: {row['prompts_agreeing']}/{row['prompts']} prompts agree, max logit diff {diff:.3g}")
+    return "parity passed: " + "; ".join(parts)

@@ -1,0 +1,155 @@
+"""Every LLM trainer autotrain knows, declared once. Importing this module imports neither torch nor pydantic.
+
+The config schema (the `trainer:` choices, which `training_args` each trainer takes, the column names),
+the cross-field rules, data loading, the templates, the CLI's help and errors, inference, the AutoTrain
+Advanced translation and the app (through `/api/schema`) all read `TRAINERS`. Adding a trainer is one
+entry here and its builder module (`builder`, imported by autotrain.trainers only when a run builds it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# How a trainer's rows look once `column_mapping` has renamed them (autotrain/data/llm.py shapes each):
+#   chat:       plain `text`, or chat `messages` that the chat template renders
+#   blocks:     raw `text`, concatenated and cut into max_length blocks (no chat template)
+#   preference: a `prompt` (user turn) and answers to it (assistant turns); plain text or message lists
+#   prompts:    prompts only (as user turns under a chat template); the model writes the completions
+DATA_FORMATS = ("chat", "blocks", "preference", "prompts")
+
+
+@dataclass(frozen=True)
+class TrainerSpec:
+    name: str
+    help: str  # one line: what it trains on what
+    columns: tuple[tuple[str, ...], ...]  # alternatives: each group is one complete set of columns
+    data_format: str  # one of DATA_FORMATS
+    template: str  # the shipped config, relative to configs/
+    builder: str  # "module:function" in autotrain.trainers returning (trainer, plan); imported by that layer
+    optional_columns: tuple[str, ...] = ()
+    fields: tuple[str, ...] = ()  # the trainer-specific `training_args` it reads (the others refuse them)
+    positive: tuple[str, ...] = ()  # fields of `fields` that must be above 0 when set (0 turns its loss off)
+    min_batch_size: int = 1  # per device: a loss that compares the samples of a batch needs more than one
+    generates: bool = True  # a causal LM that chat / predict / evaluate can run (not a scorer)
+    advanced: tuple[str, ...] = ()  # its AutoTrain Advanced `params.trainer` names; task `llm-<first>`
+
+    @property
+    def all_columns(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(c for group in self.columns for c in group)) + self.optional_columns
+
+
+_BUILDERS = "autotrain.trainers.llm."
+_PREFERENCE = (("prompt", "chosen", "rejected"),)
+
+TRAINERS: dict[str, TrainerSpec] = {
+    spec.name: spec
+    for spec in (
+        TrainerSpec(
+            "sft",
+            "supervised fine-tuning on plain text, chat messages, or prompts with their completions",
+            (("text",), ("messages",), ("prompt", "completion")),
+            "chat",
+            "llm/sft.yml",
+            _BUILDERS + "sft:build_trainer",
+            fields=("packing", "completion_only_loss", "padding_free", "length_grouping"),
+            advanced=("sft",),
+        ),
+        TrainerSpec(
+            "orpo",
+            "odds-ratio preference optimisation on chosen/rejected pairs, no reference model",
+            _PREFERENCE,
+            "preference",
+            "llm/llama3-orpo.yml",
+            _BUILDERS + "orpo:build_trainer",
+            fields=("max_prompt_length", "max_completion_length", "beta"),
+            positive=("beta",),
+            advanced=("orpo",),
+        ),
+        TrainerSpec(
+            "dpo",
+            "direct preference optimisation on chosen/rejected pairs against a frozen reference",
+            _PREFERENCE,
+            "preference",
+            "llm/dpo.yml",
+            _BUILDERS + "dpo:build_trainer",
+            fields=("max_prompt_length", "beta"),
+            positive=("beta",),
+            advanced=("dpo",),
+        ),
+        TrainerSpec(
+            "reward",
+            "a reward model: one score per text, chosen above rejected",
+            (("chosen", "rejected"),),
+            "preference",
+            "llm/reward.yml",
+            _BUILDERS + "reward:build_trainer",
+            optional_columns=("prompt",),
+            generates=False,
+            advanced=("reward",),
+        ),
+        TrainerSpec(
+            "grpo",
+            "group relative policy optimisation: sampled completions scored by reward functions",
+            (("prompt",),),
+            "prompts",
+            "llm/grpo.yml",
+            _BUILDERS + "grpo:build_trainer",
+            optional_columns=("answer",),
+            fields=(
+                "max_prompt_length",
+                "max_completion_length",
+                "beta",
+                "num_generations",
+                "temperature",
+                "top_p",
+                "top_k",
+                "rewards",
+                "reward_weights",
+            ),
+            advanced=("grpo",),
+        ),
+        TrainerSpec(
+            "kto",
+            "Kahneman-Tversky optimisation on unpaired answers, each labelled desirable or not",
+            (("prompt", "completion", "label"),),
+            "preference",
+            "llm/kto.yml",
+            _BUILDERS + "kto:build_trainer",
+            fields=("max_prompt_length", "beta"),
+            positive=("beta",),
+            min_batch_size=2,  # its KL estimate pairs each completion with another prompt of the batch
+        ),
+        TrainerSpec(
+            "clm",
+            "plain causal-LM training on raw text (continued pre-training)",
+            (("text",),),
+            "blocks",
+            "llm/clm.yml",
+            _BUILDERS + "clm:build_trainer",
+            advanced=("generic", "default"),
+        ),
+    )
+}
+DEFAULT = "sft"
+
+
+def users(field: str) -> tuple[str, ...]:
+    """The trainers that read the trainer-specific `training_args` field `field`."""
+    return tuple(name for name, spec in TRAINERS.items() if field in spec.fields)
+
+
+def used_by(field: str) -> str:
+    """`a / b / c`: the trainers of `field`, for descriptions and messages."""
+    return " / ".join(users(field))
+
+
+def trainer_fields() -> tuple[str, ...]:
+    """Every trainer-specific `training_args` field, in the order the table first names them."""
+    return tuple(dict.fromkeys(f for spec in TRAINERS.values() for f in spec.fields))
+
+
+def columns_help() -> str:
+    """`sft: text | messages; orpo: prompt, chosen, rejected; ...` for the `column_mapping` description."""
+    return "; ".join(
+        f"{name}: " + " | ".join(", ".join(group) for group in spec.columns) for name, spec in TRAINERS.items()
+    )

@@ -1,0 +1,211 @@
+"""How CAME steps many parameters at once: same-shaped parameters form a group whose state is stacked,
+and the group takes one call of ``came_math``'s step, compiled (inductor: C++ on the CPU, Triton on
+CUDA) or eager, with a fixed number of operations whatever the number of parameters in it.
+
+The state stays per parameter for everyone else: ``optimizer.state[p][key]`` is a view of row ``i`` of
+the group's stacked tensor, so ``state_dict()``, checkpoints and FSDP2's distributed checkpoints see the
+same per-parameter layout as before grouping. A group is (re)built from whatever per-parameter tensors
+the state holds (fresh zeros, a loaded checkpoint) the first time it steps and whenever that changes.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from math import prod
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from autotrain.optimizers import came_math
+from autotrain.optimizers.sharding import Shards, is_sharded, local, shards_of
+
+FACTORED_KEYS = ("exp_avg_sq_row", "exp_avg_sq_col", "exp_avg_res_row", "exp_avg_res_col")
+PLAIN_KEYS = ("exp_avg_sq",)
+
+
+@dataclass
+class Group:
+    """Same-shaped params of one param group, stepped together; ``state_keys`` are stacked in ``stacked``."""
+
+    params: list[Tensor]
+    state_keys: tuple[str, ...]
+    shards: Shards
+    stacked: dict[str, Tensor] = field(default_factory=dict)
+    views: list[Tensor] = field(default_factory=list)  # state[p]["RMS"] of each param: the group's marker
+
+    @property
+    def factored(self) -> bool:
+        return len(self.shards.shape) >= 2
+
+    @property
+    def local_shape(self) -> torch.Size:
+        return local(self.params[0]).shape
+
+    def dims(self) -> came_math.Dims:
+        shape = self.shards.shape
+        return came_math.Dims(rows=shape[-2] if self.factored else 1, numel=prod(shape))
+
+    def still_valid(self, state: dict) -> bool:
+        """Whether the params' state still holds this group's views (nothing replaced it since)."""
+        return all(state[p].get("RMS") is view for p, view in zip(self.params, self.views, strict=True))
+
+
+def build(params: list[Tensor], state: dict, moment_keys: tuple[str, ...]) -> Group:
+    """Stack the per-parameter state of ``params`` (same local shape and kind) and leave views behind."""
+    shards = shards_of(params[0])
+    keys = (FACTORED_KEYS if len(shards.shape) >= 2 else PLAIN_KEYS) + moment_keys + ("RMS",)
+    group = Group(params, keys, shards)
+    for key in keys:
+        values = [state[p][key] for p in params]
+        stacked = torch.stack([local(v) for v in values])
+        group.stacked[key] = stacked
+        for i, (p, value) in enumerate(zip(params, values, strict=True)):
+            state[p][key] = _like(value, stacked[i])
+    group.views = [state[p]["RMS"] for p in params]
+    return group
+
+
+def _like(original: Tensor, view: Tensor) -> Tensor:
+    """``view`` as the state tensor ``original`` was: a DTensor with its layout, or plain."""
+    if not is_sharded(original):
+        return view
+    from torch.distributed.tensor import DTensor
+
+    return DTensor.from_local(
+        view, original.device_mesh, original.placements, shape=original.shape, stride=original.stride()
+    )
+
+
+def gather(tensors: list[Tensor], shape: tuple[int, ...]) -> tuple[Tensor, bool]:
+    """``tensors`` stacked in fp32 as ``shape`` (G, ...); True when that is a view of the one tensor given
+    (an fp32, contiguous param is then updated in place; otherwise the caller copies the result back)."""
+    first = tensors[0]
+    if len(tensors) == 1 and first.dtype == torch.float32 and first.is_contiguous():
+        return first.detach().view(shape), True
+    out = torch.empty((len(tensors), *first.shape), dtype=torch.float32, device=first.device)
+    return torch.stack(tensors, out=out).view(shape), False
+
+
+def step_group(group: Group, hp: Tensor, skipped: Tensor, run: Callable) -> None:
+    """One step of every param of ``group``: one call of came_math's step on the stacked tensors."""
+    locals_ = [local(p) for p in group.params]
+    lead = (len(locals_), *_step_shape(group.local_shape, group.factored))
+    p, in_place = gather(locals_, lead)
+    g, _ = gather([local(q.grad) for q in group.params], lead)
+    stacked = group.stacked
+    if group.factored:
+        stats = [stacked[k].view(lead[:3] if k.endswith("row") else (*lead[:2], lead[3])) for k in FACTORED_KEYS]
+        moment = [stacked[k] for k in group.state_keys[4:-1]]
+        moment = [moment[0].view(lead)] if len(moment) == 1 else moment
+        state = (*stats, stacked["RMS"], skipped, *moment)
+        fn = came_math.factored_step
+    else:
+        state = (stacked["exp_avg_sq"].view(lead), stacked["exp_avg"].view(lead), stacked["RMS"], skipped)
+        fn = came_math.plain_step
+    reduce = None if group.shards.group is None else _reducer(group.shards)
+    run(fn, p, g, state, hp, group.dims(), reduce)
+    if not in_place:
+        torch._foreach_copy_(locals_, list(p.view(len(locals_), *group.local_shape).unbind(0)))
+
+
+def _step_shape(shape: torch.Size, factored: bool) -> tuple[int, ...]:
+    """A param's local shape as came_math takes it: (L, R, C) factored within each leading slice, or (N,)."""
+    if not factored:
+        return (prod(shape),)
+    return (prod(shape[:-2]), shape[-2], shape[-1])
+
+
+def _reducer(shards: Shards) -> Callable:
+    """Sums over the shards where a phase's results span them: the per-parameter totals always, the
+    per-slice sums when a matrix's rows are split, the update's total when its slices are."""
+
+    def reduce(kind: str, tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        needed = kind == "totals" or (kind == "slices") == shards.splits_columns
+        return tuple(shards.all_sum(*tensors)) if needed else tensors
+
+    return reduce
+
+
+# --- compiling, once per group shape, with an eager fallback ----------------------------------------
+
+
+class StepCompiler:
+    """torch.compile of came_math's step functions, shared by every optimizer of the process.
+
+    One graph per (function, input shapes, dtypes): hyper-parameters are a tensor input, so no value
+    recompiles. A first call per shape is the compilation; its time adds to ``seconds``. If compiling
+    fails (no C++ compiler, no Triton), one line on stderr says so and every later step runs eagerly.
+    """
+
+    def __init__(self) -> None:
+        self._compiled: dict[Callable, Callable] = {}
+        self._seen: set[tuple] = set()
+        self.failure: str | None = None
+        self.seconds = 0.0
+
+    def __call__(self, fn: Callable, *args: Any) -> Any:
+        if self.failure is not None:
+            return fn(*args)
+        key = (fn, *(_signature(a) for a in args))
+        first = key not in self._seen
+        start = time.perf_counter()
+        try:
+            with _no_recompile_limit():
+                out = self._compiled_fn(fn)(*args)
+        except Exception as exc:  # compiling failed: the eager step does the same
+            if not first:
+                raise
+            self._fail(exc)
+            return fn(*args)
+        if first:
+            self._seen.add(key)
+            self.seconds += time.perf_counter() - start
+        return out
+
+    def _compiled_fn(self, fn: Callable) -> Callable:
+        if fn not in self._compiled:
+            self._compiled[fn] = torch.compile(fn, dynamic=False, fullgraph=True, options=_RECOMPUTE)
+        return self._compiled[fn]
+
+    def _fail(self, exc: Exception) -> None:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        self.failure = f"{type(exc).__name__}: {reason}"[:300]
+        print(
+            f"autotrain: CAME's compiled step is unavailable ({self.failure}); using the eager step "
+            "(same maths, slower)",
+            file=sys.stderr,
+        )
+
+    @property
+    def shapes(self) -> int:
+        """How many (function, shapes) were compiled so far."""
+        return len(self._seen)
+
+
+def _signature(value: Any) -> Any:
+    if isinstance(value, Tensor):
+        return (tuple(value.shape), value.dtype, value.device.type)
+    if isinstance(value, tuple | list):
+        return tuple(_signature(v) for v in value)
+    return value
+
+
+def _no_recompile_limit() -> Any:
+    # Dynamo recompiles a function for at most 8 shapes by default; a model has more distinct groups.
+    disable = getattr(getattr(torch._dynamo, "utils", None), "disable_cache_limit", None)
+    return disable() if disable is not None else nullcontext()
+
+
+# Recompute the update and m (a few element-wise ops on what is read anyway) in each loop that needs
+# them, rather than storing them in a full-size fp32 buffer between loops.
+_RECOMPUTE = {"realize_reads_threshold": 64, "realize_opcount_threshold": 4096, "realize_acc_reads_threshold": 64}
+COMPILER = StepCompiler()
+
+
+def eager(fn: Callable, *args: Any) -> Any:
+    return fn(*args)

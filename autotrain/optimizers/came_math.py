@@ -1,0 +1,206 @@
+"""CAME's update rule, stated once, for a group of same-shaped parameters stacked along a leading dim.
+
+Every function here is plain torch on stacked tensors: ``p`` and ``g`` are ``[G, L, R, C]`` (a matrix
+is ``L = 1``; a 3-D+ tensor is factored within each of its ``L`` leading slices) or ``[G, N]`` for
+unfactored (1-D) params, fp32. The eager step runs these functions as they are; the compiled step runs
+the very same functions through ``torch.compile`` (one graph per group shape), so there is no second
+copy of the maths to keep in step. Row and column statistics are batched reductions over the group.
+
+Hyper-parameters arrive as one fp32 tensor ``hp`` (``HP`` names its slots), never as Python numbers, so
+a scheduler's new learning rate, another group's betas or a weight decay of 0 reuse the compiled graph.
+
+A parameter whose gradient holds a non-finite value (or one whose square overflows fp32, |g| > ~1.8e19)
+is skipped inside the same pass: its ``ok`` flag is false, so its state and weights are written back
+unchanged, with no host synchronisation. ``reduce`` (FSDP2 shards) sums partial results over the ranks
+between the phases; a whole tensor passes ``reduce=None`` and the phases run as one function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+from torch.nn import functional
+
+# 1 - beta and 1 - lr * weight_decay are computed in float64 before rounding, as Python numbers would be:
+# 1 - fp32(0.9999) is 1.7e-4 (relative) off 1e-4, which would move the statistics' EMAs that much.
+HP = ("lr", "beta1", "1-beta1", "beta2", "1-beta2", "beta3", "1-beta3", "eps1", "eps2", "clip_threshold", "decay")
+LR, BETA1, BETA1_C, BETA2, BETA2_C, BETA3, BETA3_C, EPS1, EPS2, CLIP, DECAY = range(len(HP))
+
+
+def hyper_values(lr: float, betas: tuple, eps: tuple, clip_threshold: float, weight_decay: float) -> tuple:
+    """The values of ``HP``'s slots."""
+    b1, b2, b3 = betas
+    return (lr, b1, 1.0 - b1, b2, 1.0 - b2, b3, 1.0 - b3, *eps, clip_threshold, 1.0 - lr * weight_decay)
+
+
+LEVELS = 127  # signed 8-bit codes -127..127; -128 is never produced, so the map is symmetric
+MIN_ABSMAX = 1e-30  # a block's smallest scale: keeps 127^2 / absmax finite; zero blocks decode to 0
+
+Reduce = Callable[[str, tuple[Tensor, ...]], tuple[Tensor, ...]] | None
+
+
+class Dims(NamedTuple):
+    """What the counts of the whole (unsharded) tensor are: rows (dim -2) and elements."""
+
+    rows: int
+    numel: int
+
+
+# --- 8-bit first moment: square-root companded codes in flat blocks ---------------------------------
+
+
+def encode(m: Tensor, absmax: Tensor) -> Tensor:
+    """int8 codes of ``m`` (..., blocks, block) under per-block scales ``absmax`` (..., blocks):
+    sign(m) * round(127 * sqrt(|m| / absmax)), rounding half away from zero (|m| <= absmax: no clamp)."""
+    scaled = (m.abs() * (LEVELS**2 / absmax).unsqueeze(-1)).sqrt() + 0.5
+    return scaled.copysign(m).to(torch.int8)
+
+
+def decode(codes: Tensor, absmax: Tensor) -> Tensor:
+    """fp32 values of ``codes`` (..., blocks, block): sign(c) * (c / 127)^2 * absmax."""
+    scaled = codes.float() * (absmax.sqrt() / LEVELS).unsqueeze(-1)
+    return scaled.abs() * scaled
+
+
+def to_blocks(x: Tensor, blocks: int, block: int) -> Tensor:
+    """``x`` (G, ...) flattened per parameter and zero-padded into (G, blocks, block)."""
+    flat = x.reshape(x.shape[0], -1)
+    return functional.pad(flat, (0, blocks * block - flat.shape[1])).view(x.shape[0], blocks, block)
+
+
+def from_blocks(x: Tensor, shape: torch.Size) -> Tensor:
+    """The first ``prod(shape[1:])`` elements of each parameter's blocks (G, blocks, block), as ``shape``."""
+    return x.reshape(x.shape[0], -1)[:, : shape[1:].numel()].reshape(shape)
+
+
+def block_absmax(m: Tensor, blocks: int, block: int) -> Tensor:
+    return to_blocks(m, blocks, block).abs().amax(-1).clamp(min=MIN_ABSMAX)
+
+
+# --- the update rule -------------------------------------------------------------------------------
+
+
+def _ema(stat: Tensor, value: Tensor, hp: Tensor, beta: int) -> Tensor:
+    """``beta * stat + (1 - beta) * value`` for the beta in slot ``beta`` of ``hp``."""
+    return stat * hp[beta] + value * hp[beta + 1]
+
+
+def _per_param(x: Tensor, like: Tensor) -> Tensor:
+    """A per-parameter value (G,) broadcast against ``like`` (G, ...)."""
+    return x.view(-1, *([1] * (like.dim() - 1)))
+
+
+def _keep(ok: Tensor, new: Tensor, old: Tensor) -> Tensor:
+    return torch.where(_per_param(ok, new), new, old)
+
+
+def factored_stats(p: Tensor, g: Tensor, row: Tensor, hp: Tensor) -> tuple[Tensor, tuple, tuple]:
+    """Pass 1: the row EMA of ``G^2 + eps1``, and what the rest needs summed over the whole tensor.
+
+    Returns the new row statistics, the per-slice sums (column sums of ``G^2`` and of ``G^2 / row``, the
+    sum of the rows) and the per-parameter totals (sum of ``G^2``, of the squared weights).
+    """
+    sq = g * g
+    row_new = _ema(row, sq.mean(-1) + hp[EPS1], hp, BETA2)
+    col_sq = sq.sum(-2)
+    weighted = (sq / row_new.unsqueeze(-1)).sum(-2)
+    totals = (col_sq.sum((-2, -1)), (p * p).sum((-3, -2, -1)))
+    return row_new, (col_sq, weighted, row_new.sum(-1)), totals
+
+
+def factored_factors(row_new: Tensor, col: Tensor, slices: tuple, hp: Tensor, dims: Dims) -> tuple:
+    """The column EMA, the update's row and column factors r, c (``u = G * r * c``) and the per-parameter
+    sum of ``u^2`` (for clipping), from the sums of pass 1."""
+    col_sq, weighted, row_sum = slices
+    col_new = _ema(col, col_sq / dims.rows + hp[EPS1], hp, BETA2)
+    row_mean = row_sum / dims.rows
+    rf = (row_new / row_mean.unsqueeze(-1)).rsqrt()
+    update_sq = (row_mean * (weighted / col_new).sum(-1)).sum(-1)  # sum of G^2 * r^2 * c^2
+    return col_new, rf, col_new.rsqrt(), update_sq
+
+
+def _clip(update_sq: Tensor, hp: Tensor, numel: int) -> Tensor:
+    return ((update_sq / numel).sqrt() / hp[CLIP]).clamp(min=1.0)
+
+
+def factored_moment(
+    g: Tensor, m: Tensor, rf: Tensor, cf: Tensor, update_sq: Tensor, res_row: Tensor, hp: Tensor, dims: Dims
+) -> tuple[Tensor, Tensor, tuple]:
+    """Pass 2: the clipped update, the new first moment ``m``, the instability's row EMA and its sums."""
+    rf = rf / _per_param(_clip(update_sq, hp, dims.numel), rf)
+    u = g * rf.unsqueeze(-1) * cf.unsqueeze(-2)
+    m_new = m * hp[BETA1] + u * hp[BETA1_C]
+    res = (u - m_new) * (u - m_new)
+    res_row_new = _ema(res_row, res.mean(-1) + hp[EPS2], hp, BETA3)
+    return m_new, res_row_new, (res.sum(-2), res_row_new.sum(-1))
+
+
+def factored_apply(p: Tensor, m_new: Tensor, res_row_new: Tensor, res_col: Tensor, res_slices: tuple, hp, dims):
+    """Pass 3: the instability's column EMA and ``p <- p * (1 - lr*wd) - lr * m * R * C``; returns the new
+    weights and column statistics."""
+    res_col_sum, res_row_sum = res_slices
+    res_col_new = _ema(res_col, res_col_sum / dims.rows + hp[EPS2], hp, BETA3)
+    rf = (res_row_new / (res_row_sum / dims.rows).unsqueeze(-1)).rsqrt()
+    step = m_new * rf.unsqueeze(-1) * res_col_new.rsqrt().unsqueeze(-2)
+    return p * hp[DECAY] - hp[LR] * step, res_col_new
+
+
+def factored_step(p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, dims: Dims, reduce: Reduce = None):
+    """One CAME step of a group of factored params; updates ``p`` and ``state`` in place.
+
+    ``state`` is (row, col, res_row, res_col, rms, skipped, *moment): the row and column statistics of
+    ``G^2`` and of the instability, the weights' RMS before the step (G,), the count of skipped tensors,
+    and the first moment: ``(m,)`` fp32 like ``p``, or ``(codes, absmax)`` in (G, blocks, block) 8-bit blocks.
+    """
+    row, col, res_row, res_col, rms, skipped, *moment = state
+    row_new, slices, totals = factored_stats(p, g, row, hp)
+    if reduce is not None:
+        slices, totals = reduce("slices", slices), reduce("totals", totals)
+    ok = totals[0].isfinite()
+    col_new, rf, cf, update_sq = factored_factors(row_new, col, slices, hp, dims)
+    if reduce is not None:
+        (update_sq,) = reduce("update", (update_sq,))
+    m = moment[0] if len(moment) == 1 else from_blocks(decode(*moment), p.shape)
+    m_new, res_row_new, res_slices = factored_moment(g, m, rf, cf, update_sq, res_row, hp, dims)
+    if reduce is not None:
+        res_slices = reduce("slices", res_slices)
+    p_new, res_col_new = factored_apply(p, m_new, res_row_new, res_col, res_slices, hp, dims)
+    for stat, new in ((row, row_new), (col, col_new), (res_row, res_row_new), (res_col, res_col_new), (p, p_new)):
+        stat.copy_(_keep(ok, new, stat))
+    _write_moment(moment, m_new, ok)
+    rms.copy_((totals[1] / dims.numel).sqrt())
+    skipped.add_((~ok).sum())
+
+
+def _write_moment(moment: list[Tensor], m_new: Tensor, ok: Tensor) -> None:
+    if len(moment) == 1:
+        moment[0].copy_(_keep(ok, m_new, moment[0]))
+        return
+    codes, absmax = moment
+    blocks = to_blocks(m_new, *codes.shape[1:])
+    scale = blocks.abs().amax(-1).clamp(min=MIN_ABSMAX)
+    codes.copy_(_keep(ok, encode(blocks, scale), codes))
+    absmax.copy_(_keep(ok, scale, absmax))
+
+
+def plain_step(p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, dims: Dims, reduce: Reduce = None):
+    """One CAME step of a group of unfactored (1-D) params (G, N): ``v`` is an EMA of ``G^2 + eps1``,
+    ``u = G / sqrt(v)``, clipped, and the step is ``m`` itself. ``state`` is (v, m, rms, skipped)."""
+    v, m, rms, skipped = state
+    sq = g * g
+    v_new = _ema(v, sq + hp[EPS1], hp, BETA2)
+    u = g * v_new.rsqrt()
+    totals = (sq.sum(-1), (u * u).sum(-1), (p * p).sum(-1))
+    if reduce is not None:
+        totals = reduce("totals", totals)
+    ok = totals[0].isfinite()
+    u = u / _per_param(_clip(totals[1], hp, dims.numel), u)
+    m_new = m * hp[BETA1] + u * hp[BETA1_C]
+    p_new = p * hp[DECAY] - hp[LR] * m_new
+    for stat, new in ((v, v_new), (m, m_new), (p, p_new)):
+        stat.copy_(_keep(ok, new, stat))
+    rms.copy_((totals[2] / dims.numel).sqrt())
+    skipped.add_((~ok).sum())

@@ -1,0 +1,55 @@
+"""The plan decides once: the load dtype is in it (and in run.json), a builder changes it only through
+`RunPlan.refine` (recorded), and inference loads a run's model in the dtype its plan recorded."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from autotrain.config.llm import LLMConfig
+from autotrain.inference.load import _llm_dtype, recorded_plan
+from autotrain.training.plan import load_dtype, resolve_plan
+from autotrain.training.precision import Precision
+
+BASE = {"task": "llm", "base_model": "m", "project_name": "p", "data": {"path": "d"}}
+
+
+def _cfg(lora: bool) -> LLMConfig:
+    return LLMConfig.model_validate({**BASE, "peft": {"enabled": lora}})
+
+
+@pytest.mark.parametrize(
+    ("lora", "mode", "device", "dtype"),
+    [
+        (True, "bf16", "cuda", "bfloat16"),  # LoRA: the frozen base in the compute dtype
+        (True, "fp16", "cuda", "float16"),
+        (True, "bf16", "cpu", "float32"),  # CPU bf16 runs fp32 weights under autocast
+        (False, "bf16", "cuda", "bfloat16"),
+        (False, "fp16", "cuda", "float32"),  # fp16 AMP needs fp32 master weights
+        (False, "no", "cuda", "float32"),
+    ],
+)
+def test_the_plan_decides_the_load_dtype(lora, mode, device, dtype):
+    assert load_dtype(_cfg(lora), Precision(mode, device)) == dtype
+
+
+def test_the_plan_records_its_load_dtype_and_its_refinements():
+    plan = resolve_plan(_cfg(True), device="cpu")
+    assert plan.record()["load_dtype"] == "float32" and plan.record()["refined_after_loading"] == []
+    refined = plan.refine("a check said so", padding_free="")
+    assert refined.padding_free == "" and plan.padding_free == "rows"  # a new plan; the old one is unchanged
+    assert refined.record()["refined_after_loading"] == [
+        {"field": "padding_free", "planned": "rows", "used": "", "why": "a check said so"}
+    ]
+
+
+def test_inference_loads_in_the_recorded_dtype(tmp_path):
+    assert recorded_plan(tmp_path) == {} and _llm_dtype(tmp_path, "cpu") == torch.float32  # nothing recorded
+    (tmp_path / "run.json").write_text(json.dumps({"plan": {"load_dtype": "bfloat16"}}))
+    assert _llm_dtype(tmp_path, "cpu") == torch.bfloat16  # as trained, not decided again
+    (tmp_path / "run.json").write_text(json.dumps({"plan": {"load_dtype": "float16"}}))
+    assert _llm_dtype(tmp_path, "cpu") == torch.float32  # what a CPU cannot run fast
+    (tmp_path / "run.json").write_text("{not json")
+    assert _llm_dtype(tmp_path, "cpu") == torch.float32

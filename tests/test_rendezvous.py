@@ -1,0 +1,173 @@
+"""Multi-node runs that cannot meet fail in seconds with one line naming who came, not with a silent hang.
+
+Real `autotrain llm` processes on loopback ("machines" of one host), gloo on the CPU. Each fault is timed
+from the start of the processes to their exit with the named error (target: under 60 s; the tests use
+`rendezvous_timeout: 15`).
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+from test_distributed import finish, free_port, start, write_config
+
+from autotrain.config.base import DistributedConfig
+from autotrain.run.rendezvous import NETWORK_ENV, network_env
+
+TIMEOUT = 15
+
+
+def machines(tmp_path, *sets_per_machine: list[str], port: int | None = None):
+    dist = {
+        "num_processes": 1,
+        "num_machines": 2,
+        "main_process_ip": "127.0.0.1",
+        "main_process_port": port or free_port(),
+        "rendezvous_timeout": TIMEOUT,
+    }
+    config = write_config(tmp_path, dist)
+    began = time.monotonic()
+    processes = [start(config, *(a for s in sets for a in ("--set", s))) for sets in sets_per_machine]
+    results = []
+    for process in processes:
+        code, _, err = finish(process)
+        results.append((code, err, time.monotonic() - began))
+    return results
+
+
+def error_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.startswith("error: rendezvous")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def assert_named(code: int, err: str, seconds: float, *expected: str) -> str:
+    assert code == 2, err
+    line = error_line(err)
+    for text in expected:
+        assert text in line, line
+    assert "NCCL_SOCKET_IFNAME=" in line and "GLOO_SOCKET_IFNAME=" in line, line
+    assert "Traceback" not in err, err
+    assert seconds < 60, f"the named error took {seconds:.1f} s"
+    print(f"\n{seconds:5.1f} s  {line}")
+    return line
+
+
+def test_network_env_lists_every_setting():
+    shown = network_env({"NCCL_SOCKET_IFNAME": "eth0", "NCCL_IB_DISABLE": "1"})
+    assert "NCCL_SOCKET_IFNAME=eth0" in shown and "NCCL_IB_DISABLE=1" in shown
+    assert "GLOO_SOCKET_IFNAME=(unset)" in shown
+    assert all(f"{name}=" in shown for name in NETWORK_ENV)
+
+
+def test_timeout_is_configurable_and_bounded():
+    assert DistributedConfig().rendezvous_timeout == 60
+    with pytest.raises(ValueError):
+        DistributedConfig(rendezvous_timeout=0)
+
+
+@pytest.mark.slow
+def test_a_missing_machine_is_named(tmp_path):
+    [(code, err, seconds)] = machines(tmp_path, ["distributed.machine_rank=0"])
+    assert_named(code, err, seconds, "expected 2 machines", "arrived: node 0 from 127.0.0.1", "machine(s) 1 did not")
+
+
+@pytest.mark.slow
+def test_a_wrong_port_is_named_on_both_machines(tmp_path):
+    port, wrong = free_port(), free_port()
+    node0, node1 = machines(
+        tmp_path,
+        ["distributed.machine_rank=0"],
+        ["distributed.machine_rank=1", f"distributed.main_process_port={wrong}"],
+        port=port,
+    )
+    assert_named(*node0, f"at 127.0.0.1:{port}", "arrived: node 0 from", "machine(s) 1 did not check in")
+    assert_named(*node1, f"could not reach machine 0's rendezvous at 127.0.0.1:{wrong}", "arrived: none seen")
+
+
+@pytest.mark.slow
+def test_a_wrong_num_machines_is_named_on_both_machines(tmp_path):
+    node0, node1 = machines(
+        tmp_path,
+        ["distributed.machine_rank=0"],
+        ["distributed.machine_rank=1", "distributed.num_machines=3"],
+    )
+    assert_named(*node0, "node 1 from 127.0.0.1", "says num_machines 3", "this machine says 2")
+    assert_named(*node1, "node 0 from 127.0.0.1", "says num_machines 2", "this machine says 3")
+
+
+@pytest.mark.slow
+def test_a_port_in_use_on_machine_0_is_refused(tmp_path):
+    port = free_port()
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", port))
+        holder.listen()
+        [(code, err, seconds)] = machines(tmp_path, ["distributed.machine_rank=0"], port=port)
+    assert code == 2, err
+    assert f"distributed.main_process_port: port {port} on this machine (machine 0) is already in use" in err
+    assert "Traceback" not in err and seconds < 60
+    assert not (tmp_path / "run").exists(), "a refused run leaves no project folder"
+
+
+@pytest.mark.slow
+def test_a_wrong_interface_fails_every_rank_with_the_setting_named(tmp_path):
+    # The processes meet (one machine), but gloo is told to use an interface this host does not have:
+    # the all-reduce each rank does before loading the model reports it instead of the first training step.
+    import os
+    import subprocess
+    import sys
+
+    from test_distributed import cli_env
+
+    config = write_config(tmp_path, {"num_processes": 2, "rendezvous_timeout": TIMEOUT})
+    env = {**cli_env(), "GLOO_SOCKET_IFNAME": "nosuch0"}
+    began = time.monotonic()
+    process = subprocess.run(
+        [sys.executable, "-m", "autotrain.cli.main", "llm", "--config", str(config)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=os.fspath(tmp_path),
+    )
+    seconds = time.monotonic() - began
+    assert process.returncode == 2, process.stderr
+    line = next(x for x in process.stderr.splitlines() if x.startswith("error: rank") and "gloo group" in x)
+    assert "Unable to find address for: nosuch0" in line and "GLOO_SOCKET_IFNAME=nosuch0" in line, line
+    assert "Traceback" not in process.stderr and seconds < 60
+    assert not (tmp_path / "run" / "model.safetensors").exists()
+    print(f"\n{seconds:5.1f} s  {line}")
+
+
+@pytest.mark.slow
+def test_another_service_on_the_port_is_named(tmp_path):
+    # Something else listens where machine 0 should be (it answers, but not as a TCPStore).
+    import threading
+
+    from autotrain.run.rendezvous import RendezvousError, check_in
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+
+    def answer_garbage():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n" * 4)
+
+    threading.Thread(target=answer_garbage, daemon=True).start()
+    dist = DistributedConfig(
+        num_machines=2, machine_rank=1, main_process_ip="127.0.0.1", main_process_port=port, rendezvous_timeout=5
+    )
+    began = time.monotonic()
+    with pytest.raises(RendezvousError, match=f"127.0.0.1:{port} answers but is not machine 0's rendezvous"):
+        check_in(dist)
+    server.close()
+    assert time.monotonic() - began < 60
