@@ -115,7 +115,9 @@ def test_lora_count_matches_peft():
 
     config = AutoConfig.from_pretrained(TINY).to_json_string()
     shape = trace_model(config, "llm", 16, "float32", "sdpa", (8, "all-linear", 0.0), True)
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32), LoraConfig(r=8))
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32), LoraConfig(r=8, target_modules="all-linear")
+    )
     assert shape.lora_params == sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
