@@ -53,7 +53,8 @@ def ray_address(tmp_path_factory):
     (hooks / "sitecustomize.py").write_text(SITECUSTOMIZE)
     previous = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(hooks), previous) if p)  # inherited by the workers
-    ray.init(num_cpus=4, include_dashboard=False, configure_logging=False)
+    # On loopback: the test cluster talks to no other interface of the machine.
+    ray.init(num_cpus=4, include_dashboard=False, configure_logging=False, _node_ip_address="127.0.0.1")
     try:
         yield ray.get_runtime_context().gcs_address
     finally:

@@ -381,6 +381,22 @@ def mark_baseline(model, before_model: int = 0) -> None:
         torch.cuda.reset_peak_memory_stats()
 
 
+def peak_rss() -> int:
+    """This process's peak resident memory since it started its program.
+
+    /proc's VmHWM belongs to the process's own memory map, made new at exec. getrusage's ru_maxrss is not:
+    Linux carries it over exec, so a run started by fork from a large parent (a test runner, the app, a
+    launcher) would report the parent's size as its own peak."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
 def measured_peak(device: str) -> dict[str, int] | None:
     """The peak a run reached, on the terms of the estimate (see the module's docstring)."""
     if device == "cuda":
@@ -389,7 +405,7 @@ def measured_peak(device: str) -> dict[str, int] | None:
         return {"max_memory_allocated": int(torch.cuda.max_memory_allocated())}
     if "rss" not in _BASELINE:
         return None
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+    peak = peak_rss()
     return {
         "peak_rss": peak,
         "rss_before_model": _BASELINE["rss"],
