@@ -44,7 +44,7 @@ def test_data_tab_preview(client, tmp_path):
     response = client.post("/api/preview?count=2", content=CONFIG.format(runs=tmp_path))
     assert response.status_code == 200, response.text
     record = response.json()
-    assert record["kind"] == "sft" and len(record["examples"]) == 2
+    assert record["kind"] == "tokens" and len(record["examples"]) == 2
     assert "what color is the grape?" in "".join(text for text, _ in record["examples"][0]["segments"])
     assert record["summary"]["rows"] == 128
 

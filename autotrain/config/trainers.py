@@ -32,6 +32,10 @@ class TrainerSpec:
     min_batch_size: int = 1  # per device: a loss that compares the samples of a batch needs more than one
     generates: bool = True  # a causal LM that chat / predict / evaluate can run (not a scorer)
     advanced: tuple[str, ...] = ()  # its AutoTrain Advanced `params.trainer` names; task `llm-<first>`
+    # What the memory estimate needs to know (autotrain/training/memory.py):
+    sequences_per_row: int = 1  # sequences one row puts through the model (chosen and rejected: 2)
+    reference_model: bool = False  # a frozen copy of the model beside it (without LoRA)
+    chunked_head: bool = False  # TRL computes log-probabilities from the last hidden states in chunks
 
     @property
     def all_columns(self) -> tuple[str, ...]:
@@ -53,6 +57,7 @@ TRAINERS: dict[str, TrainerSpec] = {
             _BUILDERS + "sft:build_trainer",
             fields=("packing", "completion_only_loss", "padding_free", "length_grouping"),
             advanced=("sft",),
+            chunked_head=True,
         ),
         TrainerSpec(
             "orpo",
@@ -64,6 +69,7 @@ TRAINERS: dict[str, TrainerSpec] = {
             fields=("max_prompt_length", "max_completion_length", "beta"),
             positive=("beta",),
             advanced=("orpo",),
+            sequences_per_row=2,
         ),
         TrainerSpec(
             "dpo",
@@ -75,6 +81,9 @@ TRAINERS: dict[str, TrainerSpec] = {
             fields=("max_prompt_length", "beta"),
             positive=("beta",),
             advanced=("dpo",),
+            sequences_per_row=2,
+            reference_model=True,
+            chunked_head=True,
         ),
         TrainerSpec(
             "reward",
@@ -86,6 +95,7 @@ TRAINERS: dict[str, TrainerSpec] = {
             optional_columns=("prompt",),
             generates=False,
             advanced=("reward",),
+            sequences_per_row=2,
         ),
         TrainerSpec(
             "grpo",
@@ -107,6 +117,7 @@ TRAINERS: dict[str, TrainerSpec] = {
                 "reward_weights",
             ),
             advanced=("grpo",),
+            chunked_head=True,
         ),
         TrainerSpec(
             "kto",
@@ -118,6 +129,8 @@ TRAINERS: dict[str, TrainerSpec] = {
             fields=("max_prompt_length", "beta"),
             positive=("beta",),
             min_batch_size=2,  # its KL estimate pairs each completion with another prompt of the batch
+            sequences_per_row=2,  # each completion and the mismatched one its KL term reads
+            reference_model=True,
         ),
         TrainerSpec(
             "clm",

@@ -48,7 +48,7 @@ def _classifier(cfg, count: int, token: str | None) -> dict[str, Any]:
 def preview_lines(record: dict[str, Any]) -> list[str]:
     kind = record["kind"]
     lines = ["# data preview (the first examples as the trainer sees them)"]
-    if kind in ("sft", "blocks"):
+    if kind in ("tokens", "blocks"):
         lines.append(f"  {NO_LOSS[0]}text in these marks{NO_LOSS[1]} carries no loss; the rest is trained")
     for i, example in enumerate(record["examples"]):
         lines.append(f"--- example {i}")
@@ -60,7 +60,7 @@ def preview_lines(record: dict[str, Any]) -> list[str]:
 
 
 def _example_lines(kind: str, example: dict[str, Any]) -> list[str]:
-    if kind in ("sft", "blocks"):
+    if kind in ("tokens", "blocks"):
         text = "".join(t if trained else f"{NO_LOSS[0]}{t}{NO_LOSS[1]}" for t, trained in example["segments"])
         cut = f", {example['cut_tokens']} cut by max_length" if example.get("cut_tokens") else ""
         return [text, f"  ({example['tokens']} tokens, {example['trained_tokens']} trained{cut})"]

@@ -32,13 +32,18 @@ QUANTIZED_BYTES = {"int4": 0.5 + 1 / 64 + 4 / (64 * 256), "int8": 1.0}
 # no logits; forming a chunk's logits again in backward, with their gradient, costs about as much.
 # Measured on the CPU with benchmarks/memory_estimate.py (SmolLM2-135M: 1.7 and 1.9 values; 2 is used).
 LOGITS_TRANSIENT = 2 * 4
-CHUNKED_HEAD = ("sft", "dpo", "grpo")
 CHUNK_TOKENS = 32768
 # While a decoder layer runs backward, the gradients of what it kept exist beside what the others keep: one
 # more layer's worth without gradient checkpointing, about half of one with it (the recomputed layer's own
 # activations are freed as its backward goes). Fitted on the tiny Llama, where the layers dominate.
 LAYER_GRADIENTS = {False: 1.0, True: 0.5}
-PAIRED = {"orpo": 2, "dpo": 2, "reward": 2}  # chosen and rejected run as one batch
+
+
+def _spec(setup):
+    """The trainer table's entry for the run's trainer (classifiers: a plain one-sequence, own-loss entry)."""
+    from autotrain.config.trainers import TRAINERS, TrainerSpec
+
+    return TRAINERS.get(setup.trainer) or TrainerSpec("", "", (), "", "", "")
 
 
 @dataclass(frozen=True)
@@ -124,7 +129,7 @@ def estimate(shape: ModelShape, setup: Setup) -> Estimate:
     grads = trained * tw
     state = trained * spec.state_bytes * (1 if spec.state_quantized else tw / 4)
     extra = {}
-    if setup.trainer == "dpo" and not setup.lora:
+    if _spec(setup).reference_model and not setup.lora:
         extra["reference model"] = shape.params * w
     if setup.precision != "no" and w == 4 and not quantized:
         # autocast keeps a half copy of each fp32 weight a matmul used until backward has used it
@@ -155,7 +160,7 @@ def estimate(shape: ModelShape, setup: Setup) -> Estimate:
 
 def _activations(shape: ModelShape, setup: Setup) -> tuple[float, float]:
     """(kept for backward, transient while the loss's gradient is formed) for one micro-batch."""
-    sequences = setup.batch_size * PAIRED.get(setup.trainer, 1)
+    sequences = setup.batch_size * _spec(setup).sequences_per_row
     tokens = sequences * (setup.length if shape.vocab or shape.layers else 1)
     if shape.vocab == 0 and shape.hidden and setup.length == 1:
         tokens = sequences
@@ -164,7 +169,7 @@ def _activations(shape: ModelShape, setup: Setup) -> tuple[float, float]:
         # each layer keeps only its input; backward recomputes one layer at a time
         layers = shape.layers * shape.hidden * shape.activation_bytes + shape.layer_bytes_per_token
     kept = tokens * (layers + shape.rest_bytes_per_token)
-    head = min(tokens, CHUNK_TOKENS) if setup.trainer in CHUNKED_HEAD else tokens
+    head = min(tokens, CHUNK_TOKENS) if _spec(setup).chunked_head else tokens
     transient = head * shape.vocab * LOGITS_TRANSIENT
     transient += tokens * shape.layer_bytes_per_token * LAYER_GRADIENTS[setup.gradient_checkpointing]
     return kept, transient
@@ -248,7 +253,7 @@ def shape_of(cfg, setup: Setup, token: str | None = None) -> ModelShape:
 
     attention = getattr(cfg, "attn_implementation", "sdpa")
     config = _config_json(cfg, token)
-    own_loss = setup.trainer not in CHUNKED_HEAD
+    own_loss = not _spec(setup).chunked_head
     return trace_model(config, cfg.task, setup.length, setup.activation_dtype, attention, setup.lora, own_loss)
 
 

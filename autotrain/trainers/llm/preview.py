@@ -1,11 +1,11 @@
 """The training data as the trainer will see it, before any weight is loaded: the first examples after the
 chat template and truncation, each token marked as carrying loss or not.
 
-SFT examples go through TRL's own preparation (`SFTTrainer._prepare_dataset`: chat template, tokenization,
+Chat-format examples go through TRL's own preparation (`SFTTrainer._prepare_dataset`: chat template, tokenization,
 completion / assistant masks, labels) and its collator (padding), so the marks are the labels the trainer
 trains on (tests/test_preview.py compares them with a built trainer's). Preference pairs show the prompt
-(no loss) and each answer (loss) after the chat template; GRPO shows the prompts it will generate from;
-clm the blocks it cuts. Needs the tokenizer and the data, not the model.
+(no loss) and each answer (loss) after the chat template; prompt-only trainers show the prompts they will
+generate from; block trainers the blocks they cut. Needs the tokenizer and the data, not the model.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from autotrain.config.llm import LLMConfig
+from autotrain.config.trainers import TRAINERS
 from autotrain.trainers.llm.model import use_chat_template
 from autotrain.training.plan import RunPlan
 
@@ -31,11 +32,12 @@ def preview_llm(cfg: LLMConfig, plan: RunPlan, count: int, token: str | None = N
     chat = any(isinstance(value, list) for value in dataset[0].values())
     warnings = [_MISSING] if fallback and chat else []
     rows = dataset.select(range(min(len(dataset), SCANNED)))
-    if cfg.trainer == "sft":
+    spec = TRAINERS[cfg.trainer]
+    if spec.data_format == "chat":
         record = _sft(cfg, plan, tokenizer, rows, count)
-    elif cfg.trainer in ("orpo", "dpo", "reward"):
+    elif spec.data_format == "preference" and "chosen" in spec.all_columns:
         record = _pairs(cfg, tokenizer, rows, count)
-    elif cfg.trainer == "grpo":
+    elif spec.data_format in ("prompts", "preference"):  # unpaired answers: their prompts
         record = _prompts(cfg, tokenizer, rows, count)
     else:
         record = _blocks(cfg, tokenizer, rows, count)
@@ -64,11 +66,15 @@ def _segments(tokenizer, ids: list[int], labels: list[int]) -> list[list]:
 
 def sft_prepared(cfg: LLMConfig, plan: RunPlan, tokenizer, rows, max_length: int | None):
     """`rows` tokenized and labelled by TRL's SFT preparation, cut to `max_length` (None: uncut)."""
+    import sys
+
     from trl import SFTConfig, SFTTrainer
 
-    from autotrain.trainers.llm.sft import sft_arguments
+    from autotrain.trainers import llm_builder
 
-    settings = {**plan.training_args, **sft_arguments(cfg), "max_length": max_length, "dataset_num_proc": None}
+    # The chat format's builder (the trainer table names it) says which SFTConfig fields the run sets.
+    trainer_arguments = sys.modules[llm_builder(cfg.trainer).__module__].sft_arguments
+    settings = {**plan.training_args, **trainer_arguments(cfg), "max_length": max_length, "dataset_num_proc": None}
     args = SFTConfig(**settings)
     sample = rows[0]
     owner = SimpleNamespace(  # what _prepare_dataset reads from the trainer; set as SFTTrainer.__init__ does
@@ -112,7 +118,7 @@ def _sft(cfg: LLMConfig, plan: RunPlan, tokenizer, rows, count: int) -> dict[str
     trained_each = [sum(label != -100 for label in labels[:limit]) for labels in full["labels"]]
     trained = sum(trained_each)
     return {
-        "kind": "sft",
+        "kind": "tokens",
         "examples": examples,
         "summary": {
             "max_length": limit,
@@ -173,7 +179,7 @@ def _prompts(cfg: LLMConfig, tokenizer, rows, count: int) -> dict[str, Any]:
 
 
 def _blocks(cfg: LLMConfig, tokenizer, rows, count: int) -> dict[str, Any]:
-    """clm: the texts joined and cut into blocks of max_length tokens, every token trained."""
+    """Blocks: the texts joined and cut into blocks of max_length tokens, every token trained."""
     size = cfg.training_args.max_length
     ids: list[int] = []
     for text in rows["text"]:

@@ -46,7 +46,7 @@ async function estimate() {
 function exampleNode(kind, example, i) {
   const box = element("div", { class: "example" });
   box.append(element("h4", {}, `example ${i}`));
-  if (kind === "sft" || kind === "blocks") {
+  if (kind === "tokens" || kind === "blocks") {
     const pre = element("pre");
     for (const [text, trained] of example.segments) {
       pre.append(trained ? document.createTextNode(text) : element("mark", { title: "no loss" }, "\u00ab" + text + "\u00bb"));
