@@ -199,8 +199,23 @@ def _train(this: _Run, resume: str | None, stop) -> int:
     if stop.agreed is not None:  # the same on every rank: all save and stop, or none
         code = _interrupted(this, trainer, stop.agreed)
         stop.wait_for_other_ranks()  # none exits while another still writes the checkpoint
-        return code
-    return _completed(this, trainer, dict(result.metrics))
+    else:
+        code = _completed(this, trainer, dict(result.metrics))
+    _leave_process_group()
+    return code
+
+
+def _leave_process_group() -> None:
+    """Tear the rank's process group down here, once its last collective is done, rather than in the
+    interpreter's exit: gloo's threads destroyed during exit now and then abort the process (`terminate
+    called without an active exception`, exit -6), which turned a finished run into a failed one."""
+    if os.environ.get(LAUNCHED_ENV) != "1":  # only ranks the launcher started (Ray tears its own down)
+        return
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
 
 
 def _memory_estimate(this: _Run) -> dict | None:
