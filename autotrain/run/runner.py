@@ -176,9 +176,9 @@ def _train(this: _Run, resume: str | None, stop) -> int:
         this.say(f"resuming from {checkpoint}")
     quiet_libraries()
     memory = _memory_estimate(this)
-    from autotrain.training.memory import current_rss, mark_baseline
+    from autotrain.training.memory import current_anon, mark_baseline
 
-    before_model = current_rss()
+    before_model = current_anon()
     progress = ProgressCallback()
     # The builder returns the plan it ran: the resolved one, or one it refined (recorded as such).
     trainer, this.plan = build_trainer(cfg, this.plan, [progress, stop], token=cfg.hub.token)

@@ -7,11 +7,14 @@ torch: bytes per parameter for weights, gradients and optimizer state (the optim
 `state_bytes`), and what a sharding strategy divides by the number of processes.
 
 Figures are bytes on one device: GPU memory (`torch.cuda.max_memory_allocated`), or on the CPU the growth
-of the process's resident memory over what it holds besides the model when training starts (the Python
-process, torch, the data, the tokenizer, the Trainer: measured, and left out of both sides; see
-`mark_baseline`). glibc's malloc keeps blocks a step freed for the next one (its mmap threshold grows
-with the blocks freed), so on the CPU the resident peak can run above the live peak estimated here;
-`MALLOC_MMAP_THRESHOLD_=131072` returns large blocks to the system and keeps the two close.
+of the process's anonymous resident memory over what it holds besides the model when training starts (the
+Python process, torch, the data, the tokenizer, the Trainer: measured, and left out of both sides; see
+`mark_baseline`). Pages of files mapped into the process (torch's 400 MB of shared libraries, mostly) are
+left out: they can be dropped and read again, and how many of them count as resident depends on the page
+cache (a freshly installed library maps in larger pieces: 78 MB more at import, 25 MB more during a tiny
+model's step), not on the run. glibc's malloc keeps blocks a step freed for the next one (its mmap
+threshold grows with the blocks freed), so on the CPU the resident peak can run above the live peak
+estimated here; `MALLOC_MMAP_THRESHOLD_=131072` returns large blocks to the system and keeps the two close.
 """
 
 from __future__ import annotations
@@ -34,9 +37,10 @@ QUANTIZED_BYTES = {"int4": 0.5 + 1 / 64 + 4 / (64 * 256), "int8": 1.0}
 LOGITS_TRANSIENT = 2 * 4
 CHUNK_TOKENS = 32768
 # While a decoder layer runs backward, the gradients of what it kept exist beside what the others keep: one
-# more layer's worth without gradient checkpointing, about half of one with it (the recomputed layer's own
-# activations are freed as its backward goes). Fitted on the tiny Llama, where the layers dominate.
-LAYER_GRADIENTS = {False: 1.0, True: 0.5}
+# more layer's worth without gradient checkpointing. With it, none measurable: the recomputed layer's own
+# activations (counted as kept) are freed as its backward goes, and its gradients fit in what they leave.
+# Fitted on the tiny Llama, where the layers dominate, against anonymous resident memory.
+LAYER_GRADIENTS = {False: 1.0, True: 0.0}
 
 
 def _spec(setup):
@@ -180,9 +184,17 @@ def _step_scratch(shape: ModelShape, setup: Setup, trained: int, tw: int) -> flo
     parameter at once; the per-tensor loops (the CPU, the bundled optimizers) one of the largest tensor."""
     from autotrain.optimizers.table import OPTIMIZERS
 
-    if setup.device == "cuda" and not OPTIMIZERS[setup.optimizer].bundled:
+    spec = OPTIMIZERS[setup.optimizer]
+    if setup.device == "cuda" and not spec.bundled:
         return trained * tw
     largest = min(shape.largest_param, trained)
+    if spec.bundled and spec.factored:
+        # CAME steps same-shaped params in chunks of at most an eighth of them all or half the largest
+        # (autotrain.optimizers.came_groups): the eager step keeps about four fp32 copies of the largest
+        # tensor it steps in place, or five of a gathered chunk (params, gradients and three temporaries);
+        # the compiled step fuses those temporaries away and needs less (SmolLM2-135M: 164 MiB compiled,
+        # 432 MiB eager, measured).
+        return max(4 * largest, 5 * trained / 8) * 4
     return largest * 4 * 2
 
 
@@ -370,17 +382,39 @@ def current_rss() -> int:
         return 0
 
 
+def _status() -> dict[str, int]:
+    """The memory lines of /proc/self/status, in bytes (empty where there is no such file)."""
+    found: dict[str, int] = {}
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                name, _, value = line.partition(":")
+                if name in ("VmHWM", "VmRSS", "RssAnon", "RssFile", "RssShmem"):
+                    found[name] = int(value.split()[0]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        return {}
+    return found
+
+
+def current_anon() -> int:
+    """This process's resident memory now that is not a mapped file (see the module's docstring)."""
+    status = _status()
+    if "RssAnon" in status:
+        return status["RssAnon"] + status.get("RssShmem", 0)
+    return current_rss()
+
+
 def mark_baseline(model, before_model: int = 0) -> None:
     """Called as training starts: what the process holds besides the model is left out of the measured peak.
 
-    That is the larger of two lower bounds: its resident memory now less the model's parameters and buffers
-    (python, torch, the code loading imported, the data, the tokenizer, the Trainer), and `before_model`, its
-    resident memory before the model was loaded (the weights of a memory-mapped checkpoint become resident
-    only as they are first read, so the first bound can fall short)."""
+    That is the larger of two lower bounds: its anonymous resident memory now less the model's parameters
+    and buffers (python, torch, the code loading imported, the data, the tokenizer, the Trainer), and
+    `before_model`, the same before the model was loaded (`current_anon()`; the weights of a memory-mapped
+    checkpoint become resident only as they are first read, so the first bound can fall short)."""
     import sys
 
     held = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
-    _BASELINE["rss"] = max(current_rss() - held, before_model)
+    _BASELINE["rss"] = max(current_anon() - held, before_model)
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
@@ -392,18 +426,18 @@ def peak_rss() -> int:
     /proc's VmHWM belongs to the process's own memory map, made new at exec. getrusage's ru_maxrss is not:
     Linux carries it over exec, so a run started by fork from a large parent (a test runner, the app, a
     launcher) would report the parent's size as its own peak."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024  # kB
-    except (OSError, ValueError, IndexError):
-        pass
+    status = _status()
+    if "VmHWM" in status:
+        return status["VmHWM"]
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
 def measured_peak(device: str) -> dict[str, int] | None:
-    """The peak a run reached, on the terms of the estimate (see the module's docstring)."""
+    """The peak a run reached, on the terms of the estimate (see the module's docstring).
+
+    On the CPU: the resident high-water mark less the mapped files resident now. Those only grow while a
+    process runs (code is read in as it is first used and rarely dropped), so what is left is at most the
+    anonymous memory at the peak, and close to it."""
     if device == "cuda":
         import torch
 
@@ -411,10 +445,12 @@ def measured_peak(device: str) -> dict[str, int] | None:
     if "rss" not in _BASELINE:
         return None
     peak = peak_rss()
+    files = _status().get("RssFile", 0)
     return {
         "peak_rss": peak,
+        "mapped_files_at_end": files,
         "rss_before_model": _BASELINE["rss"],
-        "peak_above_baseline": peak - _BASELINE["rss"],
+        "peak_above_baseline": peak - files - _BASELINE["rss"],
     }
 
 
