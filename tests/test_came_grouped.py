@@ -42,9 +42,11 @@ def _ops_per_step(opt: torch.optim.Optimizer) -> tuple[int, set[str]]:
 
 
 def test_operations_per_step_do_not_grow_with_layers():
-    """CAME8Bit with small 8-bit blocks: factored groups with codes and with an fp32 m, and 1-D groups."""
+    """CAME8Bit with small 8-bit blocks: factored groups with codes and with an fp32 m, and 1-D groups.
+    Large groups step in chunks of an eighth of all params (or half the largest one), so deep enough
+    that the layers outweigh the embedding, doubling the depth keeps the number of chunks."""
     counts = []
-    for layers in (2, 4):
+    for layers in (8, 16):
         params = [nn.Parameter(torch.randn(s)) for s in _model_shapes(layers)]
         opt = CAME8Bit(params, lr=1e-3, weight_decay=0.1, compile=False, block_size=256, min_8bit_size=600)
         _set_grads(params, 0)
@@ -54,7 +56,26 @@ def test_operations_per_step_do_not_grow_with_layers():
         # No host synchronisation: a step can be captured in a CUDA graph.
         assert not names & {"aten::item", "aten::_local_scalar_dense"}
     assert counts[0] == counts[1]
-    assert counts[0] <= 100 * 6  # a fixed number per group (eager: the maths' operations, unfused)
+    assert counts[0] <= 100 * (6 + 8)  # a fixed number per chunk (eager: the maths' operations, unfused)
+
+
+def test_chunks_bound_what_a_step_gathers():
+    from autotrain.optimizers.came_groups import chunks_of
+
+    assert chunks_of(60, 10, 10**9) == [(0, 60)]
+    runs = chunks_of(60, 10, 130)  # 13 params a chunk at most: 5 chunks of 12
+    assert runs == [(i * 12, i * 12 + 12) for i in range(5)]
+    runs = chunks_of(7, 10, 30)  # near-equal runs: two lengths at most
+    assert [b - a for a, b in runs] == [3, 2, 2] and runs[-1][1] == 7
+    assert chunks_of(3, 100, 10) == [(0, 1), (1, 2), (2, 3)]  # one param each when a param is larger
+    params = [nn.Parameter(torch.randn(64, 16)) for _ in range(40)] + [nn.Parameter(torch.randn(512, 16))]
+    opt = CAME8Bit(params, lr=1e-3, compile=False)
+    _set_grads(params, 0)
+    opt.step()
+    groups = opt._groups[0][1]
+    budget = max(512 * 16 // 2, (40 * 64 * 16 + 512 * 16) // 8)
+    assert [len(g.chunks) for g in groups] == [len(chunks_of(40, 1024, budget)), 1]
+    assert all((b - a) * 1024 <= budget for a, b in groups[0].chunks) and len(groups[0].chunks) > 1
 
 
 def _fixture_params(saved: dict) -> list[nn.Parameter]:

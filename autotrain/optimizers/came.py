@@ -15,6 +15,10 @@ from autotrain.optimizers.sharding import local, shards_of
 
 # Compiling costs seconds per group shape; below this many elements (a group's) the eager step is quick.
 AUTO_COMPILE_MIN_NUMEL = 1 << 20
+# A step gathers a chunk of same-shaped params at a time, of at most an eighth of all params (or half the
+# largest one): its scratch memory stays a few such chunks in fp32, and the number of chunks stays within
+# the number of groups plus eight whatever the model's depth.
+CHUNKS = 8
 
 
 def _zeros(shape: torch.Size, like: Tensor) -> Tensor:
@@ -199,12 +203,15 @@ class CAME(Optimizer):
         ):
             return cached[1]
         buckets: dict[tuple, list[Tensor]] = {}
+        # A chunk steps at most half the largest param or an eighth of them all (see came_groups): the
+        # step's scratch stays a few such chunks in fp32, however many params share a shape.
+        budget = max(max((p.numel() for p in params), default=0) // 2, sum(p.numel() for p in params) // CHUNKS)
         for p in params:
             moment = self._moment_keys(p)
             key = (local(p).shape, p.shape, p.device, moment, id(shards_of(p).group))
             key += tuple(local(self.state[p][k]).shape for k in moment)
             buckets.setdefault(key, []).append(p)
-        groups = [came_groups.build(ps, self.state, self._moment_keys(ps[0])) for ps in buckets.values()]
+        groups = [came_groups.build(ps, self.state, self._moment_keys(ps[0]), budget) for ps in buckets.values()]
         self._groups[index] = (params, groups)
         return groups
 

@@ -6,6 +6,13 @@ The state stays per parameter for everyone else: ``optimizer.state[p][key]`` is 
 the group's stacked tensor, so ``state_dict()``, checkpoints and FSDP2's distributed checkpoints see the
 same per-parameter layout as before grouping. A group is (re)built from whatever per-parameter tensors
 the state holds (fresh zeros, a loaded checkpoint) the first time it steps and whenever that changes.
+
+A step gathers its params and gradients into stacked fp32 tensors (unless one fp32 tensor is stepped in
+place), so a group steps in chunks of params: at most ``budget`` elements each, or one param where a
+param is larger. That bounds the step's scratch memory to a few chunks of fp32 whatever the group's size.
+``CAME`` sets the budget to the larger of half the largest param and an eighth of all the params it
+steps, so the number of chunks stays within the number of groups plus eight (and does not grow with the
+model's depth).
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ class Group:
     shards: Shards
     stacked: dict[str, Tensor] = field(default_factory=dict)
     views: list[Tensor] = field(default_factory=list)  # state[p]["RMS"] of each param: the group's marker
+    chunks: list[tuple[int, int]] = field(default_factory=list)  # [start, end) of the params stepped at once
 
     @property
     def factored(self) -> bool:
@@ -55,11 +63,26 @@ class Group:
         return all(state[p].get("RMS") is view for p, view in zip(self.params, self.views, strict=True))
 
 
-def build(params: list[Tensor], state: dict, moment_keys: tuple[str, ...]) -> Group:
-    """Stack the per-parameter state of ``params`` (same local shape and kind) and leave views behind."""
+def chunks_of(count: int, numel: int, budget: int) -> list[tuple[int, int]]:
+    """``count`` params of ``numel`` elements in near-equal runs of at most ``budget`` elements (at least
+    one param each): at most two distinct run lengths, so at most two compiled shapes per group."""
+    parts = -(-count * numel // max(budget, numel))
+    size, extra = divmod(count, parts)
+    bounds, start = [], 0
+    for i in range(parts):
+        end = start + size + (1 if i < extra else 0)
+        bounds.append((start, end))
+        start = end
+    return bounds
+
+
+def build(params: list[Tensor], state: dict, moment_keys: tuple[str, ...], budget: int | None = None) -> Group:
+    """Stack the per-parameter state of ``params`` (same local shape and kind) and leave views behind;
+    ``budget``: the most elements stepped at once (None: all of them)."""
     shards = shards_of(params[0])
     keys = (FACTORED_KEYS if len(shards.shape) >= 2 else PLAIN_KEYS) + moment_keys + ("RMS",)
-    group = Group(params, keys, shards)
+    numel = prod(shards.shape)
+    group = Group(params, keys, shards, chunks=chunks_of(len(params), numel, budget or len(params) * numel))
     for key in keys:
         values = [state[p][key] for p in params]
         stacked = torch.stack([local(v) for v in values])
@@ -92,12 +115,18 @@ def gather(tensors: list[Tensor], shape: tuple[int, ...]) -> tuple[Tensor, bool]
 
 
 def step_group(group: Group, hp: Tensor, skipped: Tensor, run: Callable) -> None:
-    """One step of every param of ``group``: one call of came_math's step on the stacked tensors."""
-    locals_ = [local(p) for p in group.params]
+    """One step of every param of ``group``: one call of came_math's step per chunk of stacked params."""
+    for start, end in group.chunks:
+        _step_chunk(group, start, end, hp, skipped, run)
+
+
+def _step_chunk(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor, run: Callable) -> None:
+    params = group.params[start:end]
+    locals_ = [local(p) for p in params]
     lead = (len(locals_), *_step_shape(group.local_shape, group.factored))
     p, in_place = gather(locals_, lead)
-    g, _ = gather([local(q.grad) for q in group.params], lead)
-    stacked = group.stacked
+    g, _ = gather([local(q.grad) for q in params], lead)
+    stacked = {key: value[start:end] for key, value in group.stacked.items()}
     if group.factored:
         stats = [stacked[k].view(lead[:3] if k.endswith("row") else (*lead[:2], lead[3])) for k in FACTORED_KEYS]
         moment = [stacked[k] for k in group.state_keys[4:-1]]
@@ -109,6 +138,7 @@ def step_group(group: Group, hp: Tensor, skipped: Tensor, run: Callable) -> None
         fn = came_math.plain_step
     reduce = None if group.shards.group is None else _reducer(group.shards)
     run(fn, p, g, state, hp, group.dims(), reduce)
+    del g
     if not in_place:
         torch._foreach_copy_(locals_, list(p.view(len(locals_), *group.local_shape).unbind(0)))
 

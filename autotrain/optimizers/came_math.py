@@ -55,20 +55,22 @@ class Dims(NamedTuple):
 def encode(m: Tensor, absmax: Tensor) -> Tensor:
     """int8 codes of ``m`` (..., blocks, block) under per-block scales ``absmax`` (..., blocks):
     sign(m) * round(127 * sqrt(|m| / absmax)), rounding half away from zero (|m| <= absmax: no clamp)."""
-    scaled = (m.abs() * (LEVELS**2 / absmax).unsqueeze(-1)).sqrt() + 0.5
-    return scaled.copysign(m).to(torch.int8)
+    scaled = m.abs().mul_((LEVELS**2 / absmax).unsqueeze(-1)).sqrt_().add_(0.5)
+    return scaled.copysign_(m).to(torch.int8)
 
 
 def decode(codes: Tensor, absmax: Tensor) -> Tensor:
     """fp32 values of ``codes`` (..., blocks, block): sign(c) * (c / 127)^2 * absmax."""
-    scaled = codes.float() * (absmax.sqrt() / LEVELS).unsqueeze(-1)
-    return scaled.abs() * scaled
+    scaled = codes.float().mul_((absmax.sqrt() / LEVELS).unsqueeze(-1))
+    return scaled.abs().mul_(scaled)
 
 
 def to_blocks(x: Tensor, blocks: int, block: int) -> Tensor:
     """``x`` (G, ...) flattened per parameter and zero-padded into (G, blocks, block)."""
     flat = x.reshape(x.shape[0], -1)
-    return functional.pad(flat, (0, blocks * block - flat.shape[1])).view(x.shape[0], blocks, block)
+    if flat.shape[1] != blocks * block:
+        flat = functional.pad(flat, (0, blocks * block - flat.shape[1]))
+    return flat.view(x.shape[0], blocks, block)
 
 
 def from_blocks(x: Tensor, shape: torch.Size) -> Tensor:
@@ -77,7 +79,12 @@ def from_blocks(x: Tensor, shape: torch.Size) -> Tensor:
 
 
 def block_absmax(m: Tensor, blocks: int, block: int) -> Tensor:
-    return to_blocks(m, blocks, block).abs().amax(-1).clamp(min=MIN_ABSMAX)
+    return _absmax(to_blocks(m, blocks, block))
+
+
+def _absmax(blocks: Tensor) -> Tensor:
+    """Each block's largest magnitude (no full-size ``abs()``), at least MIN_ABSMAX."""
+    return torch.linalg.vector_norm(blocks, float("inf"), dim=-1).clamp_(min=MIN_ABSMAX)
 
 
 # --- the update rule -------------------------------------------------------------------------------
@@ -93,6 +100,11 @@ def _per_param(x: Tensor, like: Tensor) -> Tensor:
     return x.view(-1, *([1] * (like.dim() - 1)))
 
 
+def _sum_sq(x: Tensor, dims: tuple[int, ...]) -> Tensor:
+    """The sum of ``x * x`` over ``dims``, without a full-size square (the eager step's scratch)."""
+    return torch.linalg.vector_norm(x, 2, dim=dims).square()
+
+
 def _keep(ok: Tensor, new: Tensor, old: Tensor) -> Tensor:
     return torch.where(_per_param(ok, new), new, old)
 
@@ -106,8 +118,9 @@ def factored_stats(p: Tensor, g: Tensor, row: Tensor, hp: Tensor) -> tuple[Tenso
     sq = g * g
     row_new = _ema(row, sq.mean(-1) + hp[EPS1], hp, BETA2)
     col_sq = sq.sum(-2)
-    weighted = (sq / row_new.unsqueeze(-1)).sum(-2)
-    totals = (col_sq.sum((-2, -1)), (p * p).sum((-3, -2, -1)))
+    weighted = sq.div_(row_new.unsqueeze(-1)).sum(-2)
+    del sq
+    totals = (col_sq.sum((-2, -1)), _sum_sq(p, (-3, -2, -1)))
     return row_new, (col_sq, weighted, row_new.sum(-1)), totals
 
 
@@ -131,9 +144,9 @@ def factored_moment(
 ) -> tuple[Tensor, Tensor, tuple]:
     """Pass 2: the clipped update, the new first moment ``m``, the instability's row EMA and its sums."""
     rf = rf / _per_param(_clip(update_sq, hp, dims.numel), rf)
-    u = g * rf.unsqueeze(-1) * cf.unsqueeze(-2)
-    m_new = m * hp[BETA1] + u * hp[BETA1_C]
-    res = (u - m_new) * (u - m_new)
+    u = (g * rf.unsqueeze(-1)).mul_(cf.unsqueeze(-2))
+    m_new = (m * hp[BETA1]).add_(u * hp[BETA1_C])
+    res = u.sub_(m_new).square_()  # u is not needed again
     res_row_new = _ema(res_row, res.mean(-1) + hp[EPS2], hp, BETA3)
     return m_new, res_row_new, (res.sum(-2), res_row_new.sum(-1))
 
@@ -144,8 +157,8 @@ def factored_apply(p: Tensor, m_new: Tensor, res_row_new: Tensor, res_col: Tenso
     res_col_sum, res_row_sum = res_slices
     res_col_new = _ema(res_col, res_col_sum / dims.rows + hp[EPS2], hp, BETA3)
     rf = (res_row_new / (res_row_sum / dims.rows).unsqueeze(-1)).rsqrt()
-    step = m_new * rf.unsqueeze(-1) * res_col_new.rsqrt().unsqueeze(-2)
-    return p * hp[DECAY] - hp[LR] * step, res_col_new
+    step = (m_new * rf.unsqueeze(-1)).mul_(res_col_new.rsqrt().unsqueeze(-2))
+    return (p * hp[DECAY]).sub_(step.mul_(hp[LR])), res_col_new
 
 
 def factored_step(p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, dims: Dims, reduce: Reduce = None):
@@ -165,11 +178,13 @@ def factored_step(p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, d
         (update_sq,) = reduce("update", (update_sq,))
     m = moment[0] if len(moment) == 1 else from_blocks(decode(*moment), p.shape)
     m_new, res_row_new, res_slices = factored_moment(g, m, rf, cf, update_sq, res_row, hp, dims)
+    del m
     if reduce is not None:
         res_slices = reduce("slices", res_slices)
     p_new, res_col_new = factored_apply(p, m_new, res_row_new, res_col, res_slices, hp, dims)
     for stat, new in ((row, row_new), (col, col_new), (res_row, res_row_new), (res_col, res_col_new), (p, p_new)):
         stat.copy_(_keep(ok, new, stat))
+    del p_new, new  # before the moment is encoded: the eager step's scratch stays a few full-size tensors
     _write_moment(moment, m_new, ok)
     rms.copy_((totals[1] / dims.numel).sqrt())
     skipped.add_((~ok).sum())
@@ -181,7 +196,7 @@ def _write_moment(moment: list[Tensor], m_new: Tensor, ok: Tensor) -> None:
         return
     codes, absmax = moment
     blocks = to_blocks(m_new, *codes.shape[1:])
-    scale = blocks.abs().amax(-1).clamp(min=MIN_ABSMAX)
+    scale = _absmax(blocks)
     codes.copy_(_keep(ok, encode(blocks, scale), codes))
     absmax.copy_(_keep(ok, scale, absmax))
 
