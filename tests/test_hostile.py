@@ -41,9 +41,10 @@ ASSETS = Path(__file__).parent / "assets"
 QUICKSTART = REPO_ROOT / "configs" / "llm" / "quickstart.yml"
 
 SECRET = "hf_SECRETabc123"
-# A config check must take well under a second of its own work; this leaves room for interpreter
-# start-up on a loaded 2-core machine.
-WALL_LIMIT = 5.0
+# A guard against hangs and runaway work, not a speed target (benchmarks/cli_startup.py measures start-up):
+# a config check takes well under a second of its own work, and this leaves room for a loaded 2-core
+# machine, where a process start-up has taken 5-7 s.
+WALL_LIMIT = 15.0
 RSS_LIMIT_MIB = 300
 # A safety net, not a check: a runaway child gets MemoryError instead of taking the machine down.
 CAP_LIGHT = 4 << 30  # commands that never import torch
