@@ -1,0 +1,94 @@
+"""Time to the first training step of `autotrain llm` (full fine-tune of SmolLM2-135M on the CPU) with
+`optimizer: came_8bit` against the same run with `adamw_torch`, on a machine with no inductor cache.
+
+    python benchmarks/first_step.py [--reps 2] [--steps 300]
+
+Each run is a new process with an empty inductor cache folder of its own (TORCHINDUCTOR_CACHE_DIR) and
+`max_steps` long enough that the plan lets CAME compile its step (runs shorter than 200 steps do not);
+the clock stops when the progress line of step 1 is printed (the first optimizer step is done), and the
+run is then stopped. The candidates alternate (adamw, came, adamw, came, ...). Target: came_8bit <= 1.2x
+adamw_torch. Run it on an otherwise idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+from _common import AUTOTRAIN
+
+
+def write_config(tmp: Path, model: Path, optimizer: str, steps: int) -> Path:
+    data = tmp / "text.jsonl"
+    if not data.exists():
+        text = " ".join(["a quick brown fox jumps over the lazy dog"] * 40)
+        data.write_text("".join(json.dumps({"text": text}) + "\n" for _ in range(64)), encoding="utf-8")
+    cfg = {
+        "task": "llm",
+        "trainer": "sft",
+        "base_model": str(model),
+        "project_name": str(tmp / f"run-{optimizer}-{time.monotonic_ns()}"),
+        "log": "none",
+        "data": {"path": str(data), "chat_template": "none"},
+        "training_args": {"batch_size": 2, "max_length": 128, "max_steps": steps, "optimizer": optimizer,
+                          "mixed_precision": "no", "logging_steps": 1, "save_steps": 100000, "lr": 1e-5},
+    }  # fmt: skip
+    path = tmp / f"{optimizer}.yml"
+    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    return path
+
+
+def time_to_first_step(config: Path, cache: Path) -> tuple[float, str]:
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache), "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    start = time.perf_counter()
+    proc = subprocess.Popen([*AUTOTRAIN, "llm", "--config", str(config)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
+    seen = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith("step 1/"):
+            elapsed = time.perf_counter() - start
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return elapsed, "".join(seen)
+    proc.wait()
+    raise SystemExit(f"no first step (exit {proc.returncode}):\n{''.join(seen)[-3000:]}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=300, help="max_steps of the runs (>= 200: CAME compiles)")
+    args = parser.parse_args()
+    sys.path.insert(0, str(Path(__file__).parent))
+    from real_model import smollm2_folder
+
+    model = smollm2_folder()
+    seconds: dict[str, list[float]] = {"adamw_torch": [], "came_8bit": []}
+    with tempfile.TemporaryDirectory() as name:
+        tmp = Path(name)
+        for rep in range(args.reps):
+            for optimizer in seconds:
+                cache = tmp / f"inductor-{optimizer}-{rep}"
+                elapsed, _ = time_to_first_step(write_config(tmp, model, optimizer, args.steps), cache)
+                seconds[optimizer].append(elapsed)
+                print(f"{optimizer}: first step after {elapsed:.1f} s (empty inductor cache)", flush=True)
+    adamw, came = (statistics.median(seconds[k]) for k in ("adamw_torch", "came_8bit"))
+    verdict = "met" if came / adamw <= 1.2 else "missed"
+    print(f"time to first step, SmolLM2-135M full fine-tune, max_steps {args.steps}: came_8bit {came:.1f} s / "
+          f"adamw_torch {adamw:.1f} s = {came / adamw:.2f}x (target <= 1.2x: {verdict})")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
