@@ -34,7 +34,12 @@ def _set_grads(params: list[torch.Tensor], step: int) -> None:
 
 
 def _relative(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
-    return max(((p.float() - q.float()).norm() / q.float().norm()).item() for p, q in zip(a, b, strict=True))
+    """The difference of all weights over their norm. (The largest per-tensor ratio was dominated by the
+    last layer's single bias once chaotic runs parted: 12.6 against the control's 1.2 while the global
+    ratios were 0.60 and 0.68 and all three runs trained to similar losses.)"""
+    flat_a = torch.cat([p.detach().float().flatten() for p in a])
+    flat_b = torch.cat([q.detach().float().flatten() for q in b])
+    return ((flat_a - flat_b).norm() / flat_b.norm()).item()
 
 
 def _mlp(perturb: float = 0.0) -> nn.Module:

@@ -137,8 +137,14 @@ def _step_chunk(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor,
         state = (stacked["exp_avg_sq"].view(lead), stacked["exp_avg"].view(lead), stacked["RMS"], skipped)
         fn = came_math.plain_step
     reduce = None if group.shards.group is None else _reducer(group.shards)
-    run(fn, p, g, state, hp, group.dims(), reduce)
-    del g
+    if group.factored and len(moment) == 2:  # 8-bit: the new moment is made once, then encoded
+        m_new, ok = run(came_math.factored_update, p, g, state, hp, group.dims(), reduce)
+        del g
+        run(came_math.write_moment, tuple(moment), m_new, ok)
+        del m_new
+    else:
+        run(fn, p, g, state, hp, group.dims(), reduce)
+        del g
     if not in_place:
         torch._foreach_copy_(locals_, list(p.view(len(locals_), *group.local_shape).unbind(0)))
 

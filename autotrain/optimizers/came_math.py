@@ -168,6 +168,17 @@ def factored_step(p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, d
     ``G^2`` and of the instability, the weights' RMS before the step (G,), the count of skipped tensors,
     and the first moment: ``(m,)`` fp32 like ``p``, or ``(codes, absmax)`` in (G, blocks, block) 8-bit blocks.
     """
+    m_new, ok = factored_update(p, g, state, hp, dims, reduce)
+    write_moment(state[6:], m_new, ok)
+
+
+def factored_update(p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, dims: Dims, reduce: Reduce = None):
+    """``factored_step`` up to the first moment: updates ``p`` and the statistics in place and returns the
+    new first moment (fp32, like ``p``) and which params took the step, for ``write_moment``.
+
+    The grouped step runs the two as separate compiled calls for 8-bit moments: the new moment is then
+    computed once into a buffer, where one compiled call recomputed it for each block's maximum and again
+    for the codes (3x CAME's step time on a 4096x4096 matrix, against 1.3x)."""
     row, col, res_row, res_col, rms, skipped, *moment = state
     row_new, slices, totals = factored_stats(p, g, row, hp)
     if reduce is not None:
@@ -185,12 +196,13 @@ def factored_step(p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, d
     for stat, new in ((row, row_new), (col, col_new), (res_row, res_row_new), (res_col, res_col_new), (p, p_new)):
         stat.copy_(_keep(ok, new, stat))
     del p_new, new  # before the moment is encoded: the eager step's scratch stays a few full-size tensors
-    _write_moment(moment, m_new, ok)
     rms.copy_((totals[1] / dims.numel).sqrt())
     skipped.add_((~ok).sum())
+    return m_new, ok
 
 
-def _write_moment(moment: list[Tensor], m_new: Tensor, ok: Tensor) -> None:
+def write_moment(moment: tuple[Tensor, ...] | list[Tensor], m_new: Tensor, ok: Tensor) -> None:
+    """Store the new first moment where ``ok``: in place (fp32), or as the codes and scales of its blocks."""
     if len(moment) == 1:
         moment[0].copy_(_keep(ok, m_new, moment[0]))
         return
