@@ -24,3 +24,24 @@ def test_plan_is_printed_before_the_problems(cli):
     assert "problems follow" in plan
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert any("peft.quantization: int4" in line for line in errors) and any("tensorboard" in line for line in errors)
+
+
+@pytest.mark.no_cuda
+def test_the_cli_process_ends_with_its_code_and_all_of_its_output(tmp_path):
+    """A dry run ends its process without tearing the interpreter down (a second of its time): the exit
+    code and everything printed, through pipes, are as a normal exit leaves them."""
+    import subprocess
+    import sys
+
+    code = "import sys; from autotrain.cli.main import main; sys.argv[0] = 'autotrain'; main()"
+    config = CONFIGS / "llm" / "llama3-orpo.yml"
+    done = subprocess.run(
+        [sys.executable, "-c", code, "llm", "--config", str(config), "--dry-run"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stdout.rstrip().endswith("problems follow (stderr).")
+    assert "# plan" in done.stdout and "memory estimate: " in done.stdout
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert any("peft.quantization: int4" in line for line in errors)
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr

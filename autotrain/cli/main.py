@@ -69,6 +69,28 @@ def root(
 
 
 BARE_VALUES = {"--resume": "latest", "--preview": "5"}  # what these options mean standing alone
+# Commands that write nothing: once they are done, the process may end without tearing down the
+# interpreter, which after importing torch, transformers and TRL takes about a second by itself.
+READ_ONLY = {"--dry-run", "--preview"}
+
+
+def _exit_now(code: object) -> None:
+    """End the process with `code` as `sys.exit` would, after the exit handlers, skipping the teardown of
+    modules (Python's and the C++ libraries'): nothing is left to flush but the standard streams."""
+    import atexit
+    import contextlib
+    import os
+
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    run_handlers = getattr(atexit, "_run_exitfuncs", None)
+    if run_handlers is not None:
+        run_handlers()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more can reach it
+            stream.flush()
+    os._exit(code or 0)
 
 
 def _resume_value(argv: list[str]) -> list[str]:
@@ -83,12 +105,15 @@ def _resume_value(argv: list[str]) -> list[str]:
 
 def main() -> None:
     """Console-script entry: turns any unexpected exception into one line and exit code 1."""
+    argv = _resume_value(sys.argv[1:])
     try:
-        app(args=_resume_value(sys.argv[1:]), prog_name="autotrain")
+        app(args=argv, prog_name="autotrain")
     except KeyboardInterrupt:
         eprint("interrupted")
         sys.exit(130)
-    except SystemExit:
+    except SystemExit as done:
+        if READ_ONLY & set(argv) and "torch" in sys.modules:
+            _exit_now(done.code)
         raise
     except Exception as exc:  # the last line of defence: never a traceback for the user
         if debug_enabled():
