@@ -247,6 +247,7 @@ class CAME(Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        scratch = came_groups.Scratch()  # buffers the step's chunks share, freed when it ends
         for index, param_group in enumerate(self.param_groups):
             for group in self._shape_groups(index, self._active(param_group)):
                 device = group.params[0].device
@@ -254,7 +255,7 @@ class CAME(Optimizer):
                 if device not in self._skipped:
                     self._skipped[device] = torch.zeros((), dtype=torch.int64, device=device)
                 run = came_groups.COMPILER if self._compiles(group) else came_groups.eager
-                came_groups.step_group(group, hp, self._skipped[device], run)
+                came_groups.step_group(group, hp, self._skipped[device], run, scratch)
         return loss
 
     # --- saving and loading -----------------------------------------------------------------------

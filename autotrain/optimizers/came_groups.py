@@ -104,28 +104,70 @@ def _like(original: Tensor, view: Tensor) -> Tensor:
     )
 
 
-def gather(tensors: list[Tensor], shape: tuple[int, ...]) -> tuple[Tensor, bool]:
-    """``tensors`` stacked in fp32 as ``shape`` (G, ...); True when that is a view of the one tensor given
-    (an fp32, contiguous param is then updated in place; otherwise the caller copies the result back)."""
+class Scratch:
+    """One fp32 buffer that a ``step()`` lends to each of its chunks in turn, for the stacked weights and
+    gradients and the new 8-bit moment of a compiled step. A fresh block this large comes from the system
+    (mmap) and goes back when freed, so each chunk allocating its own paid a page fault per 4 KiB page,
+    every step (SmolLM2-135M: about 1.4 GB of them); reused, only the largest chunk's are paid. It holds
+    what one chunk needs at once, as the chunk's own tensors did, and lives for one step."""
+
+    def __init__(self) -> None:
+        self._buffers: dict[torch.device, Tensor] = {}
+
+    def take(self, sizes: list[int], device: torch.device) -> list[Tensor | None]:
+        """Disjoint fp32 views of ``sizes`` elements (None for 0), the buffer grown when too small."""
+        buffer = self._buffers.get(device)
+        if buffer is None or buffer.numel() < sum(sizes):
+            self._buffers.pop(device, None)  # freed before the larger one is made
+            buffer = self._buffers[device] = torch.empty(sum(sizes), dtype=torch.float32, device=device)
+        views, start = [], 0
+        for size in sizes:
+            views.append(buffer[start : start + size] if size else None)
+            start += size
+        return views
+
+
+def _in_place(tensors: list[Tensor]) -> bool:
+    """Whether ``tensors`` are one fp32, contiguous tensor, which the step reads and writes where it is."""
+    return len(tensors) == 1 and tensors[0].dtype == torch.float32 and tensors[0].is_contiguous()
+
+
+def gather(tensors: list[Tensor], shape: tuple[int, ...], into: Tensor | None = None) -> tuple[Tensor, bool]:
+    """``tensors`` stacked in fp32 as ``shape`` (G, ...), in ``into`` (their numel of fp32) when given;
+    True when that is a view of the one tensor given (an fp32, contiguous param is then updated in place;
+    otherwise the caller copies the result back)."""
     first = tensors[0]
-    if len(tensors) == 1 and first.dtype == torch.float32 and first.is_contiguous():
+    if _in_place(tensors):
         return first.detach().view(shape), True
-    out = torch.empty((len(tensors), *first.shape), dtype=torch.float32, device=first.device)
+    if into is None:
+        out = torch.empty((len(tensors), *first.shape), dtype=torch.float32, device=first.device)
+    else:
+        out = into.view(len(tensors), *first.shape)
     return torch.stack(tensors, out=out).view(shape), False
 
 
-def step_group(group: Group, hp: Tensor, skipped: Tensor, run: Callable) -> None:
-    """One step of every param of ``group``: one call of came_math's step per chunk of stacked params."""
+def step_group(group: Group, hp: Tensor, skipped: Tensor, run: Callable, scratch: Scratch | None = None) -> None:
+    """One step of every param of ``group``: one call of came_math's step per chunk of stacked params;
+    ``scratch``: the step's buffer (None: one for this group)."""
+    scratch = scratch or Scratch()
     for start, end in group.chunks:
-        _step_chunk(group, start, end, hp, skipped, run)
+        _step_chunk(group, start, end, hp, skipped, run, scratch)
 
 
-def _step_chunk(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor, run: Callable) -> None:
+def _step_chunk(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor, run: Callable, scratch: Scratch):
     params = group.params[start:end]
     locals_ = [local(p) for p in params]
+    grads = [local(q.grad) for q in params]
     lead = (len(locals_), *_step_shape(group.local_shape, group.factored))
-    p, in_place = gather(locals_, lead)
-    g, _ = gather([local(q.grad) for q in params], lead)
+    numel = prod(lead)
+    eight_bit = group.factored and "exp_avg_codes" in group.state_keys
+    # compiled, the new 8-bit moment is written into the scratch; eager, into a tensor of its own (a copy
+    # would add one more full-size tensor to the eager step's peak)
+    sizes = [0 if _in_place(t) else numel for t in (locals_, grads)] + [numel if eight_bit and run is not eager else 0]
+    into_p, into_g, into_m = scratch.take(sizes, locals_[0].device)
+    p, in_place = gather(locals_, lead, into_p)
+    g, _ = gather(grads, lead, into_g)
+    del grads
     stacked = {key: value[start:end] for key, value in group.stacked.items()}
     if group.factored:
         stats = [stacked[k].view(lead[:3] if k.endswith("row") else (*lead[:2], lead[3])) for k in FACTORED_KEYS]
@@ -137,8 +179,9 @@ def _step_chunk(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor,
         state = (stacked["exp_avg_sq"].view(lead), stacked["exp_avg"].view(lead), stacked["RMS"], skipped)
         fn = came_math.plain_step
     reduce = None if group.shards.group is None else _reducer(group.shards)
-    if group.factored and len(moment) == 2:  # 8-bit: the new moment is made once, then encoded
-        m_new, ok = run(came_math.factored_update, p, g, state, hp, group.dims(), reduce)
+    if eight_bit:  # the new moment is made once, then encoded
+        out = into_m.view(lead) if into_m is not None else None
+        m_new, ok = run(came_math.factored_update, p, g, state, hp, group.dims(), reduce, out)
         del g
         run(came_math.write_moment, tuple(moment), m_new, ok)
         del m_new
