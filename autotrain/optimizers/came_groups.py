@@ -105,11 +105,12 @@ def _like(original: Tensor, view: Tensor) -> Tensor:
 
 
 class Scratch:
-    """One fp32 buffer that a ``step()`` lends to each of its chunks in turn, for the stacked weights and
-    gradients and the new 8-bit moment of a compiled step. A fresh block this large comes from the system
-    (mmap) and goes back when freed, so each chunk allocating its own paid a page fault per 4 KiB page,
-    every step (SmolLM2-135M: about 1.4 GB of them); reused, only the largest chunk's are paid. It holds
-    what one chunk needs at once, as the chunk's own tensors did, and lives for one step."""
+    """One fp32 buffer that a ``step()`` lends to each of its chunks in turn, for their stacked weights and
+    gradients. A fresh block this large comes from the system (mmap) and goes back when freed, so each chunk
+    allocating its own paid a page fault per 4 KiB page, every step (SmolLM2-135M: about 0.9 GB of them);
+    reused, only the largest chunk's are paid. It holds what one chunk needs at once, as the chunk's own
+    tensors did, and lives for one step. (The new 8-bit moment is not put in it: a compiled graph writing
+    into a buffer it is given computes the value and then copies it, a pass more than it saves.)"""
 
     def __init__(self) -> None:
         self._buffers: dict[torch.device, Tensor] = {}
@@ -161,10 +162,7 @@ def _step_chunk(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor,
     lead = (len(locals_), *_step_shape(group.local_shape, group.factored))
     numel = prod(lead)
     eight_bit = group.factored and "exp_avg_codes" in group.state_keys
-    # compiled, the new 8-bit moment is written into the scratch; eager, into a tensor of its own (a copy
-    # would add one more full-size tensor to the eager step's peak)
-    sizes = [0 if _in_place(t) else numel for t in (locals_, grads)] + [numel if eight_bit and run is not eager else 0]
-    into_p, into_g, into_m = scratch.take(sizes, locals_[0].device)
+    into_p, into_g = scratch.take([0 if _in_place(t) else numel for t in (locals_, grads)], locals_[0].device)
     p, in_place = gather(locals_, lead, into_p)
     g, _ = gather(grads, lead, into_g)
     del grads
@@ -180,8 +178,7 @@ def _step_chunk(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor,
         fn = came_math.plain_step
     reduce = None if group.shards.group is None else _reducer(group.shards)
     if eight_bit:  # the new moment is made once, then encoded
-        out = into_m.view(lead) if into_m is not None else None
-        m_new, ok = run(came_math.factored_update, p, g, state, hp, group.dims(), reduce, out)
+        m_new, ok = run(came_math.factored_update, p, g, state, hp, group.dims(), reduce)
         del g
         run(came_math.write_moment, tuple(moment), m_new, ok)
         del m_new

@@ -172,12 +172,9 @@ def factored_step(p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, d
     write_moment(state[6:], m_new, ok)
 
 
-def factored_update(
-    p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, dims: Dims, reduce: Reduce = None, out=None
-):
+def factored_update(p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, dims: Dims, reduce: Reduce = None):
     """``factored_step`` up to the first moment: updates ``p`` and the statistics in place and returns the
-    new first moment (fp32, like ``p``; written into ``out`` when given) and which params took the step, for
-    ``write_moment``.
+    new first moment (fp32, like ``p``) and which params took the step, for ``write_moment``.
 
     The grouped step runs the two as separate compiled calls for 8-bit moments: the new moment is then
     computed once into a buffer, where one compiled call recomputed it for each block's maximum and again
@@ -201,7 +198,7 @@ def factored_update(
     del p_new, new  # before the moment is encoded: the eager step's scratch stays a few full-size tensors
     rms.copy_((totals[1] / dims.numel).sqrt())
     skipped.add_((~ok).sum())
-    return (m_new if out is None else out.copy_(m_new)), ok
+    return m_new, ok
 
 
 def write_moment(moment: tuple[Tensor, ...] | list[Tensor], m_new: Tensor, ok: Tensor) -> None:
