@@ -123,6 +123,11 @@ def estimate(shape: ModelShape, setup: Setup) -> Estimate:
     w = setup.weight_bytes
     quantized = setup.quantization if setup.lora else None
     notes = []
+    if setup.device == "cpu" and "MALLOC_MMAP_THRESHOLD_" not in os.environ:
+        notes.append(
+            "CPU: this is live memory; glibc's allocator keeps freed blocks, so resident memory can run up to "
+            "about 2x it on a short run (MALLOC_MMAP_THRESHOLD_=131072 returns them, at some speed)"
+        )
     if quantized:  # the rest (embeddings, norms, output layer) is cast to fp32 by prepare_model_for_kbit_training
         weights = shape.linear_params * QUANTIZED_BYTES[quantized] + (shape.params - shape.linear_params) * 4
     else:
