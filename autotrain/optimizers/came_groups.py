@@ -133,18 +133,14 @@ def _in_place(tensors: list[Tensor]) -> bool:
     return len(tensors) == 1 and tensors[0].dtype == torch.float32 and tensors[0].is_contiguous()
 
 
-def gather(tensors: list[Tensor], shape: tuple[int, ...], into: Tensor | None = None) -> tuple[Tensor, bool]:
-    """``tensors`` stacked in fp32 as ``shape`` (G, ...), in ``into`` (their numel of fp32) when given;
-    True when that is a view of the one tensor given (an fp32, contiguous param is then updated in place;
-    otherwise the caller copies the result back)."""
-    first = tensors[0]
+def gather(tensors: list[Tensor], shape: tuple[int, ...], into: Tensor | None) -> tuple[Tensor, bool]:
+    """``tensors`` stacked in fp32 as ``shape`` (G, ...) in ``into`` (their numel of fp32; None where they
+    are one fp32, contiguous tensor, see ``_in_place``); True when the result is a view of that one tensor
+    (the param is then updated in place; otherwise the caller copies the result back)."""
     if _in_place(tensors):
-        return first.detach().view(shape), True
-    if into is None:
-        out = torch.empty((len(tensors), *first.shape), dtype=torch.float32, device=first.device)
-    else:
-        out = into.view(len(tensors), *first.shape)
-    return torch.stack(tensors, out=out).view(shape), False
+        return tensors[0].detach().view(shape), True
+    assert into is not None, "a scratch buffer for the stack"
+    return torch.stack(tensors, out=into.view(len(tensors), *tensors[0].shape)).view(shape), False
 
 
 def step_group(group: Group, hp: Tensor, skipped: Tensor, run: Callable, scratch: Scratch | None = None) -> None:
