@@ -203,3 +203,74 @@ def test_compile_is_a_typed_optimizer_argument():
             OPTIMIZERS[name].args.model_validate({"compile": "fast"})
     combined = OPTIMIZERS["came_8bit+fused_adam"].args.model_validate({"came": {"compile": True}})
     assert combined.came.compile is True
+
+
+class _CountingCompiler(came_groups.StepCompiler):
+    """A StepCompiler that counts the calls the training (main) thread makes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.main_thread_calls = 0
+
+    def __call__(self, fn, *args):
+        import threading
+
+        self.main_thread_calls += threading.current_thread() is threading.main_thread()
+        return super().__call__(fn, *args)
+
+
+@pytest.mark.slow
+def test_auto_compiles_on_a_thread_while_the_first_steps_run_eagerly(monkeypatch):
+    """compile=None (auto): the first step is the eager one (bit for bit) and queues the compilations;
+    a worker thread compiles them; once it has, the steps are compiled ones, which the training thread
+    never had to compile (no new graph, no new compiled layout after the worker is done)."""
+    from autotrain.optimizers import came as came_module
+
+    compiler = _CountingCompiler()
+    background = came_groups.Background(compiler)
+    monkeypatch.setattr(came_groups, "BACKGROUND", background)
+    monkeypatch.setattr(came_module, "AUTO_COMPILE_MIN_NUMEL", 0)  # every group of this small list
+    auto_params, eager_params = _params(), _params()
+    auto = CAME8Bit(auto_params, lr=1e-2, weight_decay=0.1, compile=None, **SMALL_8BIT)
+    eager = CAME8Bit(eager_params, lr=1e-2, weight_decay=0.1, compile=False, **SMALL_8BIT)
+    for params, opt in ((auto_params, auto), (eager_params, eager)):
+        _set_grads(params, 0)
+        opt.step()
+    assert all(torch.equal(p, q) for p, q in zip(auto_params, eager_params, strict=True))
+    assert compiler.main_thread_calls == 0 and background._pending | background.ready  # queued, not waited on
+    assert background.idle(timeout=900), "the worker thread compiled every layout"
+    assert compiler.failure is None and len(background.ready) == 4  # 3 factored shapes and the 1-D group
+    shapes, graphs = compiler.shapes, counters["stats"]["unique_graphs"]
+    for step in range(1, 6):
+        for params, opt in ((auto_params, auto), (eager_params, eager)):
+            _set_grads(params, step)
+            opt.step()
+    assert compiler.main_thread_calls > 0  # the compiled step ran
+    assert compiler.shapes == shapes and counters["stats"]["unique_graphs"] == graphs  # compiled by the worker only
+    assert _relative(auto_params, eager_params) <= 1e-5
+
+
+@pytest.mark.slow
+def test_exiting_while_the_worker_compiles_is_clean(tmp_path):
+    """A process that ends (a short run, an error) while the worker compiles exits with its own status:
+    the queued compilations are dropped, the one running finishes, nothing hangs or crashes."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "short.py"
+    script.write_text(
+        "import torch\n"
+        "from autotrain.optimizers import CAME8Bit, came as came_module\n"
+        "came_module.AUTO_COMPILE_MIN_NUMEL = 0\n"
+        "params = [torch.nn.Parameter(torch.randn(s)) for s in [(64, 80), (20, 257), (64,)]]\n"
+        "for p in params:\n"
+        "    p.grad = torch.randn_like(p)\n"
+        "CAME8Bit(params, lr=1e-3, block_size=256, min_8bit_size=1024).step()\n"
+        "print('stepped', flush=True)\n",
+        encoding="utf-8",
+    )
+    env = {**__import__("os").environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "stepped"
+    assert "Traceback" not in done.stderr and "Fatal" not in done.stderr

@@ -16,6 +16,9 @@ from autotrain.fields import Bool, Float, Int
 Beta = Annotated[Float, Field(ge=0.0, lt=1.0)]
 PositiveFloat = Annotated[Float, Field(gt=0.0, le=1.0)]
 
+# Compiling costs seconds per group shape; below this many elements (a group's) the eager step is quick.
+AUTO_COMPILE_MIN_NUMEL = 1 << 20
+
 
 class _Args(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -34,9 +37,10 @@ class CameArgs(_Args):
         None,
         description=(
             "Run the step of each group of same-shaped params through torch.compile (C++ on CPU, Triton on "
-            "CUDA), once per group shape: null (auto) compiles groups of 2**20 elements or more on the CPU, none "
-            "on a GPU, and nothing in runs of under 200 max_steps; false never compiles. Where compiling fails, "
-            "the eager step runs (one notice on stderr)."
+            "CUDA), once per group shape: null (auto) compiles groups of 2**20 elements or more on the CPU, on "
+            "a thread while the first steps run eagerly (training never waits for it), none on a GPU, and "
+            "nothing in runs of under 200 max_steps; true compiles every group before its first step; false "
+            "never compiles. Where compiling fails, the eager step runs (one notice on stderr)."
         ),
     )
 

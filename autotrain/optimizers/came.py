@@ -11,10 +11,9 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from autotrain.optimizers import came_groups, came_math
+from autotrain.optimizers.args import AUTO_COMPILE_MIN_NUMEL
 from autotrain.optimizers.sharding import local, shards_of
 
-# Compiling costs seconds per group shape; below this many elements (a group's) the eager step is quick.
-AUTO_COMPILE_MIN_NUMEL = 1 << 20
 # A step gathers a chunk of same-shaped params at a time, of at most an eighth of all params (or half the
 # largest one): its scratch memory stays a few such chunks in fp32, and the number of chunks stays within
 # the number of groups plus eight whatever the model's depth.
@@ -68,7 +67,9 @@ class CAME(Optimizer):
     ``torch.compile`` (one graph per group shape; hyper-parameters are a tensor input, so schedules and
     per-group settings never recompile, and fp16/bf16 params share the fp32 graphs).
     ``compile=None`` (auto) compiles groups of at least 2**20 elements on the CPU and none on a GPU
-    (not measured faster there yet); ``True`` compiles every group of whole tensors, ``False`` none.
+    (not measured faster there yet), on a worker thread while the first steps run eagerly
+    (``came_groups.Background``: a run never waits for the compiler); ``True`` compiles every group of
+    whole tensors before its first step (which waits for it), ``False`` none.
     If compiling fails, one line on stderr says so and the eager step runs. Compiled and eager steps
     agree up to fp32 rounding (they sum in other orders), which CAME8Bit's codes then carry forward.
 
@@ -92,7 +93,7 @@ class CAME(Optimizer):
         clip_threshold: RMS threshold of the update.
         betas: (beta1, beta2, beta3) for the update, squared gradient and instability EMAs.
         weight_decay: decoupled weight decay.
-        compile: compile the step (None: groups of at least 2**20 elements, on the CPU).
+        compile: compile the step (None: groups of at least 2**20 elements, on the CPU, in the background).
         capturable: keep the step free of host synchronisation so that it can be captured in a CUDA
             graph (it always is; this also lets ``lr`` be a tensor, read on the device each step).
     """
@@ -240,6 +241,14 @@ class CAME(Optimizer):
         numel = sum(p.numel() for p in group.params)
         return group.params[0].device.type == "cpu" and numel >= AUTO_COMPILE_MIN_NUMEL
 
+    def _runner(self, group: came_groups.Group) -> Callable:
+        """How ``group`` steps: eager, compiled (``compile=True``: compiled from the first step, which waits
+        for it) or, when auto compiles it, eager until a worker thread has compiled it (see
+        ``came_groups.Background``): a run never waits for the compiler."""
+        if not self._compiles(group):
+            return came_groups.eager_chunk
+        return came_groups.compiled_chunk if self.compile else came_groups.BACKGROUND
+
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
         """Perform one optimization step; ``closure`` re-evaluates the model and returns the loss."""
@@ -254,8 +263,9 @@ class CAME(Optimizer):
                 hp = self._hyper_tensor(index, param_group, device)
                 if device not in self._skipped:
                     self._skipped[device] = torch.zeros((), dtype=torch.int64, device=device)
-                run = came_groups.COMPILER if self._compiles(group) else came_groups.eager
+                run = self._runner(group)
                 came_groups.step_group(group, hp, self._skipped[device], run, scratch)
+        came_groups.BACKGROUND.start()
         return loss
 
     # --- saving and loading -----------------------------------------------------------------------

@@ -17,10 +17,12 @@ model's depth).
 
 from __future__ import annotations
 
+import queue
 import sys
+import threading
 import time
+import types
 from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from math import prod
 from typing import Any
@@ -144,8 +146,9 @@ def gather(tensors: list[Tensor], shape: tuple[int, ...], into: Tensor | None) -
 
 
 def step_group(group: Group, hp: Tensor, skipped: Tensor, run: Callable, scratch: Scratch | None = None) -> None:
-    """One step of every param of ``group``: one call of came_math's step per chunk of stacked params;
-    ``scratch``: the step's buffer (None: one for this group)."""
+    """One step of every param of ``group``: one call of ``run`` (``eager``, ``COMPILER`` or
+    ``BACKGROUND``) with came_math's step per chunk of stacked params; ``scratch``: the step's buffer
+    (None: one for this group)."""
     scratch = scratch or Scratch()
     for start, end in group.chunks:
         _step_chunk(group, start, end, hp, skipped, run, scratch)
@@ -167,22 +170,24 @@ def _step_chunk(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor,
         stats = [stacked[k].view(lead[:3] if k.endswith("row") else (*lead[:2], lead[3])) for k in FACTORED_KEYS]
         moment = [stacked[k] for k in group.state_keys[4:-1]]
         moment = [moment[0].view(lead)] if len(moment) == 1 else moment
-        state = (*stats, stacked["RMS"], skipped, *moment)
-        fn = came_math.factored_step
+        state = (*stats, stacked["RMS"], skipped)
     else:
-        state = (stacked["exp_avg_sq"].view(lead), stacked["exp_avg"].view(lead), stacked["RMS"], skipped)
-        fn = came_math.plain_step
+        state, moment = (stacked["exp_avg_sq"].view(lead), stacked["exp_avg"].view(lead), stacked["RMS"], skipped), []
     reduce = None if group.shards.group is None else _reducer(group.shards)
-    if eight_bit:  # the new moment is made once, then encoded
-        m_new, ok = run(came_math.factored_update, p, g, state, hp, group.dims(), reduce)
-        del g
-        run(came_math.write_moment, tuple(moment), m_new, ok)
-        del m_new
-    else:
-        run(fn, p, g, state, hp, group.dims(), reduce)
-        del g
+    run(p, g, state, tuple(moment), hp, group.dims(), reduce, eight_bit)
     if not in_place:
         torch._foreach_copy_(locals_, list(p.view(len(locals_), *group.local_shape).unbind(0)))
+
+
+def chunk_maths(run: Callable, p: Tensor, g: Tensor, state: tuple, moment: tuple, hp: Tensor, dims, reduce, eight_bit):
+    """came_math's step of one chunk, each function through ``run`` (``eager`` or ``COMPILER``)."""
+    if not moment:  # 1-D params
+        run(came_math.plain_step, p, g, state, hp, dims, reduce)
+    elif eight_bit:  # the new moment is made once, then encoded
+        m_new, ok = run(came_math.factored_update, p, g, (*state, *moment), hp, dims, reduce)
+        run(came_math.write_moment, moment, m_new, ok)
+    else:
+        run(came_math.factored_step, p, g, (*state, *moment), hp, dims, reduce)
 
 
 def _step_shape(shape: torch.Size, factored: bool) -> tuple[int, ...]:
@@ -209,42 +214,41 @@ def _reducer(shards: Shards) -> Callable:
 class StepCompiler:
     """torch.compile of came_math's step functions, shared by every optimizer of the process.
 
-    One graph per (function, input shapes, dtypes): hyper-parameters are a tensor input, so no value
-    recompiles. A first call per shape is the compilation; its time adds to ``seconds``. If compiling
+    One graph per (function, input layouts): hyper-parameters are a tensor input, so no value recompiles.
+    Each layout compiles a copy of the function of its own, so Dynamo's limit of recompilations per
+    function never applies (a model has more distinct groups than the limit) and a lookup checks one
+    graph's guards. A first call per layout is the compilation; its time adds to ``seconds``. If compiling
     fails (no C++ compiler, no Triton), one line on stderr says so and every later step runs eagerly.
     """
 
     def __init__(self) -> None:
-        self._compiled: dict[Callable, Callable] = {}
-        self._seen: set[tuple] = set()
+        self._compiled: dict[tuple, Callable] = {}
+        self._lock = threading.Lock()
         self.failure: str | None = None
         self.seconds = 0.0
 
     def __call__(self, fn: Callable, *args: Any) -> Any:
         if self.failure is not None:
             return fn(*args)
-        key = (fn, *(_signature(a) for a in args))
-        first = key not in self._seen
+        key = (fn, _signature(args))
+        compiled = self._compiled.get(key)
+        if compiled is not None:
+            return compiled(*args)
         start = time.perf_counter()
         try:
-            with _no_recompile_limit():
-                out = self._compiled_fn(fn)(*args)
+            compiled = torch.compile(_copy(fn), dynamic=False, fullgraph=True, options=_RECOMPUTE)
+            out = compiled(*args)
         except Exception as exc:  # compiling failed: the eager step does the same
-            if not first:
-                raise
             self._fail(exc)
             return fn(*args)
-        if first:
-            self._seen.add(key)
+        with self._lock:
+            self._compiled[key] = compiled
             self.seconds += time.perf_counter() - start
         return out
 
-    def _compiled_fn(self, fn: Callable) -> Callable:
-        if fn not in self._compiled:
-            self._compiled[fn] = torch.compile(fn, dynamic=False, fullgraph=True, options=_RECOMPUTE)
-        return self._compiled[fn]
-
     def _fail(self, exc: Exception) -> None:
+        if self.failure is not None:
+            return
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         self.failure = f"{type(exc).__name__}: {reason}"[:300]
         print(
@@ -255,22 +259,25 @@ class StepCompiler:
 
     @property
     def shapes(self) -> int:
-        """How many (function, shapes) were compiled so far."""
-        return len(self._seen)
+        """How many (function, layouts) were compiled so far."""
+        return len(self._compiled)
+
+
+def _copy(fn: Callable) -> Callable:
+    """``fn`` with a code object of its own: Dynamo keeps compiled graphs per code object."""
+    copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    copy.__kwdefaults__, copy.__qualname__ = fn.__kwdefaults__, fn.__qualname__
+    return copy
 
 
 def _signature(value: Any) -> Any:
+    """What a compiled graph is specialised to (what Dynamo guards on): each tensor's shape, strides,
+    dtype and device, and every other value."""
     if isinstance(value, Tensor):
-        return (tuple(value.shape), value.dtype, value.device.type)
+        return (tuple(value.shape), value.stride(), value.dtype, value.device)
     if isinstance(value, tuple | list):
         return tuple(_signature(v) for v in value)
     return value
-
-
-def _no_recompile_limit() -> Any:
-    # Dynamo recompiles a function for at most 8 shapes by default; a model has more distinct groups.
-    disable = getattr(getattr(torch._dynamo, "utils", None), "disable_cache_limit", None)
-    return disable() if disable is not None else nullcontext()
 
 
 # Recompute the update and m (a few element-wise ops on what is read anyway) in each loop that needs
@@ -281,3 +288,131 @@ COMPILER = StepCompiler()
 
 def eager(fn: Callable, *args: Any) -> Any:
     return fn(*args)
+
+
+def eager_chunk(*args: Any) -> None:
+    """A chunk's step, eager."""
+    chunk_maths(eager, *args)
+
+
+def compiled_chunk(*args: Any) -> None:
+    """A chunk's step, compiled on its first call (which waits for the compilation)."""
+    chunk_maths(COMPILER, *args)
+
+
+class Background:
+    """A chunk's step compiled on a worker thread while the eager step runs it: the first call of each
+    layout queues its compilation (on stand-in tensors of the same layouts and aliasing, so the real ones
+    are never touched from the thread) and runs eagerly; once compiled, the chunk takes the compiled step.
+    Training never waits for a compilation, and nothing is compiled twice. Pending compilations are
+    dropped when the interpreter exits (the one running finishes first)."""
+
+    def __init__(self, compiler: StepCompiler) -> None:
+        self.compiler = compiler
+        self.ready: set = set()
+        self._pending: set = set()
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+
+    def __call__(self, *args: Any) -> None:
+        key = _signature(args)
+        if key in self.ready and self.compiler.failure is None:
+            return chunk_maths(self.compiler, *args)
+        if key not in self._pending and self.compiler.failure is None:
+            self._pending.add(key)
+            self._queue.put((key, _stand_in_plan(args), torch.get_num_threads()))
+        return chunk_maths(eager, *args)
+
+    def start(self) -> None:
+        """Begin compiling what was queued: called when a step ends, so the first step does not share the
+        machine with the compiler."""
+        if self._pending and self.compiler.failure is None:
+            self._start()
+
+    def idle(self, timeout: float | None = None) -> bool:
+        """Wait until nothing is queued or compiling (at most ``timeout`` seconds); whether it is so."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._pending and (deadline is None or time.monotonic() < deadline):
+            time.sleep(0.01)
+        return not self._pending
+
+    def _start(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        # Not a daemon where the interpreter can tell it to stop before joining it at exit (a daemon thread
+        # killed inside the compiler at exit can crash the interpreter's shutdown).
+        register = getattr(threading, "_register_atexit", None)
+        self._thread = threading.Thread(target=self._work, name="came-compile", daemon=register is None)
+        if register is not None:
+            register(self._stop)
+        self._thread.start()
+
+    def _stop(self) -> None:
+        self._stopping = True
+        self._queue.put(None)
+
+    def _work(self) -> None:
+        while not self._stopping:
+            item = self._queue.get()
+            if item is None or self._stopping:
+                return
+            key, plan, threads = item
+            try:
+                torch.set_num_threads(threads)  # a guard of the compiled graph, set per thread
+                with torch.no_grad():
+                    chunk_maths(self.compiler, *_stand_ins(plan))
+                if self.compiler.failure is None:
+                    self.ready.add(key)
+            except Exception as exc:  # the eager step goes on
+                self.compiler._fail(exc)
+            finally:
+                self._pending.discard(key)
+
+
+def _stand_in_plan(args: Any) -> Any:
+    """``args`` with each tensor replaced by how to make a stand-in for it: (storage number, dtype,
+    shape, stride, offset), and each storage's device and the bytes its tensors reach."""
+    storages: dict[int, list] = {}
+
+    def plan(value: Any) -> Any:
+        if isinstance(value, Tensor):
+            ptr = value.untyped_storage().data_ptr()
+            entry = storages.setdefault(ptr, [len(storages), value.device, 0])
+            last = sum((n - 1) * s for n, s in zip(value.shape, value.stride(), strict=True))
+            entry[2] = max(entry[2], (value.storage_offset() + last + 1) * value.element_size() if value.numel() else 0)
+            return _TensorPlan(entry[0], value.dtype, tuple(value.shape), value.stride(), value.storage_offset())
+        if type(value) in (tuple, list):
+            return type(value)(plan(v) for v in value)
+        return value
+
+    planned = plan(args)
+    return planned, [(device, nbytes) for _, device, nbytes in sorted(storages.values(), key=lambda e: e[0])]
+
+
+@dataclass(frozen=True)
+class _TensorPlan:
+    storage: int
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int
+
+
+def _stand_ins(plan: Any) -> Any:
+    """Zero-filled tensors as ``_stand_in_plan`` describes, sharing storages as the originals did."""
+    planned, storages = plan
+    made = [torch.zeros(max(n, 1), dtype=torch.uint8, device=device).untyped_storage() for device, n in storages]
+
+    def make(value: Any) -> Any:
+        if isinstance(value, _TensorPlan):
+            out = torch.empty(0, dtype=value.dtype, device=made[value.storage].device)
+            return out.set_(made[value.storage], value.offset, value.shape, value.stride)
+        if type(value) in (tuple, list):
+            return type(value)(make(v) for v in value)
+        return value
+
+    return make(planned)
+
+
+BACKGROUND = Background(COMPILER)

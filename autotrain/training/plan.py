@@ -160,8 +160,9 @@ def load_dtype(cfg: TaskConfig, precision: Precision) -> str:
     return "float32"
 
 
-# CAME's compiled step costs about a minute of compiling on a fresh machine (a few seconds with inductor's
-# cache) and saves a fraction of each step: a run shorter than this does not compile (`compile: null` only).
+# CAME's compiled step costs 20-40 s of compiling on a fresh 2-core machine (a few seconds with inductor's
+# cache), done on a thread that shares the machine with the first, eager, steps; each compiled step then
+# saves 1.5-2 s on SmolLM2-135M. A run shorter than this does not compile (`compile: null` only).
 COMPILE_PAYS_AFTER_STEPS = 200
 
 
