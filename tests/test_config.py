@@ -36,7 +36,7 @@ CORPUS = sorted(CORPUS_DIR.glob("*.yml"))
 CONFIGS = sorted((REPO_ROOT / "configs").glob("*/*.yml"))
 SCHEMAS = REPO_ROOT / "configs" / "schemas"
 TASKS = ("llm", "text-classification", "image-classification")
-REGENERATE = f"for t in {' '.join(TASKS)}; do autotrain schema $t -o configs/schemas/$t.schema.json; done"
+REGENERATE = f"for t in {' '.join(TASKS)}; do autotrain schema $t -o configs/schemas/$t.schema.json --force; done"
 ENTRY = "import sys; from autotrain.cli.main import main; sys.argv[0] = 'autotrain'; main()"
 # Variables the corpus relies on being unset.
 UNSET = {name: None for name in os.environ if name.startswith("AUTOTRAIN_TEST_")}

@@ -24,6 +24,7 @@ import time
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from math import prod
 from typing import Any
 
@@ -47,6 +48,7 @@ class Group:
     stacked: dict[str, Tensor] = field(default_factory=dict)
     views: list[Tensor] = field(default_factory=list)  # state[p]["RMS"] of each param: the group's marker
     chunks: list[tuple[int, int]] = field(default_factory=list)  # [start, end) of the params stepped at once
+    eager_chunks: list[tuple[int, int]] = field(default_factory=list)  # the same for an eager step
 
     @property
     def factored(self) -> bool:
@@ -78,13 +80,19 @@ def chunks_of(count: int, numel: int, budget: int) -> list[tuple[int, int]]:
     return bounds
 
 
-def build(params: list[Tensor], state: dict, moment_keys: tuple[str, ...], budget: int | None = None) -> Group:
+def build(
+    params: list[Tensor], state: dict, moment_keys: tuple[str, ...], budget: int | None = None, eager_budget=None
+) -> Group:
     """Stack the per-parameter state of ``params`` (same local shape and kind) and leave views behind;
-    ``budget``: the most elements stepped at once (None: all of them)."""
+    ``budget``: the most elements stepped at once (None: all of them); ``eager_budget``: the same for the
+    eager step (None: ``budget``)."""
     shards = shards_of(params[0])
     keys = (FACTORED_KEYS if len(shards.shape) >= 2 else PLAIN_KEYS) + moment_keys + ("RMS",)
     numel = prod(shards.shape)
-    group = Group(params, keys, shards, chunks=chunks_of(len(params), numel, budget or len(params) * numel))
+    whole = len(params) * numel
+    chunks = chunks_of(len(params), numel, budget or whole)
+    eager_chunks = chunks if eager_budget is None else chunks_of(len(params), numel, eager_budget)
+    group = Group(params, keys, shards, chunks=chunks, eager_chunks=eager_chunks)
     for key in keys:
         values = [state[p][key] for p in params]
         stacked = torch.stack([local(v) for v in values])
@@ -145,26 +153,47 @@ def gather(tensors: list[Tensor], shape: tuple[int, ...], into: Tensor | None) -
     return torch.stack(tensors, out=into.view(len(tensors), *tensors[0].shape)).view(shape), False
 
 
-def step_group(group: Group, hp: Tensor, skipped: Tensor, run: Callable, scratch: Scratch | None = None) -> None:
-    """One step of every param of ``group``: one call of ``run`` (``eager``, ``COMPILER`` or
-    ``BACKGROUND``) with came_math's step per chunk of stacked params; ``scratch``: the step's buffer
-    (None: one for this group)."""
+def step_group(
+    group: Group, hp: Tensor, skipped: Tensor, run: Callable, scratch: Scratch | None = None, chunks=None
+) -> None:
+    """One step of every param of ``group``: one call of ``run`` (``eager_chunk`` or ``compiled_chunk``)
+    per chunk of stacked params (``chunks``; None: the group's chunks for ``run``); ``scratch``: the
+    step's buffer (None: one for this group)."""
     scratch = scratch or Scratch()
-    for start, end in group.chunks:
+    for start, end in chunks or (group.eager_chunks if run is eager_chunk else group.chunks):
         _step_chunk(group, start, end, hp, skipped, run, scratch)
 
 
 def _step_chunk(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor, run: Callable, scratch: Scratch):
     params = group.params[start:end]
     locals_ = [local(p) for p in params]
-    grads = [local(q.grad) for q in params]
+    args, in_place = _chunk_args(group, start, end, hp, skipped, scratch)
+    run(*args)
+    if not in_place:
+        p = args[0]
+        torch._foreach_copy_(locals_, list(p.view(len(locals_), *group.local_shape).unbind(0)))
+
+
+def _chunk_args(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor, scratch: Scratch | None):
+    """``chunk_maths``'s arguments for params ``[start, end)`` of ``group``, and whether ``p`` is the param
+    itself (updated in place). ``scratch`` None: only their layouts matter (see ``Background``): the stacked
+    params and gradients are then views of a meta-device buffer, nothing is gathered."""
+    locals_ = [local(p) for p in group.params[start:end]]
+    grads = [local(q.grad) for q in group.params[start:end]]
     lead = (len(locals_), *_step_shape(group.local_shape, group.factored))
     numel = prod(lead)
     eight_bit = group.factored and "exp_avg_codes" in group.state_keys
-    into_p, into_g = scratch.take([0 if _in_place(t) else numel for t in (locals_, grads)], locals_[0].device)
-    p, in_place = gather(locals_, lead, into_p)
-    g, _ = gather(grads, lead, into_g)
-    del grads
+    sizes = [0 if _in_place(t) else numel for t in (locals_, grads)]
+    if scratch is None:
+        buffer = torch.empty(sum(sizes), device="meta")
+        into_p, into_g = buffer[: sizes[0]], buffer[sizes[0] :]
+        p = locals_[0].detach().view(lead) if _in_place(locals_) else into_p.view(lead)
+        g = grads[0].view(lead) if _in_place(grads) else into_g.view(lead)
+        in_place = _in_place(locals_)
+    else:
+        into_p, into_g = scratch.take(sizes, locals_[0].device)
+        p, in_place = gather(locals_, lead, into_p)
+        g, _ = gather(grads, lead, into_g)
     stacked = {key: value[start:end] for key, value in group.stacked.items()}
     if group.factored:
         stats = [stacked[k].view(lead[:3] if k.endswith("row") else (*lead[:2], lead[3])) for k in FACTORED_KEYS]
@@ -174,9 +203,7 @@ def _step_chunk(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor,
     else:
         state, moment = (stacked["exp_avg_sq"].view(lead), stacked["exp_avg"].view(lead), stacked["RMS"], skipped), []
     reduce = None if group.shards.group is None else _reducer(group.shards)
-    run(p, g, state, tuple(moment), hp, group.dims(), reduce, eight_bit)
-    if not in_place:
-        torch._foreach_copy_(locals_, list(p.view(len(locals_), *group.local_shape).unbind(0)))
+    return (p, g, state, tuple(moment), hp, group.dims(), reduce, eight_bit), in_place
 
 
 def chunk_maths(run: Callable, p: Tensor, g: Tensor, state: tuple, moment: tuple, hp: Tensor, dims, reduce, eight_bit):
@@ -270,13 +297,14 @@ def _copy(fn: Callable) -> Callable:
     return copy
 
 
-def _signature(value: Any) -> Any:
+def _signature(value: Any, device: torch.device | None = None) -> Any:
     """What a compiled graph is specialised to (what Dynamo guards on): each tensor's shape, strides,
-    dtype and device, and every other value."""
+    dtype and device (``device`` for a meta tensor, which stands for one there), and every other value."""
     if isinstance(value, Tensor):
-        return (tuple(value.shape), value.stride(), value.dtype, value.device)
+        where = device if value.device.type == "meta" and device is not None else value.device
+        return (tuple(value.shape), value.stride(), value.dtype, where)
     if isinstance(value, tuple | list):
-        return tuple(_signature(v) for v in value)
+        return tuple(_signature(v, device) for v in value)
     return value
 
 
@@ -301,11 +329,12 @@ def compiled_chunk(*args: Any) -> None:
 
 
 class Background:
-    """A chunk's step compiled on a worker thread while the eager step runs it: the first call of each
-    layout queues its compilation (on stand-in tensors of the same layouts and aliasing, so the real ones
-    are never touched from the thread) and runs eagerly; once compiled, the chunk takes the compiled step.
-    Training never waits for a compilation, and nothing is compiled twice. Pending compilations are
-    dropped when the interpreter exits (the one running finishes first)."""
+    """A group's step compiled on a worker thread while the eager step runs it: the group's first step
+    queues the compilation of each of its chunk layouts (run once on stand-in tensors of the same layouts
+    and aliasing, so the real ones are never touched from the thread) and steps eagerly (with the eager
+    chunks); once all of them are compiled, the group takes the compiled step. Training never waits for a
+    compilation, and nothing is compiled twice. Pending compilations are dropped when the interpreter exits
+    (the one running finishes first)."""
 
     def __init__(self, compiler: StepCompiler) -> None:
         self.compiler = compiler
@@ -315,14 +344,18 @@ class Background:
         self._thread: threading.Thread | None = None
         self._stopping = False
 
-    def __call__(self, *args: Any) -> None:
-        key = _signature(args)
-        if key in self.ready and self.compiler.failure is None:
-            return chunk_maths(self.compiler, *args)
-        if key not in self._pending and self.compiler.failure is None:
-            self._pending.add(key)
-            self._queue.put((key, _stand_in_plan(args), torch.get_num_threads()))
-        return chunk_maths(eager, *args)
+    def step_group(self, group: Group, hp: Tensor, skipped: Tensor, scratch: Scratch | None = None) -> None:
+        """One step of ``group``: compiled if all its chunk layouts are, else eager (queueing the rest)."""
+        device = group.params[0].device
+        layouts = [_chunk_args(group, start, end, hp, skipped, None)[0] for start, end in group.chunks]
+        keys = [_signature(args, device) for args in layouts]
+        if self.compiler.failure is None and all(key in self.ready for key in keys):
+            return step_group(group, hp, skipped, partial(chunk_maths, self.compiler), scratch, group.chunks)
+        for key, args in zip(keys, layouts, strict=True):
+            if key not in self.ready and key not in self._pending and self.compiler.failure is None:
+                self._pending.add(key)
+                self._queue.put((key, _stand_in_plan(args, device), torch.get_num_threads()))
+        return step_group(group, hp, skipped, eager_chunk, scratch, group.eager_chunks)
 
     def start(self) -> None:
         """Begin compiling what was queued: called when a step ends, so the first step does not share the
@@ -370,15 +403,17 @@ class Background:
                 self._pending.discard(key)
 
 
-def _stand_in_plan(args: Any) -> Any:
+def _stand_in_plan(args: Any, device: torch.device) -> Any:
     """``args`` with each tensor replaced by how to make a stand-in for it: (storage number, dtype,
-    shape, stride, offset), and each storage's device and the bytes its tensors reach."""
+    shape, stride, offset), and each storage's device (``device`` for a meta tensor) and the bytes its
+    tensors reach."""
     storages: dict[int, list] = {}
 
     def plan(value: Any) -> Any:
         if isinstance(value, Tensor):
             ptr = value.untyped_storage().data_ptr()
-            entry = storages.setdefault(ptr, [len(storages), value.device, 0])
+            where = device if value.device.type == "meta" else value.device
+            entry = storages.setdefault((value.device.type, ptr), [len(storages), where, 0])
             last = sum((n - 1) * s for n, s in zip(value.shape, value.stride(), strict=True))
             entry[2] = max(entry[2], (value.storage_offset() + last + 1) * value.element_size() if value.numel() else 0)
             return _TensorPlan(entry[0], value.dtype, tuple(value.shape), value.stride(), value.storage_offset())
