@@ -1,6 +1,6 @@
 """Operations one optimizer step dispatches, counted with torch's profiler, on SmolLM2-135M's parameter list.
 
-    python benchmarks/came_ops.py [--layers 30 60] [--modes eager eager_large_chunks compiled auto adamw_foreach]
+    python benchmarks/came_ops.py [--layers 30 60] [--modes eager compiled auto adamw_foreach] [--chunks gpu cpu]
 
 SmolLM2-135M's parameters are built from their shapes alone (random values): hidden 576, MLP 1536,
 9 query and 3 key/value heads of 64, a 49152-token embedding tied to the head, 30 layers: 272 tensors
@@ -32,6 +32,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from autotrain.optimizers.came import CPU_CHUNK  # noqa: E402
 
 VIEW_OR_ALLOC = {
     "aten::view",
@@ -94,7 +96,7 @@ def build(mode: str, params: list[torch.nn.Parameter], cls_name: str = "CAME8Bit
     import autotrain.optimizers as optimizers
 
     cls = getattr(optimizers, cls_name)
-    compile_flag = {"eager": False, "eager_large_chunks": False, "compiled": True, "auto": None}[mode]
+    compile_flag = {"eager": False, "compiled": True, "auto": None}[mode]
     return cls(params, lr=1e-4, weight_decay=0.1, compile=compile_flag)
 
 
@@ -149,12 +151,12 @@ def profile_step(opt: torch.optim.Optimizer) -> tuple[int, Counter, int]:
     return total, names, syncs
 
 
-def ops_per_step(mode: str, layers: int, cls_name: str = "CAME8Bit") -> tuple[int, Counter, int]:
+def ops_per_step(mode: str, layers: int, cls_name: str = "CAME8Bit", chunks: str = "gpu") -> tuple[int, Counter, int]:
     from autotrain.optimizers import came
 
-    # The CPU's eager step chunks by 2**21 elements (cache and allocator friendly); a GPU's eager step uses
-    # the large chunks that the compiled step uses: "eager_large_chunks" counts what it would launch.
-    came.CPU_CHUNK = (1 << 62) if mode == "eager_large_chunks" else (1 << 21)
+    # On the CPU a step takes chunks of at most came.CPU_CHUNK elements (faster there), so their number
+    # follows the depth; "gpu" counts with the chunks a GPU steps (what it would launch), on the CPU.
+    came.CPU_CHUNK = (1 << 62) if chunks == "gpu" else CPU_CHUNK
     params = make_params(smollm2_shapes(layers))
     opt = build(mode, params, cls_name)
     opt.step()
@@ -169,8 +171,8 @@ def ops_per_step(mode: str, layers: int, cls_name: str = "CAME8Bit") -> tuple[in
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layers", type=int, nargs="+", default=[30, 60])
-    modes = ["eager", "eager_large_chunks", "compiled", "auto", "adamw_foreach"]
-    parser.add_argument("--modes", nargs="+", default=modes)
+    parser.add_argument("--modes", nargs="+", default=["eager", "compiled", "auto", "adamw_foreach"])
+    parser.add_argument("--chunks", nargs="+", default=["gpu", "cpu"], choices=["gpu", "cpu"])
     parser.add_argument("--optimizer", default="CAME8Bit", choices=["CAME8Bit", "CAME"])
     parser.add_argument("--verbose", action="store_true", help="also list the operations by name")
     args = parser.parse_args()
@@ -178,16 +180,20 @@ def main() -> None:
     torch._inductor.config.cpp.enable_kernel_profile = True  # kernels show in the profile by name
     shapes = len(set(smollm2_shapes(30)))
     print(f"torch={torch.__version__}; ops per step() on SmolLM2-135M's parameter list ({shapes} distinct shapes)")
-    print("| optimizer | mode | layers | tensors | ops per step | per distinct shape | host syncs |")
-    print("|---|---|---|---|---|---|---|")
+    print("| optimizer | mode | chunks | layers | tensors | ops per step | per distinct shape | host syncs |")
+    print("|---|---|---|---|---|---|---|---|")
     for mode in args.modes:
         name = "AdamW" if mode == "adamw_foreach" else args.optimizer
-        for layers in args.layers:
-            total, names, syncs = ops_per_step(mode, layers, args.optimizer)
-            tensors = len(smollm2_shapes(layers))
-            print(f"| {name} | {mode} | {layers} | {tensors} | {total} | {total / shapes:.1f} | {syncs} |", flush=True)
-            if args.verbose:
-                print("   ", dict(names.most_common()))
+        for chunks in ["-"] if mode == "adamw_foreach" else args.chunks:
+            for layers in args.layers:
+                total, names, syncs = ops_per_step(mode, layers, args.optimizer, chunks)
+                tensors = len(smollm2_shapes(layers))
+                row = (
+                    f"| {name} | {mode} | {chunks} | {layers} | {tensors} | {total} | {total / shapes:.1f} | {syncs} |"
+                )
+                print(row, flush=True)
+                if args.verbose:
+                    print("   ", dict(names.most_common()))
 
 
 if __name__ == "__main__":

@@ -11,8 +11,8 @@ A step gathers its params and gradients into stacked fp32 tensors (unless one fp
 place), so a group steps in chunks of params: at most ``budget`` elements each, or one param where a
 param is larger. That bounds the step's scratch memory to a few chunks of fp32 whatever the group's size.
 ``CAME`` sets the budget to the larger of half the largest param and an eighth of all the params it
-steps, so the number of chunks stays within the number of groups plus eight (and does not grow with the
-model's depth).
+steps, so on a GPU the number of chunks stays within the number of groups plus eight (and does not grow
+with the model's depth); on the CPU it caps the budget further (``came.CPU_CHUNK``), for speed.
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ class Group:
     stacked: dict[str, Tensor] = field(default_factory=dict)
     views: list[Tensor] = field(default_factory=list)  # state[p]["RMS"] of each param: the group's marker
     chunks: list[tuple[int, int]] = field(default_factory=list)  # [start, end) of the params stepped at once
-    eager_chunks: list[tuple[int, int]] = field(default_factory=list)  # the same for an eager step
 
     @property
     def factored(self) -> bool:
@@ -80,19 +79,13 @@ def chunks_of(count: int, numel: int, budget: int) -> list[tuple[int, int]]:
     return bounds
 
 
-def build(
-    params: list[Tensor], state: dict, moment_keys: tuple[str, ...], budget: int | None = None, eager_budget=None
-) -> Group:
+def build(params: list[Tensor], state: dict, moment_keys: tuple[str, ...], budget: int | None = None) -> Group:
     """Stack the per-parameter state of ``params`` (same local shape and kind) and leave views behind;
-    ``budget``: the most elements stepped at once (None: all of them); ``eager_budget``: the same for the
-    eager step (None: ``budget``)."""
+    ``budget``: the most elements stepped at once (None: all of them)."""
     shards = shards_of(params[0])
     keys = (FACTORED_KEYS if len(shards.shape) >= 2 else PLAIN_KEYS) + moment_keys + ("RMS",)
     numel = prod(shards.shape)
-    whole = len(params) * numel
-    chunks = chunks_of(len(params), numel, budget or whole)
-    eager_chunks = chunks if eager_budget is None else chunks_of(len(params), numel, eager_budget)
-    group = Group(params, keys, shards, chunks=chunks, eager_chunks=eager_chunks)
+    group = Group(params, keys, shards, chunks=chunks_of(len(params), numel, budget or len(params) * numel))
     for key in keys:
         values = [state[p][key] for p in params]
         stacked = torch.stack([local(v) for v in values])
@@ -153,14 +146,11 @@ def gather(tensors: list[Tensor], shape: tuple[int, ...], into: Tensor | None) -
     return torch.stack(tensors, out=into.view(len(tensors), *tensors[0].shape)).view(shape), False
 
 
-def step_group(
-    group: Group, hp: Tensor, skipped: Tensor, run: Callable, scratch: Scratch | None = None, chunks=None
-) -> None:
+def step_group(group: Group, hp: Tensor, skipped: Tensor, run: Callable, scratch: Scratch | None = None) -> None:
     """One step of every param of ``group``: one call of ``run`` (``eager_chunk`` or ``compiled_chunk``)
-    per chunk of stacked params (``chunks``; None: the group's chunks for ``run``); ``scratch``: the
-    step's buffer (None: one for this group)."""
+    per chunk of stacked params; ``scratch``: the step's buffer (None: one for this group)."""
     scratch = scratch or Scratch()
-    for start, end in chunks or (group.eager_chunks if run is eager_chunk else group.chunks):
+    for start, end in group.chunks:
         _step_chunk(group, start, end, hp, skipped, run, scratch)
 
 
@@ -331,8 +321,8 @@ def compiled_chunk(*args: Any) -> None:
 class Background:
     """A group's step compiled on a worker thread while the eager step runs it: the group's first step
     queues the compilation of each of its chunk layouts (run once on stand-in tensors of the same layouts
-    and aliasing, so the real ones are never touched from the thread) and steps eagerly (with the eager
-    chunks); once all of them are compiled, the group takes the compiled step. Training never waits for a
+    and aliasing, so the real ones are never touched from the thread) and steps eagerly; once all of them
+    are compiled, the group takes the compiled step. Training never waits for a
     compilation, and nothing is compiled twice. Pending compilations are dropped when the interpreter exits
     (the one running finishes first)."""
 
@@ -350,12 +340,12 @@ class Background:
         layouts = [_chunk_args(group, start, end, hp, skipped, None)[0] for start, end in group.chunks]
         keys = [_signature(args, device) for args in layouts]
         if self.compiler.failure is None and all(key in self.ready for key in keys):
-            return step_group(group, hp, skipped, partial(chunk_maths, self.compiler), scratch, group.chunks)
+            return step_group(group, hp, skipped, partial(chunk_maths, self.compiler), scratch)
         for key, args in zip(keys, layouts, strict=True):
             if key not in self.ready and key not in self._pending and self.compiler.failure is None:
                 self._pending.add(key)
                 self._queue.put((key, _stand_in_plan(args, device), torch.get_num_threads()))
-        return step_group(group, hp, skipped, eager_chunk, scratch, group.eager_chunks)
+        return step_group(group, hp, skipped, eager_chunk, scratch)
 
     def start(self) -> None:
         """Begin compiling what was queued: called when a step ends, so the first step does not share the
