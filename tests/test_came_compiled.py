@@ -274,3 +274,27 @@ def test_exiting_while_the_worker_compiles_is_clean(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "stepped"
     assert "Traceback" not in done.stderr and "Fatal" not in done.stderr
+
+
+@pytest.mark.slow
+def test_a_lone_large_param_encodes_in_the_same_compiled_call(monkeypatch):
+    """A CPU param too large to share a chunk, its 8-bit blocks whole rows, takes one compiled call (no
+    full-size fp32 moment between two): the same result as the two calls other params take."""
+    gen = torch.Generator().manual_seed(0)
+    start = torch.randn(3648, 576, generator=gen) * 0.02  # 2,101,248 elements; blocks of 3 rows
+    grads = [torch.randn(start.shape, generator=gen) * 1e-3 for _ in range(3)]
+    results, one_call = [], []
+    for limit in (came_groups.ONE_CALL_MIN_NUMEL, 1 << 62):  # as shipped; never one call
+        monkeypatch.setattr(came_groups, "ONE_CALL_MIN_NUMEL", limit)
+        param = nn.Parameter(start.clone())
+        opt = CAME8Bit([param], lr=1e-3, weight_decay=0.1, compile=True)
+        for grad in grads:
+            param.grad = grad.clone()
+            opt.step()
+        group = opt._groups[0][1][0]
+        args, _ = came_groups._chunk_args(group, 0, 1, torch.zeros(11), torch.zeros((), dtype=torch.int64), None)
+        one_call.append(came_groups._encodes_in_one_call(args[0], args[3]))
+        results.append((param.detach().clone(), opt.state[param]["exp_avg_codes"].clone()))
+    assert one_call == [True, False]
+    assert _relative([results[0][0]], [results[1][0]]) <= 1e-6
+    assert (results[0][1] != results[1][1]).float().mean().item() <= 1e-4
