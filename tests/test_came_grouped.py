@@ -68,6 +68,10 @@ def test_chunks_bound_what_a_step_gathers():
     runs = chunks_of(7, 10, 30)  # near-equal runs: two lengths at most
     assert [b - a for a, b in runs] == [3, 2, 2] and runs[-1][1] == 7
     assert chunks_of(3, 100, 10) == [(0, 1), (1, 2), (2, 3)]  # one param each when a param is larger
+    # SmolLM2's 60 gate/up matrices in the CPU's chunks: 30 equal runs of 2, one compiled shape (not 26 of
+    # 3 or 2); and never a run above the budget where params do not divide it (7 x 100 in 250: runs of 1).
+    assert {b - a for a, b in chunks_of(60, 1536 * 576, 2**21)} == {2}
+    assert all((b - a) * 100 <= 250 for a, b in chunks_of(7, 100, 250))
     params = [nn.Parameter(torch.randn(64, 16)) for _ in range(40)] + [nn.Parameter(torch.randn(512, 16))]
     opt = CAME8Bit(params, lr=1e-3, compile=False)
     _set_grads(params, 0)

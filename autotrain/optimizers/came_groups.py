@@ -68,8 +68,10 @@ class Group:
 
 def chunks_of(count: int, numel: int, budget: int) -> list[tuple[int, int]]:
     """``count`` params of ``numel`` elements in near-equal runs of at most ``budget`` elements (at least
-    one param each): at most two distinct run lengths, so at most two compiled shapes per group."""
-    parts = -(-count * numel // max(budget, numel))
+    one param each): equal runs where a number of runs up to twice the fewest possible divides ``count``
+    (one compiled shape per group), else at most two run lengths (two compiled shapes)."""
+    fewest = -(-count // max(1, budget // numel))  # runs of at most budget // numel params
+    parts = next((n for n in range(fewest, min(2 * fewest, count) + 1) if count % n == 0), fewest)
     size, extra = divmod(count, parts)
     bounds, start = [], 0
     for i in range(parts):
