@@ -48,6 +48,7 @@ class Group:
     stacked: dict[str, Tensor] = field(default_factory=dict)
     views: list[Tensor] = field(default_factory=list)  # state[p]["RMS"] of each param: the group's marker
     chunks: list[tuple[int, int]] = field(default_factory=list)  # [start, end) of the params stepped at once
+    compiled: bool = False  # Background: its chunk layouts were all compiled (one seen later compiles on use)
 
     @property
     def factored(self) -> bool:
@@ -157,19 +158,17 @@ def step_group(group: Group, hp: Tensor, skipped: Tensor, run: Callable, scratch
 
 
 def _step_chunk(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor, run: Callable, scratch: Scratch):
-    params = group.params[start:end]
-    locals_ = [local(p) for p in params]
-    args, in_place = _chunk_args(group, start, end, hp, skipped, scratch)
+    args, locals_ = _chunk_args(group, start, end, hp, skipped, scratch)
     run(*args)
-    if not in_place:
-        p = args[0]
-        torch._foreach_copy_(locals_, list(p.view(len(locals_), *group.local_shape).unbind(0)))
+    if locals_ is not None:  # the params were gathered: copied back
+        torch._foreach_copy_(locals_, list(args[0].view(len(locals_), *group.local_shape).unbind(0)))
 
 
 def _chunk_args(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor, scratch: Scratch | None):
-    """``chunk_maths``'s arguments for params ``[start, end)`` of ``group``, and whether ``p`` is the param
-    itself (updated in place). ``scratch`` None: only their layouts matter (see ``Background``): the stacked
-    params and gradients are then views of a meta-device buffer, nothing is gathered."""
+    """``chunk_maths``'s arguments for params ``[start, end)`` of ``group``, and the params' local tensors
+    where ``p`` is gathered from them (None where ``p`` is the param itself, updated in place).
+    ``scratch`` None: only their layouts matter (see ``Background``): the stacked params and gradients are
+    then views of a meta-device buffer, nothing is gathered."""
     locals_ = [local(p) for p in group.params[start:end]]
     grads = [local(q.grad) for q in group.params[start:end]]
     lead = (len(locals_), *_step_shape(group.local_shape, group.factored))
@@ -195,7 +194,7 @@ def _chunk_args(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor,
     else:
         state, moment = (stacked["exp_avg_sq"].view(lead), stacked["exp_avg"].view(lead), stacked["RMS"], skipped), []
     reduce = None if group.shards.group is None else _reducer(group.shards)
-    return (p, g, state, tuple(moment), hp, group.dims(), reduce, eight_bit), in_place
+    return (p, g, state, tuple(moment), hp, group.dims(), reduce, eight_bit), None if in_place else locals_
 
 
 def chunk_maths(run: Callable, p: Tensor, g: Tensor, state: tuple, moment: tuple, hp: Tensor, dims, reduce, eight_bit):
@@ -356,10 +355,13 @@ class Background:
 
     def step_group(self, group: Group, hp: Tensor, skipped: Tensor, scratch: Scratch | None = None) -> None:
         """One step of ``group``: compiled if all its chunk layouts are, else eager (queueing the rest)."""
+        if group.compiled and self.compiler.failure is None:  # checked once, not each step
+            return step_group(group, hp, skipped, partial(chunk_maths, self.compiler), scratch)
         device = group.params[0].device
         layouts = [_chunk_args(group, start, end, hp, skipped, None)[0] for start, end in group.chunks]
         keys = [_signature(args, device) for args in layouts]
         if self.compiler.failure is None and all(key in self.ready for key in keys):
+            group.compiled = True
             return step_group(group, hp, skipped, partial(chunk_maths, self.compiler), scratch)
         for key, args in zip(keys, layouts, strict=True):
             if key not in self.ready and key not in self._pending and self.compiler.failure is None:
