@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 # The installed console script next to this interpreter; else the same entry point run by it.
@@ -20,6 +23,24 @@ AUTOTRAIN = (
         "import sys; from autotrain.cli.main import main; sys.argv[0] = 'autotrain'; main()",
     ]
 )
+
+
+def write_sft_config(path: Path, model: Path, rows: list[dict], training: dict, **data) -> Path:
+    """An `autotrain llm` SFT config at ``path`` (its data, ``rows``, beside it as JSON lines), logging off,
+    its project folder beside it; ``data``: more data fields."""
+    rows_path = path.with_suffix(".jsonl")
+    rows_path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    cfg = {
+        "task": "llm",
+        "trainer": "sft",
+        "base_model": str(model),
+        "project_name": str(path.parent / f"run-{path.stem}-{time.monotonic_ns()}"),
+        "log": "none",
+        "data": {"path": str(rows_path), **data},
+        "training_args": training,
+    }
+    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    return path
 
 
 def run_timed(argv: Sequence[str], cwd: Path = ROOT, env: dict[str, str] | None = None) -> float:

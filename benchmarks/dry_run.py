@@ -10,14 +10,12 @@ an idle 2-core machine) and bare `python -c pass` for scale. Run it on an otherw
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-import yaml
-from _common import AUTOTRAIN, run_timed
+from _common import AUTOTRAIN, run_timed, write_sft_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,20 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def write_config(tmp: Path, model: Path) -> Path:
     rows = [{"messages": [{"role": "user", "content": f"question {i}?"}, {"role": "assistant", "content": "answer"}]}
             for i in range(200)]  # fmt: skip
-    data = tmp / "chat.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    cfg = {
-        "task": "llm",
-        "trainer": "sft",
-        "base_model": str(model),
-        "project_name": str(tmp / "run"),
-        "log": "none",
-        "data": {"path": str(data)},
-        "training_args": {"batch_size": 2, "max_length": 512, "mixed_precision": "no", "max_steps": 10},
-    }
-    path = tmp / "config.yml"
-    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
-    return path
+    training = {"batch_size": 2, "max_length": 512, "mixed_precision": "no", "max_steps": 10}
+    return write_sft_config(tmp / "config.yml", model, rows, training)
 
 
 def main() -> int:

@@ -13,7 +13,6 @@ adamw_torch. Run it on an otherwise idle machine.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import statistics
@@ -23,28 +22,15 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
-from _common import AUTOTRAIN
+from _common import AUTOTRAIN, write_sft_config
 
 
 def write_config(tmp: Path, model: Path, optimizer: str, steps: int) -> Path:
-    data = tmp / "text.jsonl"
-    if not data.exists():
-        text = " ".join(["a quick brown fox jumps over the lazy dog"] * 40)
-        data.write_text("".join(json.dumps({"text": text}) + "\n" for _ in range(64)), encoding="utf-8")
-    cfg = {
-        "task": "llm",
-        "trainer": "sft",
-        "base_model": str(model),
-        "project_name": str(tmp / f"run-{optimizer}-{time.monotonic_ns()}"),
-        "log": "none",
-        "data": {"path": str(data), "chat_template": "none"},
-        "training_args": {"batch_size": 2, "max_length": 128, "max_steps": steps, "optimizer": optimizer,
-                          "mixed_precision": "no", "logging_steps": 1, "save_steps": 100000, "lr": 1e-5},
-    }  # fmt: skip
-    path = tmp / f"{optimizer}.yml"
-    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
-    return path
+    text = " ".join(["a quick brown fox jumps over the lazy dog"] * 40)
+    training = {"batch_size": 2, "max_length": 128, "max_steps": steps, "optimizer": optimizer,
+                "mixed_precision": "no", "logging_steps": 1, "save_steps": 100000, "lr": 1e-5}  # fmt: skip
+    rows = [{"text": text}] * 64
+    return write_sft_config(tmp / f"{optimizer}.yml", model, rows, training, chat_template="none")
 
 
 def time_to_first_step(config: Path, cache: Path) -> tuple[float, str]:
