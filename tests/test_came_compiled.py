@@ -5,13 +5,14 @@ values; a fixed number of operations per group; an eager fallback that says so o
 from __future__ import annotations
 
 import math
+from math import prod
 
 import pytest
 import torch
 from torch import nn
 from torch._dynamo.utils import counters
 
-from autotrain.optimizers import CAME, CAME8Bit, came_groups
+from autotrain.optimizers import CAME, CAME8Bit, came_groups, came_math
 from autotrain.optimizers.table import OPTIMIZERS
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # small tensors: see conftest
@@ -276,25 +277,65 @@ def test_exiting_while_the_worker_compiles_is_clean(tmp_path):
     assert "Traceback" not in done.stderr and "Fatal" not in done.stderr
 
 
-@pytest.mark.slow
-def test_a_lone_large_param_encodes_in_the_same_compiled_call(monkeypatch):
-    """A CPU param too large to share a chunk, its 8-bit blocks whole rows, takes one compiled call (no
-    full-size fp32 moment between two): the same result as the two calls other params take."""
-    gen = torch.Generator().manual_seed(0)
-    start = torch.randn(3648, 576, generator=gen) * 0.02  # 2,101,248 elements; blocks of 3 rows
-    grads = [torch.randn(start.shape, generator=gen) * 1e-3 for _ in range(3)]
-    results, one_call = [], []
-    for limit in (came_groups.ONE_CALL_MIN_NUMEL, 1 << 62):  # as shipped; never one call
-        monkeypatch.setattr(came_groups, "ONE_CALL_MIN_NUMEL", limit)
-        param = nn.Parameter(start.clone())
-        opt = CAME8Bit([param], lr=1e-3, weight_decay=0.1, compile=True)
-        for grad in grads:
-            param.grad = grad.clone()
-            opt.step()
-        group = opt._groups[0][1][0]
+def _chunk_state(shape: tuple[int, ...], block: int, seed: int = 0) -> tuple:
+    """A chunk of ``shape`` (G, L, R, C) as came_math takes it: weights, gradients, statistics, codes in
+    blocks (the padded tail zero, as the optimizer keeps it) and their scales."""
+    gen = torch.Generator().manual_seed(seed)
+    count, slices, rows, cols = shape
+    p, g = torch.randn(shape, generator=gen) * 0.02, torch.randn(shape, generator=gen) * 1e-3
+    sizes = ((count, slices, rows), (count, slices, cols))
+    stats = [torch.rand(size, generator=gen) * 1e-6 + 1e-8 for size in sizes] * 2
+    numel, blocks = slices * rows * cols, -(-slices * rows * cols // block)
+    codes = torch.randint(-127, 128, (count, blocks * block), generator=gen, dtype=torch.int8)
+    codes[:, numel:] = 0
+    absmax = torch.rand(count, blocks, generator=gen) * 1e-3 + 1e-5
+    state = (*stats, torch.zeros(count), torch.zeros((), dtype=torch.int64))
+    return p, g, state, codes.view(count, blocks, block), absmax
+
+
+@pytest.mark.parametrize(
+    "shape, block",
+    [((2, 1, 64, 80), 240), ((2, 1, 8, 512), 256), ((1, 3, 5, 16), 48)],
+    ids=["blocks-of-3-rows-padded", "rows-of-2-blocks", "3-D-slices"],
+)
+def test_codes_laid_out_like_the_weights_give_the_blocks_result(shape, block):
+    """Where 8-bit blocks hold whole rows (or rows whole blocks) the step reads and writes the codes laid out
+    like the weights, in one call; elsewhere they stay blocks (the new moment made, then encoded). Both
+    layouts give the same weights and codes: bit for bit eagerly, to rounding compiled."""
+    hp = torch.tensor(came_math.hyper_values(1e-3, (0.9, 0.999, 0.9999), (1e-30, 1e-16), 1.0, 0.1))
+    dims = came_math.Dims(rows=shape[2], numel=prod(shape[1:]), block=block)
+    results = {}
+    for runner in (came_groups.eager, came_groups.COMPILER):
+        for layout in ("rows", "blocks"):
+            p, g, state, codes, absmax = _chunk_state(shape, block)
+            if layout == "rows":
+                moment = (came_math.row_codes(codes, shape), absmax)
+                assert moment[0].dim() in (4, 5) and moment[0].data_ptr() == codes.data_ptr()
+                runner(came_math.factored_step, p, g, (*state, *moment), hp, dims)
+            else:
+                m_new, ok = runner(came_math.factored_update, p, g, (*state, codes, absmax), hp, dims)
+                runner(came_math.write_moment, (codes, absmax), m_new, ok, dims)
+            results[runner is came_groups.eager, layout] = (p, codes, absmax)
+    assert came_groups.COMPILER.failure is None
+    eager_rows, eager_blocks = results[True, "rows"], results[True, "blocks"]
+    assert all(torch.equal(a, b) for a, b in zip(eager_rows, eager_blocks, strict=True))
+    p_rows, codes_rows, scale_rows = results[False, "rows"]
+    p_blocks, codes_blocks, scale_blocks = results[False, "blocks"]
+    assert _relative([p_rows], [p_blocks]) <= 1e-6 and _relative([p_rows], [eager_rows[0]]) <= 1e-6
+    assert torch.allclose(scale_rows, scale_blocks, rtol=1e-5)
+    assert (codes_rows != codes_blocks).float().mean().item() <= 1e-3
+    assert (codes_rows.view(shape[0], -1)[:, dims.numel :] == 0).all()  # the padded tail untouched
+
+
+def test_chunks_pass_codes_laid_out_like_the_weights_where_blocks_align_with_rows():
+    params = [nn.Parameter(torch.randn(s)) for s in ((64, 80), (20, 257))]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    opt = CAME8Bit(params, lr=1e-3, compile=False, **SMALL_8BIT)
+    opt.step()
+    layouts = {}
+    for group in opt._groups[0][1]:
         args, _ = came_groups._chunk_args(group, 0, 1, torch.zeros(11), torch.zeros((), dtype=torch.int64), None)
-        one_call.append(came_groups._encodes_in_one_call(args[0], args[3]))
-        results.append((param.detach().clone(), opt.state[param]["exp_avg_codes"].clone()))
-    assert one_call == [True, False]
-    assert _relative([results[0][0]], [results[1][0]]) <= 1e-6
-    assert (results[0][1] != results[1][1]).float().mean().item() <= 1e-4
+        layouts[tuple(group.local_shape)] = tuple(args[3][0].shape)
+    # 64x80 in blocks of 3 rows: the weights' layout; 257-wide rows cut by 256-blocks: the blocks.
+    assert layouts == {(64, 80): (1, 1, 64, 80), (20, 257): (1, 21, 256)}

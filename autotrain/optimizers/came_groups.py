@@ -60,7 +60,9 @@ class Group:
 
     def dims(self) -> came_math.Dims:
         shape = self.shards.shape
-        return came_math.Dims(rows=shape[-2] if self.factored else 1, numel=prod(shape))
+        codes = self.stacked.get("exp_avg_codes")
+        block = 0 if codes is None else codes.shape[-1]
+        return came_math.Dims(rows=shape[-2] if self.factored else 1, numel=prod(shape), block=block)
 
     def still_valid(self, state: dict) -> bool:
         """Whether the params' state still holds this group's views (nothing replaced it since)."""
@@ -189,7 +191,10 @@ def _chunk_args(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor,
     if group.factored:
         stats = [stacked[k].view(lead[:3] if k.endswith("row") else (*lead[:2], lead[3])) for k in FACTORED_KEYS]
         moment = [stacked[k] for k in group.state_keys[4:-1]]
-        moment = [moment[0].view(lead)] if len(moment) == 1 else moment
+        if len(moment) == 1:
+            moment = [moment[0].view(lead)]
+        elif came_math.rows_align(lead[-1], moment[0].shape[-1]):
+            moment = [came_math.row_codes(moment[0], lead), moment[1]]
         state = (*stats, stacked["RMS"], skipped)
     else:
         state, moment = (stacked["exp_avg_sq"].view(lead), stacked["exp_avg"].view(lead), stacked["RMS"], skipped), []
@@ -201,29 +206,11 @@ def chunk_maths(run: Callable, p: Tensor, g: Tensor, state: tuple, moment: tuple
     """came_math's step of one chunk, each function through ``run`` (``eager`` or ``COMPILER``)."""
     if not moment:  # 1-D params
         run(came_math.plain_step, p, g, state, hp, dims, reduce)
-    elif eight_bit and not _encodes_in_one_call(p, moment):  # the new moment is made once, then encoded
+    elif eight_bit and moment[0].dim() == 3:  # blocks across rows: the new moment is made once, then encoded
         m_new, ok = run(came_math.factored_update, p, g, (*state, *moment), hp, dims, reduce)
-        run(came_math.write_moment, moment, m_new, ok)
+        run(came_math.write_moment, moment, m_new, ok, dims)
     else:
         run(came_math.factored_step, p, g, (*state, *moment), hp, dims, reduce)
-
-
-# A lone CPU param above this many elements (one too large to share a chunk) whose 8-bit blocks hold whole
-# rows takes its 8-bit step in one compiled call: the new moment is then never a full-size fp32 buffer,
-# which at this size is fresh pages every step (SmolLM2-135M's 49152x576 embedding: 98 against 114 ms, and
-# 113 MB less at the peak; 8192x2048: 68 against 65 ms, 64 MB less). Where blocks cut the rows (4096x4096:
-# 146 against 73 ms), or for chunks of smaller params (1536x576: 3.6 against 2.4 ms), two calls are faster.
-ONE_CALL_MIN_NUMEL = 1 << 21
-
-
-def _encodes_in_one_call(p: Tensor, moment: tuple) -> bool:
-    codes = moment[0]
-    return (
-        p.device.type == "cpu"
-        and p.shape[0] == 1
-        and p.numel() > ONE_CALL_MIN_NUMEL
-        and codes.shape[-1] % p.shape[-1] == 0
-    )
 
 
 def _step_shape(shape: torch.Size, factored: bool) -> tuple[int, ...]:

@@ -18,6 +18,7 @@ between the phases; a whole tensor passes ``reduce=None`` and the phases run as 
 from __future__ import annotations
 
 from collections.abc import Callable
+from math import prod
 from typing import NamedTuple
 
 import torch
@@ -43,10 +44,12 @@ Reduce = Callable[[str, tuple[Tensor, ...]], tuple[Tensor, ...]] | None
 
 
 class Dims(NamedTuple):
-    """What the counts of the whole (unsharded) tensor are: rows (dim -2) and elements."""
+    """What the counts of the whole (unsharded) tensor are: rows (dim -2) and elements; and its 8-bit
+    first moment's block size (0: none)."""
 
     rows: int
     numel: int
+    block: int = 0
 
 
 # --- 8-bit first moment: square-root companded codes in flat blocks ---------------------------------
@@ -182,19 +185,20 @@ def factored_step(p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, d
 
     ``state`` is (row, col, res_row, res_col, rms, skipped, *moment): the row and column statistics of
     ``G^2`` and of the instability, the weights' RMS before the step (G,), the count of skipped tensors,
-    and the first moment: ``(m,)`` fp32 like ``p``, or ``(codes, absmax)`` in (G, blocks, block) 8-bit blocks.
+    and the first moment: ``(m,)`` fp32 like ``p``, or ``(codes, absmax)``: int8 codes in (G, blocks, block)
+    blocks or laid out like ``p`` (``rows_align``), and their blocks' scales (G, blocks).
     """
     m_new, ok = factored_update(p, g, state, hp, dims, reduce)
-    write_moment(state[6:], m_new, ok)
+    write_moment(state[6:], m_new, ok, dims)
 
 
 def factored_update(p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, dims: Dims, reduce: Reduce = None):
     """``factored_step`` up to the first moment: updates ``p`` and the statistics in place and returns the
     new first moment (fp32, like ``p``) and which params took the step, for ``write_moment``.
 
-    The grouped step runs the two as separate compiled calls for 8-bit moments: the new moment is then
-    computed once into a buffer, where one compiled call recomputed it for each block's maximum and again
-    for the codes (3x CAME's step time on a 4096x4096 matrix, against 1.3x)."""
+    The grouped step runs the two as separate compiled calls for 8-bit codes in blocks that cut rows: the
+    new moment is then computed once into a buffer, where one compiled call recomputed it for each block's
+    maximum and again for the codes. Codes laid out like the weights (``rows_align``) take one call."""
     row, col, res_row, res_col, rms, skipped, *moment = state
     row_new, slices, totals = factored_stats(p, g, row, hp)
     if reduce is not None:
@@ -203,7 +207,7 @@ def factored_update(p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor,
     col_new, rf, cf, update_sq = factored_factors(row_new, col, slices, hp, dims)
     if reduce is not None:
         (update_sq,) = reduce("update", (update_sq,))
-    m = moment[0] if len(moment) == 1 else from_blocks(decode(*moment), p.shape)
+    m = moment_value(moment, p.shape, dims)
     m_new, res_row_new, res_slices = factored_moment(g, m, rf, cf, update_sq, res_row, hp, dims)
     del m
     if reduce is not None:
@@ -217,17 +221,66 @@ def factored_update(p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor,
     return m_new, ok
 
 
-def write_moment(moment: tuple[Tensor, ...] | list[Tensor], m_new: Tensor, ok: Tensor) -> None:
-    """Store the new first moment where ``ok``: in place (fp32), or as the codes and scales of its blocks."""
+def rows_align(cols: int, block: int) -> bool:
+    """Whether 8-bit blocks of ``block`` elements hold whole rows ``cols`` wide, or rows whole blocks.
+
+    Such codes reach the step laid out like the weights (``row_codes``): (G, L, R, C) where a block holds
+    whole rows, (G, L, R, C // block, block) where a row holds whole blocks. A compiled step then finds each
+    block's maximum in the loop over rows that sums the instability's rows, and writes the codes in the
+    loop that writes the weights (SmolLM2-135M's 49152x576 embedding: 6 passes over the gradient, not 8).
+    Other codes reach it as their blocks, (G, blocks, block)."""
+    return block % cols == 0 or cols % block == 0
+
+
+def row_codes(codes: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """The codes (G, blocks, block) of params ``shape`` (G, L, R, C) laid out like them (see ``rows_align``;
+    the padded tail of the last block left out)."""
+    count, block, cols = codes.shape[0], codes.shape[-1], shape[-1]
+    held = codes.view(count, -1)[:, : prod(shape[1:])]
+    return held.view(shape) if block >= cols else held.view(*shape[:-1], cols // block, block)
+
+
+def _segment_scales(absmax: Tensor, segments: torch.Size, block: int) -> Tensor:
+    """Each segment's block scale, (G, L, R, C // seg) from ``absmax`` (G, blocks)."""
+    count, blocks = absmax.shape
+    per_block = block // segments[-1]
+    scales = absmax.unsqueeze(-1).expand(count, blocks, per_block).reshape(count, -1)
+    return scales[:, : prod(segments[1:-1])].view(segments[:-1])
+
+
+def moment_value(moment: tuple[Tensor, ...] | list[Tensor], shape: torch.Size, dims: Dims) -> Tensor:
+    """The first moment in fp32 as ``shape`` (G, L, R, C)."""
+    if len(moment) == 1:
+        return moment[0]
+    codes, absmax = moment
+    if codes.dim() == 3:
+        return from_blocks(decode(codes, absmax), shape)
+    return decode(codes, _segment_scales(absmax, codes.shape, dims.block)).view(shape)
+
+
+def write_moment(moment: tuple[Tensor, ...] | list[Tensor], m_new: Tensor, ok: Tensor, dims: Dims) -> None:
+    """Store the new first moment ``m_new`` (G, L, R, C) where ``ok``: in place (fp32), or as the codes and
+    scales of its blocks."""
     if len(moment) == 1:
         moment[0].copy_(_keep(ok, m_new, moment[0]))
         return
     codes, absmax = moment
-    blocks = to_blocks(m_new, *codes.shape[1:])
-    scale = _absmax(blocks)
+    if codes.dim() == 3:
+        blocks = to_blocks(m_new, *codes.shape[1:])
+        scale = _absmax(blocks)
+        new_codes = _encoded(blocks, scale)
+    else:  # as their rows' segments (rows_align)
+        count, n_blocks = absmax.shape
+        segments = m_new.view(codes.shape)
+        seg_max = torch.linalg.vector_norm(segments, float("inf"), dim=-1).reshape(count, -1)
+        per_block = dims.block // codes.shape[-1]
+        if seg_max.shape[1] != n_blocks * per_block:  # the padded tail of the last block
+            seg_max = functional.pad(seg_max, (0, n_blocks * per_block - seg_max.shape[1]))
+        scale = seg_max.view(count, n_blocks, per_block).amax(-1).clamp_(min=MIN_ABSMAX)
+        new_codes = _encoded(segments, _segment_scales(scale, codes.shape, dims.block))
     # Kept in fp32, then cast: inductor's C++ select between int8 vectors under a per-param mask ran 8x
     # slower than the rest of this pass together (the codes come back exactly: int8 -> fp32 -> int8).
-    codes.copy_(_keep(ok, _encoded(blocks, scale), codes.float()).to(torch.int8))
+    codes.copy_(_keep(ok, new_codes, codes.float()).to(torch.int8))
     absmax.copy_(_keep(ok, scale, absmax))
 
 
