@@ -241,6 +241,10 @@ def test_auto_compiles_on_a_thread_while_the_first_steps_run_eagerly(monkeypatch
     assert compiler.main_thread_calls == 0 and background._pending | background.ready  # queued, not waited on
     assert background.idle(timeout=900), "the worker thread compiled every layout"
     assert compiler.failure is None and len(background.ready) == 4  # 3 factored shapes and the 1-D group
+    # With nothing left to compile the worker ends, and its OpenMP team with it (a team left waiting
+    # slowed every later compiled step of the process by half).
+    background._thread.join(timeout=60)
+    assert not background._thread.is_alive()
     shapes, graphs = compiler.shapes, counters["stats"]["unique_graphs"]
     for step in range(1, 6):
         for params, opt in ((auto_params, auto), (eager_params, eager)):

@@ -197,10 +197,10 @@ def _step_scratch(shape: ModelShape, setup: Setup, trained: int, tw: int) -> flo
     largest = min(shape.largest_param, trained)
     if spec.bundled and spec.factored:
         # CAME steps same-shaped params in chunks of at most an eighth of them all or half the largest
-        # (on the CPU at most 2**21 elements; autotrain.optimizers.came_groups): the eager step keeps about
+        # (on the CPU at most 2**17 elements; autotrain.optimizers.came_groups): the eager step keeps about
         # four fp32 copies of the largest tensor it steps in place, or five of a gathered chunk (params,
         # gradients and three temporaries); the compiled step fuses those temporaries away and needs less
-        # (SmolLM2-135M: 30 MiB compiled, 432 MiB eager, measured). An upper bound on both.
+        # (SmolLM2-135M: 1 MiB compiled, 432 MiB eager, measured). An upper bound on both.
         scratch = max(4 * largest, 5 * trained / 8) * 4
         if setup.compiles_in_background and trained >= AUTO_COMPILE_MIN_NUMEL:
             # While the first steps run eagerly, a thread compiles each chunk's step by running it once on
