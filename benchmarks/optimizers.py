@@ -13,6 +13,10 @@ rounds cancels out.
 Also CAME8Bit against CAME alone (the two taking turns) on one 4096x4096 matrix and on SmolLM2-135M's
 matrix shapes (576 wide: blocks of whole rows).
 
+``--smollm2``: SmolLM2-135M's whole parameter list (272 tensors), each figure's two candidates taking turns
+in a fresh process of their own, as a training run holds one optimizer: with all six candidates' gigabytes
+of state resident in one process, the multi-pass CAME steps ran 1.5-2.5x slower than alone.
+
 Candidates: CAME8Bit and CAME with their compiled step (``compile=True``), their eager one
 (``compile=False``) and their default (auto: compiled on the CPU), the authors' ``came-pytorch`` CAME,
 ``torch.optim.AdamW`` (foreach and fused) and FusedAdam (which runs torch's fused AdamW kernel: its speed
@@ -159,6 +163,14 @@ def step_times(names: list[str], shapes: list[tuple[int, ...]], device: str, rou
     return times
 
 
+def pair_times_here(pair: str, shapes: list[tuple[int, ...]], device: str) -> dict:
+    """``step_times`` of the two candidates of ``pair`` ("name,baseline,rounds") in this (fresh) process:
+    the pair alone, as in a training run, with no other candidate's state resident (six SmolLM2-135M
+    candidates in one process made the multi-pass CAME steps 1.5-2.5x slower than alone, AdamW's less)."""
+    name, base, rounds = pair.split(",")
+    return step_times([name, base], [tuple(s) for s in shapes], device, int(rounds))
+
+
 def paired_ratio(times: dict[str, list[float]], name: str, baseline: str) -> float:
     """Median over rounds of the within-round ratio: load changes between rounds cancel out."""
     return statistics.median(a / b for a, b in zip(times[name], times[baseline], strict=True))
@@ -246,10 +258,9 @@ def _smollm2_rows(device: str, threads: int, rounds: int, layers: int = 30) -> l
     """Step-time ratios on SmolLM2-135M's 272 tensors, and CAME8Bit's first step (compiled) in a fresh
     process, cold (inductor's caches off) and with the cache the previous process left."""
     shapes = smollm2_shapes(layers)
-    names = list(dict.fromkeys([n for _, a, b, _ in SMOLLM2_FIGURES for n in (a, b)]))
-    times = step_times(names, shapes, device, rounds)
     rows = []
     for figure, name, base, target in SMOLLM2_FIGURES:
+        times = in_subprocess("pair_times_here", f"{name},{base},{rounds}", shapes, device, threads)
         ms = [f"{statistics.median(times[n]) * 1e3:.1f} ms" for n in (name, base)]
         rows.append((f"SmolLM2-135M list: {figure}", *ms, paired_ratio(times, name, base), target))
     off = {"TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}
