@@ -49,6 +49,7 @@ class Group:
     views: list[Tensor] = field(default_factory=list)  # state[p]["RMS"] of each param: the group's marker
     chunks: list[tuple[int, int]] = field(default_factory=list)  # [start, end) of the params stepped at once
     compiled: bool = False  # Background: its chunk layouts were all compiled (one seen later compiles on use)
+    chunk_state: dict = field(default_factory=dict)  # (start, end) -> _state_views of that chunk
 
     @property
     def factored(self) -> bool:
@@ -187,6 +188,17 @@ def _chunk_args(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor,
         into_p, into_g = scratch.take(sizes, locals_[0].device)
         p, in_place = gather(locals_, lead, into_p)
         g, _ = gather(grads, lead, into_g)
+    views, moment, dims, reduce = _state_views(group, start, end, lead)
+    state = (*views, skipped)
+    return (p, g, state, moment, hp, dims, reduce, eight_bit), None if in_place else locals_
+
+
+def _state_views(group: Group, start: int, end: int, lead: tuple[int, ...]) -> tuple:
+    """The state of params ``[start, end)`` as came_math takes it (views of the group's stacked tensors,
+    which live as long as the group: made once per chunk, not each step), its moment, dims and reducer."""
+    cached = group.chunk_state.get((start, end))
+    if cached is not None:
+        return cached
     stacked = {key: value[start:end] for key, value in group.stacked.items()}
     if group.factored:
         stats = [stacked[k].view(lead[:3] if k.endswith("row") else (*lead[:2], lead[3])) for k in FACTORED_KEYS]
@@ -195,11 +207,12 @@ def _chunk_args(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor,
             moment = [moment[0].view(lead)]
         elif came_math.rows_align(lead[-1], moment[0].shape[-1]):
             moment = [came_math.row_codes(moment[0], lead), moment[1]]
-        state = (*stats, stacked["RMS"], skipped)
+        views = (*stats, stacked["RMS"])
     else:
-        state, moment = (stacked["exp_avg_sq"].view(lead), stacked["exp_avg"].view(lead), stacked["RMS"], skipped), []
+        views, moment = (stacked["exp_avg_sq"].view(lead), stacked["exp_avg"].view(lead), stacked["RMS"]), []
     reduce = None if group.shards.group is None else _reducer(group.shards)
-    return (p, g, state, tuple(moment), hp, group.dims(), reduce, eight_bit), None if in_place else locals_
+    cached = group.chunk_state[(start, end)] = (views, tuple(moment), group.dims(), reduce)
+    return cached
 
 
 def chunk_maths(run: Callable, p: Tensor, g: Tensor, state: tuple, moment: tuple, hp: Tensor, dims, reduce, eight_bit):
