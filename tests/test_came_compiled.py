@@ -194,6 +194,35 @@ def test_failed_compilation_falls_back_to_eager_with_one_notice(monkeypatch, cap
     assert all(torch.equal(p, q) for p, q in zip(runs[0], runs[2], strict=True))  # the eager step ran
 
 
+def test_a_failed_background_compilation_drops_the_queue(monkeypatch, capsys):
+    """compile=None with no working compiler: the worker's first compilation fails, the rest of the queue
+    is dropped (not left pending: waiting for the worker ends), and the steps stay the eager ones."""
+    from autotrain.optimizers import came as came_module
+
+    def broken_compile(fn, **kwargs):
+        def fail(*args, **kw):
+            raise RuntimeError("no C++ compiler found")
+
+        return fail
+
+    compiler = came_groups.StepCompiler()
+    background = came_groups.Background(compiler)
+    monkeypatch.setattr(came_groups, "BACKGROUND", background)
+    monkeypatch.setattr(came_module, "AUTO_COMPILE_MIN_NUMEL", 0)
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    auto_params, eager_params = _params(), _params()
+    auto = CAME8Bit(auto_params, lr=1e-2, compile=None, **SMALL_8BIT)
+    eager = CAME8Bit(eager_params, lr=1e-2, compile=False, **SMALL_8BIT)
+    for step in range(3):
+        for params, opt in ((auto_params, auto), (eager_params, eager)):
+            _set_grads(params, step)
+            opt.step()
+        assert background.idle(timeout=120)
+    assert compiler.failure is not None and not background.ready
+    assert all(torch.equal(p, q) for p, q in zip(auto_params, eager_params, strict=True))
+    assert capsys.readouterr().err.count("compiled step is unavailable") == 1
+
+
 def test_compile_is_a_typed_optimizer_argument():
     from pydantic import ValidationError
 

@@ -373,13 +373,14 @@ class Background:
     def start(self) -> None:
         """Begin compiling what was queued: called when a step ends, so the first step does not share the
         machine with the compiler."""
-        if self._pending and self.compiler.failure is None:
+        if self._pending:  # after a failure, the worker only drops what is queued
             self._start()
 
     def idle(self, timeout: float | None = None) -> bool:
         """Wait until nothing is queued or compiling (at most ``timeout`` seconds); whether it is so."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while self._pending and (deadline is None or time.monotonic() < deadline):
+            self.start()  # a worker that found the queue empty just before more was queued has ended
             time.sleep(0.01)
         return not self._pending
 
@@ -413,6 +414,8 @@ class Background:
                 return
             key, plan, threads = item
             try:
+                if self.compiler.failure is not None:
+                    continue
                 torch.set_num_threads(threads)  # a guard of the compiled graph, set per thread
                 with torch.no_grad():
                     chunk_maths(self.compiler, *_stand_ins(plan))
