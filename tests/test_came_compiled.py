@@ -326,6 +326,7 @@ def _chunk_state(shape: tuple[int, ...], block: int, seed: int = 0) -> tuple:
     return p, g, state, codes.view(count, blocks, block), absmax
 
 
+@pytest.mark.slow  # compiles six graphs
 @pytest.mark.parametrize(
     "shape, block",
     [((2, 1, 64, 80), 240), ((2, 1, 8, 512), 256), ((1, 3, 5, 16), 48)],
