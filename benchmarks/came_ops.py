@@ -13,7 +13,8 @@ How an operation is counted, over one profiled ``step()`` after two warm-up step
   counts once, as on a GPU it launches one multi-tensor kernel per few dozen tensors;
 * ``aten::item`` / ``aten::_local_scalar_dense`` are not counted but reported on their own (torch's
   AdamW reads its CPU step counters with them: free on a GPU; a read of a GPU tensor would be a sync);
-* a call into a compiled region (``Torch-Compiled Region``) counts once, plus one per kernel inductor
+* a call into a compiled region (``Torch-Compiled Region``, or CAME's own compiled graphs, which it
+  marks ``came_groups.COMPILED_REGION`` when a profiler runs) counts once, plus one per kernel inductor
   generated inside it (``cpp_fused_*`` on the CPU, with inductor's kernel profiling on) and per ATen
   operation the compiled code calls (its extern kernels and fallbacks), views and allocations aside.
 
@@ -34,6 +35,7 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from autotrain.optimizers.came import CPU_CHUNK  # noqa: E402
+from autotrain.optimizers.came_groups import COMPILED_REGION  # noqa: E402
 
 VIEW_OR_ALLOC = {
     "aten::view",
@@ -126,7 +128,7 @@ def count_ops(events) -> tuple[int, Counter]:
     total = 0
     for event in events:
         name = event.name
-        if name.startswith("Torch-Compiled Region"):
+        if name.startswith("Torch-Compiled Region") or name == COMPILED_REGION:
             n = _count_compiled(event)
             names["<compiled region + kernels>"] += n
             total += n

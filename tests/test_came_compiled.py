@@ -9,6 +9,7 @@ from math import prod
 
 import pytest
 import torch
+import torch._inductor
 from torch import nn
 from torch._dynamo.utils import counters
 
@@ -21,6 +22,11 @@ SMALL_8BIT = dict(block_size=256, min_8bit_size=1024)
 # Two same-shaped matrices (one group), a matrix whose 256-blocks cut its 257-wide rows, a 4-D kernel
 # factored per (3, 3) slice, and 1-D params.
 SHAPES = [(64, 80), (64, 80), (20, 257), (4, 3, 3, 3), (64,), (64,)]
+
+
+def _graphs() -> int:
+    """Graphs compiled by inductor so far in this process (compiled afresh or loaded from its cache)."""
+    return counters["aot_autograd"]["total"]
 
 
 def _params(dtype: torch.dtype = torch.float32) -> list[nn.Parameter]:
@@ -114,11 +120,11 @@ def test_half_precision_params_reuse_the_fp32_graphs(dtype):
     opts = CAME8Bit(fp32, lr=1e-2, compile=True, **SMALL_8BIT), CAME8Bit(half, lr=1e-2, compile=True, **SMALL_8BIT)
     _set_grads(fp32, 0)
     opts[0].step()
-    graphs = counters["stats"]["unique_graphs"]
+    graphs = _graphs()
     for step in range(5):
         _set_grads(half, step)
         opts[1].step()
-    assert counters["stats"]["unique_graphs"] == graphs  # the fp32 graphs: stacked in fp32
+    assert _graphs() == graphs  # the fp32 graphs: stacked in fp32
     assert all(p.dtype == dtype and torch.isfinite(p).all() for p in half)
     assert opts[1].state[half[0]]["exp_avg_codes"].dtype == torch.int8
 
@@ -140,14 +146,14 @@ def test_no_recompilation_over_a_schedule_and_per_group_settings():
     _set_grads(params, 0)
     opt.step()
     schedule.step()
-    frames, graphs = counters["stats"]["calls_captured"], counters["stats"]["unique_graphs"]
+    graphs = _graphs()
+    assert graphs > 0
     seconds = came_groups.COMPILER.seconds
     for step in range(1, 200):
         _set_grads(params, step)
         opt.step()
         schedule.step()
-    assert counters["stats"]["unique_graphs"] == graphs
-    assert counters["stats"]["calls_captured"] == frames
+    assert _graphs() == graphs
     assert came_groups.COMPILER.seconds == seconds and came_groups.COMPILER.failure is None
 
 
@@ -171,14 +177,11 @@ def test_auto_compiles_large_groups_on_the_cpu_only():
 
 
 def test_failed_compilation_falls_back_to_eager_with_one_notice(monkeypatch, capsys):
-    def broken_compile(fn, **kwargs):
-        def fail(*args, **kw):
-            raise RuntimeError("no C++ compiler found\nmore details")
-
-        return fail
+    def broken_compile(graph, example_inputs, options=None):
+        raise RuntimeError("no C++ compiler found\nmore details")
 
     monkeypatch.setattr(came_groups, "COMPILER", came_groups.StepCompiler())
-    monkeypatch.setattr(torch, "compile", broken_compile)
+    monkeypatch.setattr(torch._inductor, "compile", broken_compile)
     runs = [_params() for _ in range(3)]
     opts = [CAME8Bit(runs[0], lr=1e-2, compile=True, **SMALL_8BIT), CAME(runs[1], lr=1e-2, compile=True)]
     eager_opt = CAME8Bit(runs[2], lr=1e-2, **SMALL_8BIT)
@@ -199,17 +202,14 @@ def test_a_failed_background_compilation_drops_the_queue(monkeypatch, capsys):
     is dropped (not left pending: waiting for the worker ends), and the steps stay the eager ones."""
     from autotrain.optimizers import came as came_module
 
-    def broken_compile(fn, **kwargs):
-        def fail(*args, **kw):
-            raise RuntimeError("no C++ compiler found")
-
-        return fail
+    def broken_compile(graph, example_inputs, options=None):
+        raise RuntimeError("no C++ compiler found")
 
     compiler = came_groups.StepCompiler()
     background = came_groups.Background(compiler)
     monkeypatch.setattr(came_groups, "BACKGROUND", background)
     monkeypatch.setattr(came_module, "AUTO_COMPILE_MIN_NUMEL", 0)
-    monkeypatch.setattr(torch, "compile", broken_compile)
+    monkeypatch.setattr(torch._inductor, "compile", broken_compile)
     auto_params, eager_params = _params(), _params()
     auto = CAME8Bit(auto_params, lr=1e-2, compile=None, **SMALL_8BIT)
     eager = CAME8Bit(eager_params, lr=1e-2, compile=False, **SMALL_8BIT)
@@ -274,13 +274,13 @@ def test_auto_compiles_on_a_thread_while_the_first_steps_run_eagerly(monkeypatch
     # slowed every later compiled step of the process by half).
     background._thread.join(timeout=60)
     assert not background._thread.is_alive()
-    shapes, graphs = compiler.shapes, counters["stats"]["unique_graphs"]
+    shapes, graphs = compiler.shapes, _graphs()
     for step in range(1, 6):
         for params, opt in ((auto_params, auto), (eager_params, eager)):
             _set_grads(params, step)
             opt.step()
     assert compiler.main_thread_calls > 0  # the compiled step ran
-    assert compiler.shapes == shapes and counters["stats"]["unique_graphs"] == graphs  # compiled by the worker only
+    assert compiler.shapes == shapes and _graphs() == graphs  # compiled by the worker only
     assert _relative(auto_params, eager_params) <= 1e-5
 
 
@@ -373,3 +373,37 @@ def test_chunks_pass_codes_laid_out_like_the_weights_where_blocks_align_with_row
         layouts[tuple(group.local_shape)] = tuple(args[3][0].shape)
     # 64x80 in blocks of 3 rows: the weights' layout; 257-wide rows cut by 256-blocks: the blocks.
     assert layouts == {(64, 80): (1, 1, 64, 80), (20, 257): (1, 21, 256)}
+
+
+def _accumulate(p: torch.Tensor, g: torch.Tensor, hp: torch.Tensor, scale: float):
+    p.add_(g * hp[0] * scale)
+    return p.sum(), g.abs().amax()
+
+
+def _double(p: torch.Tensor) -> None:
+    p.mul_(2.0)
+
+
+def test_graphs_are_keyed_on_layouts_aliasing_and_constants():
+    """The compiler keys a graph on what it was traced for: the tensors' shapes, strides and dtypes, which
+    of them share a storage, and the other arguments' values; each call's result is the eager one."""
+    compiler = came_groups.StepCompiler()
+    hp = torch.tensor([0.5])
+
+    def run(p, g, scale=1.0):
+        expected_p = p.clone()
+        expected = _accumulate(expected_p, g.clone(), hp, scale)
+        out = compiler(_accumulate, p, g, hp, scale)
+        assert isinstance(out, tuple) and len(out) == 2
+        assert torch.allclose(p, expected_p) and all(torch.allclose(a, b) for a, b in zip(out, expected, strict=True))
+        return compiler.shapes
+
+    assert run(torch.ones(4, 6), torch.arange(24.0).view(4, 6)) == 1
+    assert run(torch.zeros(4, 6), torch.full((4, 6), 2.0)) == 1  # new values, the same graph
+    buffer = torch.arange(48.0)
+    assert run(buffer[:24].view(4, 6), buffer[24:].view(4, 6)) == 2  # one storage under both
+    assert run(torch.ones(6, 4).t(), torch.ones(4, 6)) == 3  # other strides
+    assert run(torch.ones(4, 6), torch.ones(4, 6), scale=2.0) == 4  # another constant
+    assert compiler.failure is None
+    ones = torch.ones(3)
+    assert compiler(_double, ones) is None and torch.equal(ones, torch.full((3,), 2.0))  # None, as eagerly

@@ -36,7 +36,7 @@ class CameArgs(_Args):
     compile: Bool | None = Field(
         None,
         description=(
-            "Run the step of each group of same-shaped params through torch.compile (C++ on CPU, Triton on "
+            "Compile the step of each group of same-shaped params with inductor (C++ on CPU, Triton on "
             "CUDA), once per group shape: null (auto) compiles groups of 2**20 elements or more on the CPU, on "
             "a thread while the first steps run eagerly (training never waits for it), none on a GPU, and "
             "nothing in runs of under 200 max_steps; true compiles every group before its first step; false "

@@ -70,9 +70,9 @@ class CAME(Optimizer):
     Multi-tensor step: params of a param group with the same (local) shape, device and kind step
     together (``came_groups``): their state is stacked, so row and column statistics are batched
     reductions and each group takes a fixed number of operations per step, whatever its size. The
-    maths is stated once (``came_math``); the eager step runs it as it is, the compiled step through
-    ``torch.compile`` (one graph per group shape; hyper-parameters are a tensor input, so schedules and
-    per-group settings never recompile, and fp16/bf16 params share the fp32 graphs).
+    maths is stated once (``came_math``); the eager step runs it as it is, the compiled step compiled by
+    inductor (``came_groups.StepCompiler``: one graph per group shape; hyper-parameters are a tensor input,
+    so schedules and per-group settings never recompile, and fp16/bf16 params share the fp32 graphs).
     ``compile=None`` (auto) compiles groups of at least 2**20 elements on the CPU and none on a GPU
     (not measured faster there yet), on a worker thread while the first steps run eagerly
     (``came_groups.Background``: a run never waits for the compiler); ``True`` compiles every group of

@@ -3,7 +3,7 @@
 Every function here is plain torch on stacked tensors: ``p`` and ``g`` are ``[G, L, R, C]`` (a matrix
 is ``L = 1``; a 3-D+ tensor is factored within each of its ``L`` leading slices) or ``[G, N]`` for
 unfactored (1-D) params, fp32. The eager step runs these functions as they are; the compiled step runs
-the very same functions through ``torch.compile`` (one graph per group shape), so there is no second
+the very same functions compiled by inductor (one graph per group shape), so there is no second
 copy of the maths to keep in step. Row and column statistics are batched reductions over the group.
 
 Hyper-parameters arrive as one fp32 tensor ``hp`` (``HP`` names its slots), never as Python numbers, so
