@@ -124,6 +124,19 @@ def _realized(x: Tensor) -> Tensor:
     return x.as_strided(x.size(), x.stride())
 
 
+def _col_sum(x: Tensor) -> Tensor:
+    """``x`` (..., R, C) summed over its rows, in two stages where R has a divisor ``k`` from 8 to 32: the sums
+    of each block of ``k`` rows, then of those. A compiled step then reads each block's rows one after the
+    other, where one stage swept a strip of 16 columns down every row, once per strip: one cache line per
+    2 KiB row, and each element divided by its row's statistic again (SmolLM2-135M's 576x576 matrices:
+    26% off the step, its embedding 20%)."""
+    rows = x.shape[-2]
+    block = next((k for k in range(32, 7, -1) if rows % k == 0), rows)
+    if block == rows:
+        return x.sum(-2)
+    return x.unflatten(-2, (rows // block, block)).sum(-2).sum(-2)
+
+
 def _keep(ok: Tensor, new: Tensor, old: Tensor) -> Tensor:
     return torch.where(_per_param(ok, new), new, old)
 
@@ -136,8 +149,8 @@ def factored_stats(p: Tensor, g: Tensor, row: Tensor, hp: Tensor) -> tuple[Tenso
     """
     sq = g * g
     row_new = _ema(row, sq.mean(-1) + hp[EPS1], hp, BETA2)
-    col_sq = sq.sum(-2)
-    weighted = sq.div_(row_new.unsqueeze(-1)).sum(-2)
+    col_sq = _col_sum(sq)
+    weighted = _col_sum(sq.mul_(_realized(row_new.reciprocal()).unsqueeze(-1)))  # a product: no division each
     del sq
     totals = (col_sq.sum((-2, -1)), _sum_sq(p, (-3, -2, -1)))
     return row_new, (col_sq, weighted, row_new.sum(-1)), totals
@@ -167,7 +180,7 @@ def factored_moment(
     m_new = (m * hp[BETA1]).add_(u * hp[BETA1_C])
     res = u.sub_(m_new).square_()  # u is not needed again
     res_row_new = _ema(res_row, res.mean(-1) + hp[EPS2], hp, BETA3)
-    return m_new, res_row_new, (res.sum(-2), res_row_new.sum(-1))
+    return m_new, res_row_new, (_col_sum(res), res_row_new.sum(-1))
 
 
 def factored_apply(p: Tensor, m_new: Tensor, res_row_new: Tensor, res_col: Tensor, res_slices: tuple, hp, dims):
