@@ -124,14 +124,19 @@ def _realized(x: Tensor) -> Tensor:
     return x.as_strided(x.size(), x.stride())
 
 
+PARTIAL_SUMS = 1 << 17  # the most elements of a column sum's first stage (see _col_sum)
+
+
 def _col_sum(x: Tensor) -> Tensor:
-    """``x`` (..., R, C) summed over its rows, in two stages where R has a divisor ``k`` from 8 to 32: the sums
-    of each block of ``k`` rows, then of those. A compiled step then reads each block's rows one after the
+    """``x`` (..., R, C) summed over its rows, in two stages where R has a fitting divisor ``k``: the sums of
+    each block of ``k`` rows, then of those. A compiled step then reads each block's rows one after the
     other, where one stage swept a strip of 16 columns down every row, once per strip: one cache line per
     2 KiB row, and each element divided by its row's statistic again (SmolLM2-135M's 576x576 matrices:
-    26% off the step, its embedding 20%)."""
-    rows = x.shape[-2]
-    block = next((k for k in range(32, 7, -1) if rows % k == 0), rows)
+    26% off the step, its embedding 20%). ``k`` is the smallest divisor of at least 16 that keeps the
+    blocks' sums within 2**17 elements (512 KiB: a step's extra memory stays small)."""
+    rows, cols = x.shape[-2:]
+    least = max(16, -(-rows * cols // PARTIAL_SUMS))
+    block = next((k for k in range(least, rows // 2 + 1) if rows % k == 0), rows)
     if block == rows:
         return x.sum(-2)
     return x.unflatten(-2, (rows // block, block)).sum(-2).sum(-2)
