@@ -232,3 +232,22 @@ def test_capturable_reads_a_tensor_learning_rate_on_the_device():
             _set_grads(ps, step)
             opt.step()
     assert all(torch.equal(p, q) for p, q in zip(params, floats, strict=True))
+
+
+@pytest.mark.parametrize("rows, cols", [(49152, 576), (576, 576), (192, 576), (257, 20), (24, 8), (4096, 64)])
+def test_column_sums_in_blocks_of_rows_match_one_sum(rows, cols):
+    """Column statistics are summed by blocks of rows, then the blocks (read in order, compiled): the same
+    sums to fp32 rounding, blocks of at least 16 rows whose partial sums stay within 2**17 elements, and one
+    plain sum where no such block divides the rows."""
+    from autotrain.optimizers import came_math
+
+    x = torch.randn(2, 1, rows, cols, generator=torch.Generator().manual_seed(0)).square()
+    assert torch.allclose(came_math._col_sum(x), x.double().sum(-2).float(), rtol=1e-5)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        came_math._col_sum(x)
+    sums = [e for e in prof.events() if e.name == "aten::sum"]
+    block = next((k for k in range(16, rows // 2 + 1) if rows % k == 0 and rows * cols // k <= 1 << 17), None)
+    if block is None:
+        assert len(sums) == 1 and rows in (257, 24)  # a prime; too few rows for two blocks of 16
+    else:
+        assert len(sums) == 2 and list(sums[0].input_shapes[0]) == [2, 1, rows // block, block, cols]
