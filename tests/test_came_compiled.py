@@ -129,6 +129,7 @@ def test_half_precision_params_reuse_the_fp32_graphs(dtype):
     assert opts[1].state[half[0]]["exp_avg_codes"].dtype == torch.int8
 
 
+@pytest.mark.slow  # ~20 s on a cold inductor cache: the fast suite keeps the keying test below
 def test_no_recompilation_over_a_schedule_and_per_group_settings():
     """200 steps of a cosine schedule with warmup, two groups (weight decay 0 and 0.1, their own betas
     and eps): one graph per group shape, compiled on the first step, never again."""
