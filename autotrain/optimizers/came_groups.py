@@ -364,8 +364,12 @@ def _aliases(tensors: list[Tensor]) -> tuple[int, ...]:
     (The step's inputs do not alias; this keeps a graph from being called on inputs that would. A meta
     tensor, with no storage, aliases nothing.)"""
     first: dict[tuple, int] = {}
-    keys = ((t.device, t.untyped_storage().data_ptr() or ("none", i)) for i, t in enumerate(tensors))
-    return tuple(first.setdefault(key, i) for i, key in enumerate(keys))
+    return tuple(first.setdefault(_storage(t, i), i) for i, t in enumerate(tensors))
+
+
+def _storage(t: Tensor, i: int) -> tuple:
+    """Which storage ``t`` (the ``i``-th tensor) is on; a meta tensor, with none, has one of its own."""
+    return (t.device, t.untyped_storage().data_ptr() or ("none", i))
 
 
 def _signature(args: Any, device: torch.device) -> Any:
@@ -494,9 +498,8 @@ def _stand_in_plan(args: Any, device: torch.device) -> Any:
 
     def plan(value: Any) -> Any:
         if isinstance(value, Tensor):
-            ptr = value.untyped_storage().data_ptr() or ("none", len(storages))
             where = device if value.device.type == "meta" else value.device
-            entry = storages.setdefault((value.device.type, ptr), [len(storages), where, 0])
+            entry = storages.setdefault(_storage(value, len(storages)), [len(storages), where, 0])
             last = sum((n - 1) * s for n, s in zip(value.shape, value.stride(), strict=True))
             entry[2] = max(entry[2], (value.storage_offset() + last + 1) * value.element_size() if value.numel() else 0)
             return _TensorPlan(entry[0], value.dtype, tuple(value.shape), value.stride(), value.storage_offset())
