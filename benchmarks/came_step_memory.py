@@ -66,7 +66,7 @@ def main() -> int:
         largest_param = max(numel)
 
     class Setup:
-        device, optimizer, compiles_in_background = "cpu", "came_8bit", False
+        device, optimizer = "cpu", "came_8bit"
 
     print(f"the memory estimate's step scratch for it: {_step_scratch(Shape, Setup, sum(numel), 4) / 2**20:.0f} MiB")
     return 0

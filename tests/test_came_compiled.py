@@ -408,3 +408,31 @@ def test_graphs_are_keyed_on_layouts_aliasing_and_constants():
     assert compiler.failure is None
     ones = torch.ones(3)
     assert compiler(_double, ones) is None and torch.equal(ones, torch.full((3,), 2.0))  # None, as eagerly
+
+
+def test_prepared_graphs_are_the_ones_real_calls_take():
+    """The background compiles from fakes of a call's layouts (no tensor memory, no kernel): a real call of
+    the same layouts and aliasing then takes that graph without compiling, and one aliasing otherwise
+    does not."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    compiler = came_groups.StepCompiler()
+    hp = torch.tensor([0.5])
+    buffer = torch.arange(48.0)
+    for p, g in ((torch.ones(4, 6), torch.arange(24.0).view(4, 6)), (buffer[:24].view(4, 6), buffer[24:].view(4, 6))):
+        fakes = came_groups._fakes(came_groups._fake_plan((p, g, hp, 1.0), torch.device("cpu")))
+        assert all(isinstance(t, FakeTensor) for t in fakes[:3]) and fakes[3] == 1.0
+        assert [(t.shape, t.stride(), t.storage_offset()) for t in fakes[:3]] == [
+            (t.shape, t.stride(), t.storage_offset()) for t in (p, g, hp)
+        ]
+        out = compiler.prepare(_accumulate, *fakes)
+        assert all(isinstance(t, FakeTensor) and t.shape == () for t in out)  # what a next function takes
+    assert compiler.shapes == 2 and compiler.failure is None
+    for p, g in ((torch.ones(4, 6), torch.arange(24.0).view(4, 6)), (buffer[:24].view(4, 6), buffer[24:].view(4, 6))):
+        expected_p = p.clone()
+        expected = _accumulate(expected_p, g.clone(), hp, 1.0)
+        out = compiler(_accumulate, p, g, hp, 1.0)
+        assert torch.allclose(p, expected_p) and all(torch.allclose(a, b) for a, b in zip(out, expected, strict=True))
+    assert compiler.shapes == 2  # both taken as prepared
+    compiler(_accumulate, torch.ones(4, 6), torch.ones(4, 6), hp, 2.0)
+    assert compiler.shapes == 3

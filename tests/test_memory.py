@@ -168,30 +168,3 @@ def test_run_json_holds_the_measured_peak_within_15_percent(tmp_path, training):
     assert 0.85 <= memory["estimate_over_measured"] <= 1.15, memory
     card = (tmp_path / "run" / "README.md").read_text()
     assert "## Memory" in card and "measured (peak above baseline)" in card
-
-
-def test_came_compiling_in_the_background_adds_its_stand_ins():
-    """CAME's auto compile on the CPU runs each chunk's step once on stand-ins while training goes on:
-    13 bytes per element of the largest chunk more at the step; only where a group is large enough to
-    compile and the plan leaves compile to auto (a run of >= 200 steps)."""
-    from types import SimpleNamespace
-
-    from autotrain.training.memory import _compiles_in_background
-    from autotrain.training.plan import resolve_optimizer
-
-    big = dataclasses.replace(SHAPE, params=16_000_000, linear_params=15_000_000, largest_param=4_000_000)
-    came = dataclasses.replace(FULL, optimizer="came_8bit")
-    step = estimate(big, came).parts.get("optimizer step scratch")
-    background = estimate(big, dataclasses.replace(came, compiles_in_background=True)).parts["optimizer step scratch"]
-    assert step is not None and background == step + 13 * 4_000_000
-    small = dataclasses.replace(came, compiles_in_background=True)
-    assert estimate(SHAPE, small).peak == estimate(SHAPE, came).peak  # 1M params: nothing compiles
-
-    def plan(max_steps, device="cpu", optimizer="came_8bit"):
-        resolved = resolve_optimizer(optimizer, {}, 1e-4, max_steps=max_steps)
-        return SimpleNamespace(optimizer=resolved, precision=SimpleNamespace(device=device))
-
-    assert _compiles_in_background(plan(300)) and _compiles_in_background(plan(None))
-    assert not _compiles_in_background(plan(100))  # too short: compile false
-    assert not _compiles_in_background(plan(300, device="cuda"))
-    assert not _compiles_in_background(plan(300, optimizer="adamw_torch"))

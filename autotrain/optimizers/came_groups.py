@@ -282,10 +282,24 @@ class StepCompiler:
         except Exception as exc:  # compiling failed: the eager step does the same
             self._fail(exc)
             return fn(*args)
+        self._add(key, compiled, start)
+        return out
+
+    def prepare(self, fn: Callable, *args: Any) -> Any:
+        """Compile ``fn`` for ``args``, fake tensors (see ``Background``), without running it; returns
+        ``fn``'s fake outputs, so that a function taking them can be prepared next."""
+        tensors: list[Tensor] = []
+        key = (fn, _flatten(args, tensors), _aliases(tensors, _fake_storage), torch.get_num_threads())
+        if self.failure is None and key not in self._compiled:
+            start = time.perf_counter()
+            self._add(key, _compile(fn, args, tensors), start)
+        with _fake_mode(tensors):
+            return fn(*args)
+
+    def _add(self, key: tuple, compiled: Callable, start: float) -> None:
         with self._lock:
             self._compiled[key] = compiled
             self.seconds += time.perf_counter() - start
-        return out
 
     def _fail(self, exc: Exception) -> None:
         if self.failure is not None:
@@ -306,9 +320,10 @@ class StepCompiler:
 
 def _compile(fn: Callable, args: tuple, tensors: list[Tensor]) -> Callable[[list[Tensor]], Any]:
     """``fn(*args)`` as an inductor graph of ``tensors`` (``args``' tensors, in ``_flatten``'s order; the
-    other values are constants of the graph), traced on fake tensors: nothing is run or written."""
+    other values are constants of the graph; fake tensors, or real ones), traced on fake tensors: nothing is
+    run or written."""
     import torch._inductor
-    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
@@ -319,8 +334,11 @@ def _compile(fn: Callable, args: tuple, tensors: list[Tensor]) -> Callable[[list
         returns.append(out is not None)
         return () if out is None else tuple(out)
 
-    mode = FakeTensorMode(shape_env=ShapeEnv())  # a shape environment (static shapes): inductor caches the graph
-    fakes = [mode.from_tensor(t, static_shapes=True) for t in tensors]
+    if tensors and isinstance(tensors[0], FakeTensor):  # Background's: made in a mode with a shape environment
+        fakes = tensors
+    else:
+        mode = FakeTensorMode(shape_env=ShapeEnv())  # a shape environment (static shapes): inductor caches the graph
+        fakes = [mode.from_tensor(t, static_shapes=True) for t in tensors]
     graph = make_fx(flat, tracing_mode="fake")(*fakes)
     compiled = torch._inductor.compile(graph, fakes, options=_RECOMPUTE)
     returns_values = returns[0]
@@ -359,17 +377,30 @@ def _rebuild(value: Any, tensors: Any) -> Any:
     return value
 
 
-def _aliases(tensors: list[Tensor]) -> tuple[int, ...]:
-    """For each tensor, the first of ``tensors`` on the same storage: a graph is traced for one aliasing.
-    (The step's inputs do not alias; this keeps a graph from being called on inputs that would. A meta
-    tensor, with no storage, aliases nothing.)"""
+def _aliases(tensors: list[Tensor], storage: Callable[[Tensor, int], tuple] | None = None) -> tuple[int, ...]:
+    """For each tensor, the first of ``tensors`` on the same ``storage`` (``_storage``): a graph is traced
+    for one aliasing. (The step's inputs do not alias; this keeps a graph from being called on inputs that
+    would. A meta tensor, with no storage, aliases nothing.)"""
+    storage = storage or _storage
     first: dict[tuple, int] = {}
-    return tuple(first.setdefault(_storage(t, i), i) for i, t in enumerate(tensors))
+    return tuple(first.setdefault(storage(t, i), i) for i, t in enumerate(tensors))
 
 
 def _storage(t: Tensor, i: int) -> tuple:
     """Which storage ``t`` (the ``i``-th tensor) is on; a meta tensor, with none, has one of its own."""
     return (t.device, t.untyped_storage().data_ptr() or ("none", i))
+
+
+def _fake_storage(t: Tensor, i: int) -> tuple:
+    """Which storage the fake tensor ``t`` is on (fakes have no data pointer: the storage object)."""
+    return (t.device, t.untyped_storage()._cdata)
+
+
+def _fake_mode(tensors: list[Tensor]):
+    """The mode ``tensors`` (fakes) were made in, to run a function on them."""
+    from torch._guards import detect_fake_mode
+
+    return detect_fake_mode(tensors)
 
 
 def _signature(args: Any, device: torch.device) -> Any:
@@ -402,11 +433,11 @@ def compiled_chunk(*args: Any) -> None:
 
 class Background:
     """A group's step compiled on a worker thread while the eager step runs it: the group's first step
-    queues the compilation of each of its chunk layouts (run once on stand-in tensors of the same layouts
-    and aliasing, so the real ones are never touched from the thread) and steps eagerly; once all of them
-    are compiled, the group takes the compiled step. Training never waits for a
-    compilation, and nothing is compiled twice. Pending compilations are dropped when the interpreter exits
-    (the one running finishes first)."""
+    queues the compilation of each of its chunk layouts and steps eagerly; once all of them are compiled,
+    the group takes the compiled step. The thread compiles from fake tensors of the same layouts and
+    aliasing (``StepCompiler.prepare``): it never touches the real tensors, allocates none of their memory
+    and runs no kernel. Training never waits for a compilation, and nothing is compiled twice. Pending
+    compilations are dropped when the interpreter exits (the one running finishes first)."""
 
     def __init__(self, compiler: StepCompiler) -> None:
         self.compiler = compiler
@@ -430,7 +461,7 @@ class Background:
         for key, args in zip(keys, layouts, strict=True):
             if key not in self.ready and key not in self._pending and self.compiler.failure is None:
                 self._pending.add(key)
-                self._queue.put((key, _stand_in_plan(args, device), torch.get_num_threads()))
+                self._queue.put((key, _fake_plan(args, device), torch.get_num_threads()))
         return step_group(group, hp, skipped, eager_chunk, scratch)
 
     def start(self) -> None:
@@ -464,10 +495,10 @@ class Background:
         self._queue.put(None)
 
     def _work(self) -> None:
-        """Compile what is queued, then end: the thread's OpenMP team (its kernels ran on the stand-ins)
-        ends with it. A team left waiting made OpenMP count more threads than cores and stop spinning
-        between parallel regions, which slowed every later compiled step of the process (SmolLM2-135M's
-        list: 0.19 -> 0.37 s). Work queued later starts a new thread (``start``)."""
+        """Compile what is queued, then end: whatever OpenMP team the thread started ends with it. A team
+        left waiting (an earlier worker ran its kernels once) made OpenMP count more threads than cores and
+        stop spinning between parallel regions, which slowed every later compiled step of the process
+        (SmolLM2-135M's list: 0.19 -> 0.37 s). Work queued later starts a new thread (``start``)."""
         while not self._stopping:
             try:
                 item = self._queue.get_nowait()
@@ -479,9 +510,9 @@ class Background:
             try:
                 if self.compiler.failure is not None:
                     continue
-                torch.set_num_threads(threads)  # a guard of the compiled graph, set per thread
+                torch.set_num_threads(threads)  # part of a graph's key (the C++ kernels bake it in)
                 with torch.no_grad():
-                    chunk_maths(self.compiler, *_stand_ins(plan))
+                    chunk_maths(self.compiler.prepare, *_fakes(plan))
                 if self.compiler.failure is None:
                     self.ready.add(key)
             except Exception as exc:  # the eager step goes on
@@ -490,10 +521,10 @@ class Background:
                 self._pending.discard(key)
 
 
-def _stand_in_plan(args: Any, device: torch.device) -> Any:
-    """``args`` with each tensor replaced by how to make a stand-in for it: (storage number, dtype,
-    shape, stride, offset), and each storage's device (``device`` for a meta tensor, which has a storage of
-    its own, as in ``_aliases``) and the bytes its tensors reach."""
+def _fake_plan(args: Any, device: torch.device) -> Any:
+    """``args`` with each tensor replaced by how to make a fake of it: (storage number, dtype, shape,
+    stride, offset), and each storage's device (``device`` for a meta tensor, which has a storage of its
+    own, as in ``_aliases``) and the bytes its tensors reach."""
     storages: dict[tuple, list] = {}
 
     def plan(value: Any) -> Any:
@@ -520,20 +551,26 @@ class _TensorPlan:
     offset: int
 
 
-def _stand_ins(plan: Any) -> Any:
-    """Zero-filled tensors as ``_stand_in_plan`` describes, sharing storages as the originals did."""
+def _fakes(plan: Any) -> Any:
+    """Fake tensors as ``_fake_plan`` describes, sharing storages as the originals did (made in a mode with
+    a shape environment of static shapes, which inductor's cache needs)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
     planned, storages = plan
-    made = [torch.zeros(max(n, 1), dtype=torch.uint8, device=device).untyped_storage() for device, n in storages]
+    with FakeTensorMode(shape_env=ShapeEnv()):
+        made = [(torch.empty(max(n, 1), dtype=torch.uint8, device=d).untyped_storage(), d) for d, n in storages]
 
-    def make(value: Any) -> Any:
-        if isinstance(value, _TensorPlan):
-            out = torch.empty(0, dtype=value.dtype, device=made[value.storage].device)
-            return out.set_(made[value.storage], value.offset, value.shape, value.stride)
-        if type(value) in (tuple, list):
-            return type(value)(make(v) for v in value)
-        return value
+        def make(value: Any) -> Any:
+            if isinstance(value, _TensorPlan):
+                storage, device = made[value.storage]
+                out = torch.empty(0, dtype=value.dtype, device=device)
+                return out.set_(storage, value.offset, value.shape, value.stride)
+            if type(value) in (tuple, list):
+                return type(value)(make(v) for v in value)
+            return value
 
-    return make(planned)
+        return make(planned)
 
 
 BACKGROUND = Background(COMPILER)

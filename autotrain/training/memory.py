@@ -86,7 +86,6 @@ class Setup:
     offload: bool = False  # fsdp cpu_offload / deepspeed offload_optimizer
     zero_stage: int = 2
     gradient_accumulation: int = 1
-    compiles_in_background: bool = False  # CAME's auto compile, on the CPU (see _step_scratch)
 
     @property
     def activation_dtype(self) -> str:
@@ -188,7 +187,6 @@ def _activations(shape: ModelShape, setup: Setup) -> tuple[float, float]:
 def _step_scratch(shape: ModelShape, setup: Setup, trained: int, tw: int) -> float:
     """Temporaries of one optimizer step: torch's foreach kernels (CUDA) make one copy of every trained
     parameter at once; the per-tensor loops (the CPU, the bundled optimizers) one of the largest tensor."""
-    from autotrain.optimizers.args import AUTO_COMPILE_MIN_NUMEL
     from autotrain.optimizers.table import OPTIMIZERS
 
     spec = OPTIMIZERS[setup.optimizer]
@@ -201,13 +199,8 @@ def _step_scratch(shape: ModelShape, setup: Setup, trained: int, tw: int) -> flo
         # four fp32 copies of the largest tensor it steps in place, or five of a gathered chunk (params,
         # gradients and three temporaries); the compiled step fuses those temporaries away and needs less
         # (SmolLM2-135M: 1 MiB compiled, 432 MiB eager, measured). An upper bound on both.
-        scratch = max(4 * largest, 5 * trained / 8) * 4
-        if setup.compiles_in_background and trained >= AUTO_COMPILE_MIN_NUMEL:
-            # While the first steps run eagerly, a thread compiles each chunk's step by running it once on
-            # zero-filled stand-ins of its tensors: params, gradients and the new moment in fp32 and the
-            # 8-bit moment of the largest chunk (came_groups.Background) at once with the step's scratch.
-            scratch += 13 * max(largest, trained / 8)
-        return scratch
+        # (Compiling in the background takes no tensor memory: it traces fake tensors.)
+        return max(4 * largest, 5 * trained / 8) * 4
     return largest * 4 * 2
 
 
@@ -264,17 +257,7 @@ def setup_of(cfg, plan) -> Setup:
         offload=bool((dist.fsdp and dist.fsdp.cpu_offload) or (dist.deepspeed and dist.deepspeed.offload_optimizer)),
         zero_stage=dist.deepspeed.stage if dist.deepspeed else 2,
         gradient_accumulation=args.gradient_accumulation,
-        compiles_in_background=_compiles_in_background(plan),
     )
-
-
-def _compiles_in_background(plan) -> bool:
-    """Whether the plan leaves a CAME variant's compile to auto on the CPU (compiled in the background)."""
-    optimizer = getattr(plan, "optimizer", None)
-    if optimizer is None or optimizer.cls is None or plan.precision.device != "cpu":
-        return False
-    kwargs = optimizer.kwargs.get("came", optimizer.kwargs)
-    return "compile" in kwargs and kwargs["compile"] is None
 
 
 def _targets(value):
