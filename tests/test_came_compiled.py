@@ -436,3 +436,25 @@ def test_prepared_graphs_are_the_ones_real_calls_take():
     assert compiler.shapes == 2  # both taken as prepared
     compiler(_accumulate, torch.ones(4, 6), torch.ones(4, 6), hp, 2.0)
     assert compiler.shapes == 3
+
+
+def test_auto_compiles_before_the_first_step_in_a_run_of_several_processes(monkeypatch):
+    """With several processes, auto does not switch when a worker happens to finish (sooner on one rank
+    than another, whose replica would then take other roundings): every rank compiles before its first
+    step, so the steps are compile=True's, bit for bit, from the first."""
+    from autotrain.optimizers import came as came_module
+
+    assert not came_module._replicated()  # this process alone
+    background = came_groups.Background(came_groups.COMPILER)
+    monkeypatch.setattr(came_groups, "BACKGROUND", background)
+    monkeypatch.setattr(came_module, "AUTO_COMPILE_MIN_NUMEL", 0)
+    monkeypatch.setattr(came_module, "_replicated", lambda: True)
+    auto_params, compiled_params = _params(), _params()
+    auto = CAME8Bit(auto_params, lr=1e-2, compile=None, **SMALL_8BIT)
+    compiled = CAME8Bit(compiled_params, lr=1e-2, compile=True, **SMALL_8BIT)
+    for step in range(2):
+        for params, opt in ((auto_params, auto), (compiled_params, compiled)):
+            _set_grads(params, step)
+            opt.step()
+        assert not background._pending and not background.ready  # nothing left to a worker
+    assert all(torch.equal(p, q) for p, q in zip(auto_params, compiled_params, strict=True))

@@ -38,8 +38,9 @@ class CameArgs(_Args):
         description=(
             "Compile the step of each group of same-shaped params with inductor (C++ on CPU, Triton on "
             "CUDA), once per group shape: null (auto) compiles groups of 2**20 elements or more on the CPU, on "
-            "a thread while the first steps run eagerly (training never waits for it), none on a GPU, and "
-            "nothing in runs of under 200 max_steps; true compiles every group before its first step; false "
+            "a thread while the first steps run eagerly (training never waits for it; with several processes, "
+            "before the first step), none on a GPU, and nothing in runs of under 200 max_steps; true compiles "
+            "every group before its first step; false "
             "never compiles. Where compiling fails, the eager step runs (one notice on stderr)."
         ),
     )

@@ -27,6 +27,12 @@ CHUNKS = 8
 CPU_CHUNK = 1 << 17
 
 
+def _replicated() -> bool:
+    """Whether this process is one of several of a distributed run."""
+    dist = torch.distributed
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
 def _zeros(shape: torch.Size, like: Tensor) -> Tensor:
     return torch.zeros(shape, dtype=torch.float32, device=like.device)
 
@@ -75,8 +81,9 @@ class CAME(Optimizer):
     so schedules and per-group settings never recompile, and fp16/bf16 params share the fp32 graphs).
     ``compile=None`` (auto) compiles groups of at least 2**20 elements on the CPU and none on a GPU
     (not measured faster there yet), on a worker thread while the first steps run eagerly
-    (``came_groups.Background``: a run never waits for the compiler); ``True`` compiles every group of
-    whole tensors before its first step (which waits for it), ``False`` none.
+    (``came_groups.Background``: a run never waits for the compiler; in a run of several processes
+    before the first step, so that all of them switch at once); ``True`` compiles every group of whole
+    tensors before its first step (which waits for it), ``False`` none.
     If compiling fails, one line on stderr says so and the eager step runs. Compiled and eager steps
     agree up to fp32 rounding (they sum in other orders), which CAME8Bit's codes then carry forward.
 
@@ -260,10 +267,13 @@ class CAME(Optimizer):
     def _step_group(self, group: came_groups.Group, hp: Tensor, skipped: Tensor, scratch: came_groups.Scratch):
         """One step of ``group``: eager, compiled (``compile=True``: from the first step, which waits for the
         compiler) or, where auto compiles it, eager until a worker thread has compiled it (see
-        ``came_groups.Background``): a run never waits for the compiler."""
+        ``came_groups.Background``): a run never waits for the compiler. Except in a run of several
+        processes: there auto compiles before the first step, as ``True`` does, so that every process takes
+        the same step each time (a worker done sooner on one of them would switch it to the compiled step,
+        whose rounding differs, steps before the others, and data-parallel replicas would drift apart)."""
         if not self._compiles(group):
             came_groups.step_group(group, hp, skipped, came_groups.eager_chunk, scratch)
-        elif self.compile:
+        elif self.compile or _replicated():
             came_groups.step_group(group, hp, skipped, came_groups.compiled_chunk, scratch)
         else:
             came_groups.BACKGROUND.step_group(group, hp, skipped, scratch)
