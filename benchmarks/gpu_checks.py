@@ -10,7 +10,8 @@
    step time (median of 10, after warm-up) and optimizer-state memory (allocated after the first step,
    minus before), and the peak extra memory of a step. Also fp32 AdamW as the baseline both save on.
 3. CAME8Bit's compiled step (Triton) against its eager step on the same model: step time, compile time,
-   and how far the parameters are apart after 5 steps.
+   and how far the parameters are apart after 5 steps; then what `compile: null` measured and kept per
+   group of same-shaped params.
 4. QLoRA through `autotrain llm` (4-bit base, LoRA, 5 steps) if bitsandbytes is installed.
 5. SFT's padding-free batches on CUDA: one batch of 8 samples of mixed length on a small Llama, padded
    (sdpa) against packed into rows (sdpa, autotrain's default) and, with flash-attn installed, flattened
@@ -246,6 +247,27 @@ def compiled_against_eager(device: str, sizes: dict) -> None:
         f"compile (new shapes) {came_groups.COMPILER.seconds - seconds_before:.1f} s; "
         f"max relative param difference after {sizes['reps'] + 1} steps {diff:.1e}"
         + (f"; compile failed: {came_groups.COMPILER.failure}" if came_groups.COMPILER.failure else "")
+    )
+    # compile: null on the same model: on CUDA each group times six steps, compiled and eager in turn, and
+    # keeps the faster (the layouts were compiled above, so the background finds them ready).
+    auto = CAME8Bit(models[1].parameters(), lr=1e-4)
+    for step in range(12):
+        for p, g in zip(models[1].parameters(), grads, strict=True):
+            p.grad = g.clone()
+        auto.step()
+        if step == 0:
+            came_groups.BACKGROUND.idle(timeout=300)
+    sync(device)
+    choices = auto.compile_choices
+    kept = sum(c["kept"] == "compiled" for c in choices)
+    print(
+        f"  auto (compile: null): compiled kept for {kept} of {len(choices)} measured groups"
+        + "".join(
+            f"; {'x'.join(map(str, c['shape']))} ({c['params']}): eager {c['eager_ms']:.2f} / compiled "
+            f"{c['compiled_ms']:.2f} ms"
+            for c in choices
+        )
+        + ("" if choices else " (auto measures on CUDA only)")
     )
 
 

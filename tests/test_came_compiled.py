@@ -171,7 +171,7 @@ def test_auto_compiles_large_groups_on_the_cpu_only():
     assert all(on._compiles(g) for g in on._groups[0][1])
     meta = nn.Parameter(torch.empty((1024, 1024), device="meta"))
     group = came_groups.Group([meta], came_groups.FACTORED_KEYS, came_groups.shards_of(meta))
-    assert not CAME8Bit([meta], lr=1e-3)._compiles(group)  # not on a GPU (not measured faster there)
+    assert not CAME8Bit([meta], lr=1e-3)._compiles(group)  # neither the CPU nor CUDA
     assert CAME8Bit([meta], lr=1e-3, compile=True)._compiles(group)
     with pytest.raises(ValueError, match="Invalid compile"):
         CAME([small], lr=1e-3, compile="yes")
@@ -458,3 +458,111 @@ def test_auto_compiles_before_the_first_step_in_a_run_of_several_processes(monke
             opt.step()
         assert not background._pending and not background.ready  # nothing left to a worker
     assert all(torch.equal(p, q) for p, q in zip(auto_params, compiled_params, strict=True))
+
+
+class _FixedTiming:
+    """came_groups.Timing whose n-th instance reports ``SECONDS[n]``."""
+
+    SECONDS: list[float] = []
+    made = 0
+
+    def __init__(self, device) -> None:
+        self.index = _FixedTiming.made
+        _FixedTiming.made += 1
+
+    def stop(self):
+        return self
+
+    def seconds(self) -> float:
+        return self.SECONDS[self.index]
+
+
+@pytest.mark.parametrize("timings", ["compiled faster", "eager faster", "measured"])
+def test_auto_keeps_whichever_step_measured_faster_where_it_measures(monkeypatch, timings):
+    """Where the background measures (CUDA; here the CPU, told to): once a group's layouts are compiled,
+    its next steps take turns, compiled then eager, three of each, timed; the group then keeps the one
+    with the lower median and records both."""
+    from autotrain.optimizers import came as came_module
+
+    if timings != "measured":
+        compiled, eager = (1.0, 2.0) if timings == "compiled faster" else (2.0, 1.0)
+        monkeypatch.setattr(_FixedTiming, "SECONDS", [compiled, eager, 3 * compiled, eager, compiled, 3 * eager])
+        monkeypatch.setattr(_FixedTiming, "made", 0)
+        monkeypatch.setattr(came_groups, "Timing", _FixedTiming)
+    eager_runs = []
+
+    def counted_eager(*args):
+        eager_runs.append(1)
+        came_groups.chunk_maths(came_groups.eager, *args)
+
+    compiler = _CountingCompiler()
+    background = came_groups.Background(compiler, measures=lambda device: True)
+    monkeypatch.setattr(came_groups, "BACKGROUND", background)
+    monkeypatch.setattr(came_groups, "eager_chunk", counted_eager)
+    monkeypatch.setattr(came_module, "AUTO_COMPILE_MIN_NUMEL", 0)
+    params = [nn.Parameter(torch.randn(48, 40)) for _ in range(2)]  # one group, one chunk
+    opt = CAME8Bit(params, lr=1e-3, compile=None, **SMALL_8BIT)
+    _set_grads(params, 0)
+    opt.step()
+    assert background.idle(timeout=600) and compiler.failure is None
+    runs = []
+    for step in range(1, 11):
+        _set_grads(params, step)
+        before = (len(eager_runs), compiler.main_thread_calls)
+        opt.step()
+        runs.append("eager" if len(eager_runs) > before[0] else "compiled")
+        assert (len(eager_runs) > before[0]) != (compiler.main_thread_calls > before[1])  # one or the other
+    [choice] = opt.compile_choices
+    assert runs[:7] == ["compiled", "eager"] * 3 + ["compiled"]  # the trial, then compiled until decided
+    assert choice["shape"] == [48, 40] and choice["params"] == 2
+    if timings == "measured":
+        assert choice["eager_ms"] > 0 and choice["compiled_ms"] > 0
+        kept = "compiled" if choice["compiled_ms"] <= choice["eager_ms"] else "eager"
+    else:
+        kept = timings.split()[0]
+        assert (choice["compiled_ms"], choice["eager_ms"]) == ((1e3, 2e3) if kept == "compiled" else (2e3, 1e3))
+    assert choice["kept"] == kept and runs[7:] == [kept] * 3
+    assert all(torch.isfinite(p).all() for p in params)
+
+
+def test_auto_on_a_gpu_compiles_a_single_process_uncaptured_step():
+    """On CUDA auto compiles (and measures, see above) unless the step is to be captured in a CUDA graph
+    (capturable: the eager step, or compile=True) or the run has several processes (the ranks could keep
+    different steps: eager)."""
+    from types import SimpleNamespace
+
+    from autotrain.optimizers import came as came_module
+
+    param = SimpleNamespace(device=torch.device("cuda"), numel=lambda: 16)
+    group = SimpleNamespace(params=[param], shards=SimpleNamespace(group=None))
+    small = [nn.Parameter(torch.empty(4, 4))]
+    assert CAME8Bit(small, lr=1e-3)._compiles(group)
+    assert not CAME8Bit(small, lr=1e-3, capturable=True)._compiles(group)
+    assert CAME8Bit(small, lr=1e-3, capturable=True, compile=True)._compiles(group)
+    assert not CAME8Bit(small, lr=1e-3, compile=False)._compiles(group)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(came_module, "_replicated", lambda: True)
+        assert not CAME8Bit(small, lr=1e-3)._compiles(group)
+
+
+def test_the_run_records_what_auto_measured():
+    """A completed run says how many groups kept the compiled step and writes both medians per group to
+    run.json (``optimizer_compile``), through accelerate's optimizer wrapper; nothing for other optimizers."""
+    from types import SimpleNamespace
+
+    from autotrain.run.runner import _record_compile_choices
+
+    choice = {"shape": [48, 40], "params": 2, "eager_ms": 2.0, "compiled_ms": 1.0, "kept": "compiled"}
+    eager = {**choice, "shape": [64], "kept": "eager", "compiled_ms": 3.0}
+    said, data = [], {}
+    this = SimpleNamespace(say=said.append, manifest=SimpleNamespace(data=data))
+    wrapped = SimpleNamespace(optimizer=SimpleNamespace(compile_choices=[choice, eager]))
+    _record_compile_choices(this, SimpleNamespace(optimizer=wrapped))
+    assert data["optimizer_compile"] == [choice, eager]
+    assert said == [
+        "optimizer: the compiled step measured faster and kept for 1 of 2 groups of same-shaped parameters "
+        "(run.json: optimizer_compile)"
+    ]
+    said.clear(), data.clear()
+    _record_compile_choices(this, SimpleNamespace(optimizer=torch.optim.SGD([nn.Parameter(torch.ones(1))], lr=1)))
+    assert not said and not data

@@ -39,8 +39,9 @@ class CameArgs(_Args):
             "Compile the step of each group of same-shaped params with inductor (C++ on CPU, Triton on "
             "CUDA), once per group shape: null (auto) compiles groups of 2**20 elements or more on the CPU, on "
             "a thread while the first steps run eagerly (training never waits for it; with several processes, "
-            "before the first step), none on a GPU, and nothing in runs of under 200 max_steps; true compiles "
-            "every group before its first step; false "
+            "before the first step); on CUDA every group, each keeping whichever of the compiled and eager "
+            "steps measured faster in the run (eager where capturable or with several processes); nothing in "
+            "runs of under 200 max_steps; true compiles every group before its first step; false "
             "never compiles. Where compiling fails, the eager step runs (one notice on stderr)."
         ),
     )

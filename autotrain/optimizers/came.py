@@ -79,8 +79,10 @@ class CAME(Optimizer):
     maths is stated once (``came_math``); the eager step runs it as it is, the compiled step compiled by
     inductor (``came_groups.StepCompiler``: one graph per group shape; hyper-parameters are a tensor input,
     so schedules and per-group settings never recompile, and fp16/bf16 params share the fp32 graphs).
-    ``compile=None`` (auto) compiles groups of at least 2**20 elements on the CPU and none on a GPU
-    (not measured faster there yet), on a worker thread while the first steps run eagerly
+    ``compile=None`` (auto) compiles groups of at least 2**20 elements on the CPU and every group on CUDA,
+    where each then keeps whichever of the compiled and eager steps measured faster over its next steps
+    (``came_groups.Background.choose``, ``compile_choices``; eager on CUDA where ``capturable`` or with
+    several processes), on a worker thread while the first steps run eagerly
     (``came_groups.Background``: a run never waits for the compiler; in a run of several processes
     before the first step, so that all of them switch at once); ``True`` compiles every group of whole
     tensors before its first step (which waits for it), ``False`` none.
@@ -107,7 +109,8 @@ class CAME(Optimizer):
         clip_threshold: RMS threshold of the update.
         betas: (beta1, beta2, beta3) for the update, squared gradient and instability EMAs.
         weight_decay: decoupled weight decay.
-        compile: compile the step (None: groups of at least 2**20 elements, on the CPU, in the background).
+        compile: compile the step (None: in the background, groups of at least 2**20 elements on the CPU,
+            every group on CUDA, each kept compiled there only where measured faster).
         capturable: keep the step free of host synchronisation so that it can be captured in a CUDA
             graph (it always is; this also lets ``lr`` be a tensor, read on the device each step).
     """
@@ -164,6 +167,13 @@ class CAME(Optimizer):
         return int(sum(int(count) for count in self._skipped.values()))
 
     # --- state, per parameter ---------------------------------------------------------------------
+
+    @property
+    def compile_choices(self) -> list[dict[str, Any]]:
+        """Where auto measured the compiled step against the eager one (on CUDA): per group, its local
+        ``shape``, ``params``, the median ``eager_ms`` and ``compiled_ms`` of its timed steps and which was
+        ``kept``."""
+        return [g.choice for _, groups in self._groups.values() for g in groups if g.choice is not None]
 
     def _moment_keys(self, p: Tensor) -> tuple[str, ...]:
         """The state keys of ``p``'s first moment (CAME8Bit: 8-bit codes for large matrices)."""
@@ -261,8 +271,9 @@ class CAME(Optimizer):
             return False
         if self.compile:
             return True
-        numel = sum(p.numel() for p in group.params)
-        return group.params[0].device.type == "cpu" and numel >= AUTO_COMPILE_MIN_NUMEL
+        if group.params[0].device.type == "cuda":  # measured against the eager step (Background.choose)
+            return not self.capturable and not _replicated()
+        return group.params[0].device.type == "cpu" and sum(p.numel() for p in group.params) >= AUTO_COMPILE_MIN_NUMEL
 
     def _step_group(self, group: came_groups.Group, hp: Tensor, skipped: Tensor, scratch: came_groups.Scratch):
         """One step of ``group``: eager, compiled (``compile=True``: from the first step, which waits for the

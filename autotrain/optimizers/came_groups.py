@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from math import prod
+from statistics import median
 from typing import Any
 
 import torch
@@ -49,6 +50,8 @@ class Group:
     chunks: list[tuple[int, int]] = field(default_factory=list)  # [start, end) of the params stepped at once
     compiled: bool = False  # Background: its chunk layouts were all compiled (one seen later compiles on use)
     chunk_state: dict = field(default_factory=dict)  # (start, end) -> _state_views of that chunk
+    trial: list = field(default_factory=list)  # Background, where it measures: ("compiled"/"eager", Timing)s
+    choice: dict | None = None  # ... and what it measured and kept (see Background.choose)
 
     @property
     def factored(self) -> bool:
@@ -439,8 +442,9 @@ class Background:
     and runs no kernel. Training never waits for a compilation, and nothing is compiled twice. Pending
     compilations are dropped when the interpreter exits (the one running finishes first)."""
 
-    def __init__(self, compiler: StepCompiler) -> None:
+    def __init__(self, compiler: StepCompiler, measures: Callable[[torch.device], bool] | None = None) -> None:
         self.compiler = compiler
+        self.measures = measures or (lambda device: device.type == "cuda")
         self.ready: set = set()
         self._pending: set = set()
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
@@ -449,20 +453,53 @@ class Background:
         self._registered = False
 
     def step_group(self, group: Group, hp: Tensor, skipped: Tensor, scratch: Scratch | None = None) -> None:
-        """One step of ``group``: compiled if all its chunk layouts are, else eager (queueing the rest)."""
+        """One step of ``group``: compiled (or whichever step ``choose`` kept) if all its chunk layouts are
+        compiled, else eager (queueing the rest)."""
         if group.compiled and self.compiler.failure is None:  # checked once, not each step
-            return step_group(group, hp, skipped, partial(chunk_maths, self.compiler), scratch)
+            return self.choose(group, hp, skipped, scratch)
         device = group.params[0].device
         layouts = [_chunk_args(group, start, end, hp, skipped, None)[0] for start, end in group.chunks]
         keys = [_signature(args, device) for args in layouts]
         if self.compiler.failure is None and all(key in self.ready for key in keys):
             group.compiled = True
-            return step_group(group, hp, skipped, partial(chunk_maths, self.compiler), scratch)
+            return self.choose(group, hp, skipped, scratch)
         for key, args in zip(keys, layouts, strict=True):
             if key not in self.ready and key not in self._pending and self.compiler.failure is None:
                 self._pending.add(key)
                 self._queue.put((key, _fake_plan(args, device), torch.get_num_threads()))
         return step_group(group, hp, skipped, eager_chunk, scratch)
+
+    def choose(self, group: Group, hp: Tensor, skipped: Tensor, scratch: Scratch | None = None) -> None:
+        """One step of ``group``, whose layouts are all compiled: the compiled step, except on a device where
+        this background ``measures`` (CUDA: whether the compiled step is faster there has not been settled).
+        There the group's next ``TRIAL_STEPS`` steps of each kind take turns, compiled and eager, each timed
+        (``Timing``), and the group keeps the one with the lower median; its ``choice`` records both. Until
+        the timings are in (a GPU's come a step or so later, read without waiting) and while a CUDA graph
+        is being captured, the group takes the compiled step."""
+        compiled = partial(chunk_maths, self.compiler)
+        device = group.params[0].device
+        if group.choice is not None or not self.measures(device):
+            run = compiled if group.choice is None or group.choice["kept"] == "compiled" else eager_chunk
+            return step_group(group, hp, skipped, run, scratch)
+        if len(group.trial) == 2 * TRIAL_STEPS or _capturing(device):
+            step_group(group, hp, skipped, compiled, scratch)
+            return self._decide(group)
+        turn = "compiled" if len(group.trial) % 2 == 0 else "eager"  # compiled first, then eager, in turn
+        timing = Timing(device)
+        step_group(group, hp, skipped, compiled if turn == "compiled" else eager_chunk, scratch)
+        group.trial.append((turn, timing.stop()))
+
+    @staticmethod
+    def _decide(group: Group) -> None:
+        if len(group.trial) < 2 * TRIAL_STEPS:
+            return
+        seconds = [(turn, timing.seconds()) for turn, timing in group.trial]
+        if any(s is None for _, s in seconds):  # a GPU's timings not in yet
+            return
+        ms = {f"{kind}_ms": 1e3 * median(s for turn, s in seconds if turn == kind) for kind in ("eager", "compiled")}
+        kept = "compiled" if ms["compiled_ms"] <= ms["eager_ms"] else "eager"
+        group.choice = {"shape": list(group.local_shape), "params": len(group.params), **ms, "kept": kept}
+        group.trial = []
 
     def start(self) -> None:
         """Begin compiling what was queued: called when a step ends, so the first step does not share the
@@ -519,6 +556,39 @@ class Background:
                 self.compiler._fail(exc)
             finally:
                 self._pending.discard(key)
+
+
+TRIAL_STEPS = 3  # steps of each kind timed before Background.choose keeps one
+
+
+class Timing:
+    """How long one group's step took: on the CPU the host's time; on CUDA the longer of the host's
+    (launching kernels) and the GPU's between two events (running them), read without waiting."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.events = None
+        if device.type == "cuda":
+            self.events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            self.events[0].record()
+        self.host = time.perf_counter()
+
+    def stop(self) -> Timing:
+        self.host = time.perf_counter() - self.host
+        if self.events is not None:
+            self.events[1].record()
+        return self
+
+    def seconds(self) -> float | None:
+        """The step's time, or None while the GPU has not run it."""
+        if self.events is None:
+            return self.host
+        if not self.events[1].query():
+            return None
+        return max(self.host, self.events[0].elapsed_time(self.events[1]) / 1e3)
+
+
+def _capturing(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
 def _fake_plan(args: Any, device: torch.device) -> Any:

@@ -103,6 +103,11 @@ class CAME8BitFusedAdam(Optimizer):
         """Updates CAME8Bit skipped for a non-finite gradient (see CAME); FusedAdam does not check."""
         return 0 if self.came is None else self.came.skipped_tensors
 
+    @property
+    def compile_choices(self) -> list[dict]:
+        """CAME8Bit's measured choices between its compiled and eager steps (see CAME)."""
+        return [] if self.came is None else self.came.compile_choices
+
     def _optimizer_of(self, param: Tensor) -> Optimizer:
         for opt in self.optimizers:
             if any(param is p for group in opt.param_groups for p in group["params"]):

@@ -253,6 +253,22 @@ def _record_memory(this: _Run) -> None:
     this.manifest.data["memory"] = add_measured(this.manifest.data["memory"], this.plan.precision.device)
 
 
+def _record_compile_choices(this: _Run, trainer) -> None:
+    """What CAME's auto compile measured (on CUDA), in run.json and one line."""
+    from autotrain.training.guards import compile_choices
+
+    choices = compile_choices(getattr(trainer, "optimizer", None))
+    if not choices:
+        return
+    kept = sum(choice["kept"] == "compiled" for choice in choices)
+    this.say(
+        f"optimizer: the compiled step measured faster and kept for {kept} of {len(choices)} groups of "
+        "same-shaped parameters (run.json: optimizer_compile)"
+    )
+    if this.manifest is not None:
+        this.manifest.data["optimizer_compile"] = choices
+
+
 def _interrupted(this: _Run, trainer, signum: int) -> int:
     from autotrain.training.signals import Interrupted
 
@@ -274,6 +290,7 @@ def _completed(this: _Run, trainer, metrics: dict) -> int:
     if getattr(trainer, "skipped_tensors", 0):
         metrics["skipped_tensors"] = trainer.skipped_tensors
         this.say(f"warning: the optimizer skipped {trainer.skipped_tensors} parameter update(s): non-finite gradient")
+    _record_compile_choices(this, trainer)
     _record_memory(this)  # before saving: the peak of training, not of writing the model
     save_final(trainer, this.loaded, this.plan, metrics)
     if this.manifest is not None and "memory" in this.manifest.data:

@@ -28,9 +28,21 @@ class RepeatedSkips(Diverged):
 def skipped_tensors(optimizer) -> int | None:
     """How many (param, step) updates ``optimizer`` skipped for non-finite gradients (CAME, CAME8Bit and
     the hybrid count them; None for optimizers that do not). Reading it synchronises with the device."""
-    while optimizer is not None and not hasattr(optimizer, "skipped_tensors"):
-        optimizer = getattr(optimizer, "optimizer", None)  # accelerate's wrapper
+    optimizer = _unwrapped(optimizer, "skipped_tensors")
     return None if optimizer is None else optimizer.skipped_tensors
+
+
+def compile_choices(optimizer) -> list[dict]:
+    """Where CAME's auto compile measured its compiled step against the eager one: per group of
+    same-shaped params, both times and which it kept (CAME.compile_choices); [] for other optimizers."""
+    optimizer = _unwrapped(optimizer, "compile_choices")
+    return [] if optimizer is None else optimizer.compile_choices
+
+
+def _unwrapped(optimizer, attribute: str):
+    while optimizer is not None and not hasattr(optimizer, attribute):
+        optimizer = getattr(optimizer, "optimizer", None)  # accelerate's wrapper
+    return optimizer
 
 
 def skip_guard(trainer, limit: int = 10):
