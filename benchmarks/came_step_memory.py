@@ -7,7 +7,9 @@ set, so it follows live memory): 272 random fp32 parameters of SmolLM2's shapes,
 (the state exists, the compiled graphs too), then the resident high-water mark is reset through
 /proc/self/clear_refs and one more step is taken. Printed: how far the high-water mark rose above the
 resident set before that step, beside the parameters' own fp32 size and the memory estimate's figure for
-the step's scratch (autotrain.training.memory). Linux only.
+the step's scratch (autotrain.training.memory). Mode "background": compile: null, one (eager) step, then the
+rise while the worker thread compiles the layouts (it traces fake tensors: the compiler's own memory).
+Linux only.
 """
 
 from __future__ import annotations
@@ -28,14 +30,21 @@ torch.manual_seed(0)
 params = [torch.nn.Parameter(torch.randn(s) * 0.02) for s in smollm2_shapes(30)]
 for p in params:
     p.grad = torch.randn_like(p) * 1e-3
-opt = CAME8Bit(params, lr=1e-3, compile=sys.argv[1] == "compiled")
+mode = sys.argv[1]
+opt = CAME8Bit(params, lr=1e-3, compile={"compiled": True, "eager": False}.get(mode))
 opt.step()
-opt.step()
+if mode != "background":
+    opt.step()
 with open("/proc/self/clear_refs", "w") as handle:
     handle.write("5")  # the high-water mark starts again from the resident set now
 before = _status()["VmHWM"]
 start = time.perf_counter()
-opt.step()
+if mode == "background":  # compile: null after its first (eager) step: the worker compiles the layouts
+    from autotrain.optimizers import came_groups
+
+    came_groups.BACKGROUND.idle()
+else:
+    opt.step()
 seconds = time.perf_counter() - start
 print(json.dumps({"extra": _status()["VmHWM"] - before, "seconds": seconds}))
 """
@@ -54,13 +63,14 @@ def main() -> int:
     numel = [prod(s) for s in smollm2_shapes(30)]
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"}
     print(f"SmolLM2-135M's list: {sum(numel) / 1e6:.1f}M parameters, {sum(numel) * 4 / 2**20:.0f} MiB in fp32")
-    for mode in ("eager", "compiled"):
+    for mode in ("eager", "compiled", "background"):
         out = subprocess.run([sys.executable, "-c", CHILD, mode, here], env=env, capture_output=True, text=True)
         if out.returncode != 0:
             print(f"{mode}: failed\n{out.stderr[-2000:]}")
             return 1
         found = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"CAME8Bit {mode}: extra peak in a step {found['extra'] / 2**20:.0f} MiB ({found['seconds']:.2f} s)")
+        what = "while the worker compiles (compile: null)" if mode == "background" else "in a step"
+        print(f"CAME8Bit {mode}: extra peak {what} {found['extra'] / 2**20:.0f} MiB ({found['seconds']:.2f} s)")
 
     class Shape:  # what _step_scratch reads of a model's shape
         largest_param = max(numel)
