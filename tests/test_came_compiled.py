@@ -441,7 +441,7 @@ def test_prepared_graphs_are_the_ones_real_calls_take():
 def test_auto_compiles_before_the_first_step_in_a_run_of_several_processes(monkeypatch):
     """With several processes, auto does not switch when a worker happens to finish (sooner on one rank
     than another, whose replica would then take other roundings): every rank compiles before its first
-    step, so the steps are compile=True's, bit for bit, from the first."""
+    step, so on the CPU (not measured) the steps are compile=True's, bit for bit, from the first."""
     from autotrain.optimizers import came as came_module
 
     assert not came_module._replicated()  # this process alone
@@ -473,7 +473,7 @@ class _FixedTiming:
     def stop(self):
         return self
 
-    def seconds(self) -> float:
+    def seconds(self, wait: bool = False) -> float:
         return self.SECONDS[self.index]
 
 
@@ -496,8 +496,9 @@ def test_auto_keeps_whichever_step_measured_faster_where_it_measures(monkeypatch
         came_groups.chunk_maths(came_groups.eager, *args)
 
     compiler = _CountingCompiler()
-    background = came_groups.Background(compiler, measures=lambda device: True)
+    background = came_groups.Background(compiler)
     monkeypatch.setattr(came_groups, "BACKGROUND", background)
+    monkeypatch.setattr(came_groups, "MEASURED_ON", {"cpu"})
     monkeypatch.setattr(came_groups, "eager_chunk", counted_eager)
     monkeypatch.setattr(came_module, "AUTO_COMPILE_MIN_NUMEL", 0)
     params = [nn.Parameter(torch.randn(48, 40)) for _ in range(2)]  # one group, one chunk
@@ -525,10 +526,9 @@ def test_auto_keeps_whichever_step_measured_faster_where_it_measures(monkeypatch
     assert all(torch.isfinite(p).all() for p in params)
 
 
-def test_auto_on_a_gpu_compiles_a_single_process_uncaptured_step():
-    """On CUDA auto compiles (and measures, see above) unless the step is to be captured in a CUDA graph
-    (capturable: the eager step, or compile=True) or the run has several processes (the ranks could keep
-    different steps: eager)."""
+def test_auto_on_a_gpu_compiles_an_uncaptured_step():
+    """On CUDA auto compiles (and measures, see above and below) unless the step is to be captured in a CUDA
+    graph (capturable: the eager step, or compile=True); with several processes too (Replicas)."""
     from types import SimpleNamespace
 
     from autotrain.optimizers import came as came_module
@@ -542,7 +542,7 @@ def test_auto_on_a_gpu_compiles_a_single_process_uncaptured_step():
     assert not CAME8Bit(small, lr=1e-3, compile=False)._compiles(group)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(came_module, "_replicated", lambda: True)
-        assert not CAME8Bit(small, lr=1e-3)._compiles(group)
+        assert CAME8Bit(small, lr=1e-3)._compiles(group)
 
 
 def test_the_run_records_what_auto_measured():
@@ -566,3 +566,81 @@ def test_the_run_records_what_auto_measured():
     said.clear(), data.clear()
     _record_compile_choices(this, SimpleNamespace(optimizer=torch.optim.SGD([nn.Parameter(torch.ones(1))], lr=1)))
     assert not said and not data
+
+
+def _replicas_steps(params, opt, steps: int, eager_runs: list, compiler_calls) -> list[str]:
+    """Which step (eager or compiled) each of ``steps`` optimizer steps took for its one group."""
+    runs = []
+    for step in range(steps):
+        _set_grads(params, step)
+        before = (len(eager_runs), compiler_calls())
+        opt.step()
+        took_eager, took_compiled = len(eager_runs) > before[0], compiler_calls() > before[1]
+        assert took_eager != took_compiled
+        runs.append("eager" if took_eager else "compiled")
+    return runs
+
+
+@pytest.mark.parametrize("faster", ["compiled", "eager"])
+def test_replicas_take_turns_then_keep_what_the_ranks_summed_faster(monkeypatch, faster):
+    """compile=None with several processes, where auto measures: the first step compiles, steps 2-7 take
+    turns, compiled then eager, each timed; after step 7 the ranks' summed medians (one all-reduce; one
+    rank here) decide, for every group, from then on."""
+    from autotrain.optimizers import came as came_module
+
+    compiled, eager = (1.0, 2.0) if faster == "compiled" else (2.0, 1.0)
+    monkeypatch.setattr(_FixedTiming, "SECONDS", [compiled, eager] * 3)
+    monkeypatch.setattr(_FixedTiming, "made", 0)
+    monkeypatch.setattr(came_groups, "Timing", _FixedTiming)
+    monkeypatch.setattr(came_groups, "MEASURED_ON", {"cpu"})
+    monkeypatch.setattr(came_module, "_replicated", lambda: True)
+    monkeypatch.setattr(came_module, "AUTO_COMPILE_MIN_NUMEL", 0)
+    votes = []
+    monkeypatch.setattr(came_groups, "_all_sum", lambda values: votes.append(values) or values)
+    compiler = _CountingCompiler()
+    monkeypatch.setattr(came_groups, "COMPILER", compiler)
+    eager_runs = []
+
+    def counted_eager(*args):
+        eager_runs.append(1)
+        came_groups.chunk_maths(came_groups.eager, *args)
+
+    monkeypatch.setattr(came_groups, "eager_chunk", counted_eager)
+    params = [nn.Parameter(torch.randn(48, 40)) for _ in range(2)]
+    opt = CAME8Bit(params, lr=1e-3, compile=None, **SMALL_8BIT)
+    runs = _replicas_steps(params, opt, 10, eager_runs, lambda: compiler.main_thread_calls)
+    assert runs == ["compiled"] + ["compiled", "eager"] * 3 + [faster] * 3
+    assert votes == [[eager * 1e3, compiled * 1e3, 0.0]]  # eager total, compiled total, ranks that failed
+    assert opt.compile_choices == [
+        {"shape": [48, 40], "params": 2, "eager_ms": eager * 1e3, "compiled_ms": compiled * 1e3, "kept": faster}
+    ]
+
+
+def _replicas_rank(rank: int, world: int, out, timings: dict) -> dict:
+    """One rank of a two-process run of compile=None, measuring on the CPU, with this rank's timings."""
+    from autotrain.optimizers import came as came_module
+
+    compiled, eager = timings[rank]
+    _FixedTiming.SECONDS, _FixedTiming.made = [compiled, eager] * 3, 0
+    came_groups.Timing = _FixedTiming
+    came_groups.MEASURED_ON = {"cpu"}
+    came_module.AUTO_COMPILE_MIN_NUMEL = 0
+    torch.manual_seed(0)
+    params = [nn.Parameter(torch.randn(48, 40)) for _ in range(2)]
+    opt = CAME8Bit(params, lr=1e-2, compile=None, **SMALL_8BIT)
+    for step in range(10):
+        _set_grads(params, step)  # the same gradients on both ranks, as after DDP's all-reduce
+        opt.step()
+    return {"choices": opt.compile_choices, "params": [p.detach().clone() for p in params]}
+
+
+@pytest.mark.slow
+def test_two_ranks_that_time_differently_keep_the_same_step(tmp_path):
+    """Rank 0 times the compiled step faster, rank 1 the eager one (by more): the summed vote keeps the
+    eager step on both, and the two replicas stay identical, bit for bit, through the turns and after."""
+    from fsdp_training import spawn
+
+    ranks = spawn(_replicas_rank, {0: (1.0, 2.0), 1: (5.0, 1.0)}, out=tmp_path)
+    assert [rank["choices"][0]["kept"] for rank in ranks] == ["eager", "eager"]
+    assert [(r["choices"][0]["compiled_ms"], r["choices"][0]["eager_ms"]) for r in ranks] == [(1e3, 2e3), (5e3, 1e3)]
+    assert all(torch.equal(a, b) for a, b in zip(ranks[0]["params"], ranks[1]["params"], strict=True))

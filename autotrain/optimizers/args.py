@@ -40,7 +40,7 @@ class CameArgs(_Args):
             "CUDA), once per group shape: null (auto) compiles groups of 2**20 elements or more on the CPU, on "
             "a thread while the first steps run eagerly (training never waits for it; with several processes, "
             "before the first step); on CUDA every group, each keeping whichever of the compiled and eager "
-            "steps measured faster in the run (eager where capturable or with several processes); nothing in "
+            "steps measured faster in the run (with several processes the ranks decide together); nothing in "
             "runs of under 200 max_steps; true compiles every group before its first step; false "
             "never compiles. Where compiling fails, the eager step runs (one notice on stderr)."
         ),

@@ -81,11 +81,11 @@ class CAME(Optimizer):
     so schedules and per-group settings never recompile, and fp16/bf16 params share the fp32 graphs).
     ``compile=None`` (auto) compiles groups of at least 2**20 elements on the CPU and every group on CUDA,
     where each then keeps whichever of the compiled and eager steps measured faster over its next steps
-    (``came_groups.Background.choose``, ``compile_choices``; eager on CUDA where ``capturable`` or with
-    several processes), on a worker thread while the first steps run eagerly
-    (``came_groups.Background``: a run never waits for the compiler; in a run of several processes
-    before the first step, so that all of them switch at once); ``True`` compiles every group of whole
-    tensors before its first step (which waits for it), ``False`` none.
+    (``came_groups.Background.choose``, ``compile_choices``; eager on CUDA where ``capturable``), on a
+    worker thread while the first steps run eagerly (``came_groups.Background``: a run never waits for
+    the compiler). In a run of several processes it compiles before the first step, and the ranks decide
+    together (``came_groups.Replicas``), so that every replica takes the same step each time. ``True``
+    compiles every group of whole tensors before its first step (which waits for it), ``False`` none.
     If compiling fails, one line on stderr says so and the eager step runs. Compiled and eager steps
     agree up to fp32 rounding (they sum in other orders), which CAME8Bit's codes then carry forward.
 
@@ -150,6 +150,7 @@ class CAME(Optimizer):
         self._groups: dict[int, tuple[list[Tensor], list[came_groups.Group]]] = {}  # by param group
         self._hyper: dict[tuple[int, torch.device], tuple[tuple, Tensor]] = {}
         self._skipped: dict[torch.device, Tensor] = {}
+        self._replicas = came_groups.Replicas()  # auto's choice in a run of several processes
 
     def __getstate__(self) -> dict[str, Any]:
         # Optimizer pickles only defaults/state/param_groups.
@@ -267,25 +268,29 @@ class CAME(Optimizer):
 
     def _compiles(self, group: came_groups.Group) -> bool:
         """Whether ``group`` takes the compiled step; the same answer on every rank."""
-        if self.compile is False or group.shards.group is not None or came_groups.COMPILER.failure is not None:
+        # (Not whether compiling failed, which could differ between ranks: a failed compiler runs the eager
+        # step in its place, and Replicas votes for the eager step on every rank.)
+        if self.compile is False or group.shards.group is not None:
             return False
         if self.compile:
             return True
-        if group.params[0].device.type == "cuda":  # measured against the eager step (Background.choose)
-            return not self.capturable and not _replicated()
+        if group.params[0].device.type == "cuda":  # measured against the eager step (Background, Replicas)
+            return not self.capturable
         return group.params[0].device.type == "cpu" and sum(p.numel() for p in group.params) >= AUTO_COMPILE_MIN_NUMEL
 
     def _step_group(self, group: came_groups.Group, hp: Tensor, skipped: Tensor, scratch: came_groups.Scratch):
         """One step of ``group``: eager, compiled (``compile=True``: from the first step, which waits for the
         compiler) or, where auto compiles it, eager until a worker thread has compiled it (see
         ``came_groups.Background``): a run never waits for the compiler. Except in a run of several
-        processes: there auto compiles before the first step, as ``True`` does, so that every process takes
-        the same step each time (a worker done sooner on one of them would switch it to the compiled step,
-        whose rounding differs, steps before the others, and data-parallel replicas would drift apart)."""
+        processes: there auto compiles before the first step, and every process takes the same step each
+        time (``came_groups.Replicas``: a worker done sooner on one of them would switch it to the compiled
+        step, whose rounding differs, steps before the others, and data-parallel replicas would drift apart)."""
         if not self._compiles(group):
             came_groups.step_group(group, hp, skipped, came_groups.eager_chunk, scratch)
-        elif self.compile or _replicated():
+        elif self.compile:
             came_groups.step_group(group, hp, skipped, came_groups.compiled_chunk, scratch)
+        elif _replicated():
+            self._replicas.step_group(group, hp, skipped, scratch)
         else:
             came_groups.BACKGROUND.step_group(group, hp, skipped, scratch)
 
@@ -305,6 +310,7 @@ class CAME(Optimizer):
                     self._skipped[device] = torch.zeros((), dtype=torch.int64, device=device)
                 self._step_group(group, hp, self._skipped[device], scratch)
         came_groups.BACKGROUND.start()
+        self._replicas.step_done()
         return loss
 
     # --- saving and loading -----------------------------------------------------------------------

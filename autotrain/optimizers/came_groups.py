@@ -442,9 +442,8 @@ class Background:
     and runs no kernel. Training never waits for a compilation, and nothing is compiled twice. Pending
     compilations are dropped when the interpreter exits (the one running finishes first)."""
 
-    def __init__(self, compiler: StepCompiler, measures: Callable[[torch.device], bool] | None = None) -> None:
+    def __init__(self, compiler: StepCompiler) -> None:
         self.compiler = compiler
-        self.measures = measures or (lambda device: device.type == "cuda")
         self.ready: set = set()
         self._pending: set = set()
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
@@ -470,15 +469,15 @@ class Background:
         return step_group(group, hp, skipped, eager_chunk, scratch)
 
     def choose(self, group: Group, hp: Tensor, skipped: Tensor, scratch: Scratch | None = None) -> None:
-        """One step of ``group``, whose layouts are all compiled: the compiled step, except on a device where
-        this background ``measures`` (CUDA: whether the compiled step is faster there has not been settled).
+        """One step of ``group``, whose layouts are all compiled: the compiled step, except on a device auto
+        measures on (``MEASURED_ON``: CUDA, where whether the compiled step is faster has not been settled).
         There the group's next ``TRIAL_STEPS`` steps of each kind take turns, compiled and eager, each timed
         (``Timing``), and the group keeps the one with the lower median; its ``choice`` records both. Until
         the timings are in (a GPU's come a step or so later, read without waiting) and while a CUDA graph
         is being captured, the group takes the compiled step."""
         compiled = partial(chunk_maths, self.compiler)
         device = group.params[0].device
-        if group.choice is not None or not self.measures(device):
+        if group.choice is not None or device.type not in MEASURED_ON:
             run = compiled if group.choice is None or group.choice["kept"] == "compiled" else eager_chunk
             return step_group(group, hp, skipped, run, scratch)
         if len(group.trial) == 2 * TRIAL_STEPS or _capturing(device):
@@ -496,7 +495,7 @@ class Background:
         seconds = [(turn, timing.seconds()) for turn, timing in group.trial]
         if any(s is None for _, s in seconds):  # a GPU's timings not in yet
             return
-        ms = {f"{kind}_ms": 1e3 * median(s for turn, s in seconds if turn == kind) for kind in ("eager", "compiled")}
+        ms = _medians(seconds)
         kept = "compiled" if ms["compiled_ms"] <= ms["eager_ms"] else "eager"
         group.choice = {"shape": list(group.local_shape), "params": len(group.params), **ms, "kept": kept}
         group.trial = []
@@ -558,7 +557,80 @@ class Background:
                 self._pending.discard(key)
 
 
-TRIAL_STEPS = 3  # steps of each kind timed before Background.choose keeps one
+TRIAL_STEPS = 3  # steps of each kind timed before auto keeps one (Background.choose, Replicas)
+# Device types where auto times its compiled step against the eager one before keeping one: CUDA, where
+# which is faster has not been settled; on the CPU the compiled step is, for the groups auto compiles there.
+MEASURED_ON = {"cuda"}
+
+
+class Replicas:
+    """``compile=None`` in a run of several processes, where every rank must take the same step each time
+    (a data-parallel replica taking the compiled step's roundings while another takes the eager one's
+    would drift from it). Every group compiles before its first step, on the training thread (``COMPILER``),
+    on every rank. Where auto measures (``MEASURED_ON``), the optimizer's steps 2 to 7 take turns, compiled
+    then eager, each group's step timed; at the end of step 7 the ranks add up their groups' median times in
+    one all-reduce and every group of every rank keeps the step with the lower total (the eager one if
+    compiling failed on any rank). Turns and decision follow the optimizer's step count, so every rank
+    takes them at the same step; each group's ``choice`` records its own medians and what was kept."""
+
+    def __init__(self) -> None:
+        self.steps = 0  # optimizer steps that stepped a group through here
+        self.stepped = False
+        self.kept: str | None = None
+        self.trials: dict[int, tuple[Group, list]] = {}
+
+    def step_group(self, group: Group, hp: Tensor, skipped: Tensor, scratch: Scratch | None = None) -> None:
+        device = group.params[0].device
+        self.stepped = True
+        timed = self.kept is None and device.type in MEASURED_ON and 1 <= self.steps <= 2 * TRIAL_STEPS
+        if timed and not _capturing(device):
+            turn = "compiled" if self.steps % 2 == 1 else "eager"
+            timing = Timing(device)
+            step_group(group, hp, skipped, compiled_chunk if turn == "compiled" else eager_chunk, scratch)
+            self.trials.setdefault(id(group), (group, []))[1].append((turn, timing.stop()))
+        else:
+            step_group(group, hp, skipped, eager_chunk if self.kept == "eager" else compiled_chunk, scratch)
+
+    def step_done(self) -> None:
+        """Called when the optimizer's step ends: counts it, and after the last timed one, decides."""
+        if not self.stepped:
+            return
+        self.stepped = False
+        self.steps += 1
+        if self.steps == 1 + 2 * TRIAL_STEPS and self.kept is None and self.trials:
+            self._agree()
+
+    def _agree(self) -> None:
+        totals = {"eager_ms": 0.0, "compiled_ms": 0.0}
+        for group, trial in self.trials.values():
+            seconds = [(turn, timing.seconds(wait=True)) for turn, timing in trial]
+            if {turn for turn, _ in seconds} != {"eager", "compiled"}:
+                continue  # a group (re)built during the turns
+            ms = _medians(seconds)
+            group.choice = {"shape": list(group.local_shape), "params": len(group.params), **ms}
+            for key in totals:
+                totals[key] += ms[key]
+        vote = [totals["eager_ms"], totals["compiled_ms"], float(COMPILER.failure is not None)]
+        eager, compiled, failures = _all_sum(vote)
+        self.kept = "compiled" if compiled <= eager and failures == 0 else "eager"
+        for group, _ in self.trials.values():
+            if group.choice is not None:
+                group.choice["kept"] = self.kept
+        self.trials = {}
+
+
+def _medians(seconds: list[tuple[str, float]]) -> dict[str, float]:
+    """The median milliseconds of each kind of step timed in ``seconds``: ``eager_ms``, ``compiled_ms``."""
+    return {f"{kind}_ms": 1e3 * median(s for turn, s in seconds if turn == kind) for kind in ("eager", "compiled")}
+
+
+def _all_sum(values: list[float]) -> list[float]:
+    """``values`` summed over the ranks of the default process group (on the GPU where its backend is NCCL)."""
+    dist = torch.distributed
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+    summed = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(summed)
+    return summed.tolist()
 
 
 class Timing:
@@ -578,11 +650,13 @@ class Timing:
             self.events[1].record()
         return self
 
-    def seconds(self) -> float | None:
-        """The step's time, or None while the GPU has not run it."""
+    def seconds(self, wait: bool = False) -> float | None:
+        """The step's time, or None while the GPU has not run it (``wait``: wait for it)."""
         if self.events is None:
             return self.host
-        if not self.events[1].query():
+        if wait:
+            self.events[1].synchronize()
+        elif not self.events[1].query():
             return None
         return max(self.host, self.events[0].elapsed_time(self.events[1]) / 1e3)
 
