@@ -14,7 +14,7 @@ How an operation is counted, over one profiled ``step()`` after two warm-up step
 * ``aten::item`` / ``aten::_local_scalar_dense`` are not counted but reported on their own (torch's
   AdamW reads its CPU step counters with them: free on a GPU; a read of a GPU tensor would be a sync);
 * a call into a compiled region (``Torch-Compiled Region``, or CAME's own compiled graphs, which it
-  marks ``came_groups.COMPILED_REGION`` when a profiler runs) counts once, plus one per kernel inductor
+  marks ``came_compile.COMPILED_REGION`` when a profiler runs) counts once, plus one per kernel inductor
   generated inside it (``cpp_fused_*`` on the CPU, with inductor's kernel profiling on) and per ATen
   operation the compiled code calls (its extern kernels and fallbacks), views and allocations aside.
 
@@ -35,7 +35,7 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from autotrain.optimizers.came import CPU_CHUNK  # noqa: E402
-from autotrain.optimizers.came_groups import COMPILED_REGION  # noqa: E402
+from autotrain.optimizers.came_compile import COMPILED_REGION  # noqa: E402
 
 VIEW_OR_ALLOC = {
     "aten::view",
@@ -163,9 +163,9 @@ def ops_per_step(mode: str, layers: int, cls_name: str = "CAME8Bit", chunks: str
     opt = build(mode, params, cls_name)
     opt.step()
     if mode == "auto":  # auto compiles on a thread while the first steps run eagerly: count once it has
-        from autotrain.optimizers import came_groups
+        from autotrain.optimizers import came_auto
 
-        came_groups.BACKGROUND.idle()
+        came_auto.BACKGROUND.idle()
     opt.step()
     return profile_step(opt)
 

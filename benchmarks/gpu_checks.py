@@ -44,7 +44,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from autotrain.optimizers import CAME, CAME8Bit, CAME8BitFusedAdam, FusedAdam, came_groups  # noqa: E402
+from autotrain.optimizers import CAME, CAME8Bit, CAME8BitFusedAdam, FusedAdam, came_auto, came_compile  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = {
@@ -227,7 +227,7 @@ def compiled_against_eager(device: str, sizes: dict) -> None:
     grads = [torch.randn_like(p) * 1e-3 for p in models[0].parameters()]
     opts = [CAME8Bit(m.parameters(), lr=1e-4, compile=c) for m, c in zip(models, (True, False), strict=True)]
     times: dict[int, list[float]] = {0: [], 1: []}
-    seconds_before = came_groups.COMPILER.seconds
+    seconds_before = came_compile.COMPILER.seconds
     for step in range(sizes["reps"] + 1):
         for i, (model, opt) in enumerate(zip(models, opts, strict=True)):
             for p, g in zip(model.parameters(), grads, strict=True):
@@ -244,22 +244,22 @@ def compiled_against_eager(device: str, sizes: dict) -> None:
     )
     print(
         f"  step: compiled {compiled:.1f} ms, eager {eager:.1f} ms ({compiled / eager:.2f}x); "
-        f"compile (new shapes) {came_groups.COMPILER.seconds - seconds_before:.1f} s; "
+        f"compile (new shapes) {came_compile.COMPILER.seconds - seconds_before:.1f} s; "
         f"max relative param difference after {sizes['reps'] + 1} steps {diff:.1e}"
-        + (f"; compile failed: {came_groups.COMPILER.failure}" if came_groups.COMPILER.failure else "")
+        + (f"; compile failed: {came_compile.COMPILER.failure}" if came_compile.COMPILER.failure else "")
     )
     # compile: null on the same model: a worker compiles each group from fake tensors (a compiler of its own
     # here, so that it compiles afresh), then on CUDA each group times six steps, compiled and eager in
     # turn, and keeps the faster.
-    compiler = came_groups.StepCompiler()
-    came_groups.BACKGROUND = came_groups.Background(compiler)
+    compiler = came_compile.StepCompiler()
+    came_auto.BACKGROUND = came_auto.Background(compiler)
     auto = CAME8Bit(models[1].parameters(), lr=1e-4)
     for step in range(12):
         for p, g in zip(models[1].parameters(), grads, strict=True):
             p.grad = g.clone()
         auto.step()
         if step == 0:
-            came_groups.BACKGROUND.idle(timeout=300)
+            came_auto.BACKGROUND.idle(timeout=300)
     sync(device)
     choices = auto.compile_choices
     kept = sum(c["kept"] == "compiled" for c in choices)

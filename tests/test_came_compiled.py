@@ -13,7 +13,7 @@ import torch._inductor
 from torch import nn
 from torch._dynamo.utils import counters
 
-from autotrain.optimizers import CAME, CAME8Bit, came_groups, came_math
+from autotrain.optimizers import CAME, CAME8Bit, came_auto, came_compile, came_groups, came_math
 from autotrain.optimizers.table import OPTIMIZERS
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # small tensors: see conftest
@@ -149,13 +149,13 @@ def test_no_recompilation_over_a_schedule_and_per_group_settings():
     schedule.step()
     graphs = _graphs()
     assert graphs > 0
-    seconds = came_groups.COMPILER.seconds
+    seconds = came_compile.COMPILER.seconds
     for step in range(1, 200):
         _set_grads(params, step)
         opt.step()
         schedule.step()
     assert _graphs() == graphs
-    assert came_groups.COMPILER.seconds == seconds and came_groups.COMPILER.failure is None
+    assert came_compile.COMPILER.seconds == seconds and came_compile.COMPILER.failure is None
 
 
 def test_auto_compiles_large_groups_on_the_cpu_only():
@@ -181,7 +181,7 @@ def test_failed_compilation_falls_back_to_eager_with_one_notice(monkeypatch, cap
     def broken_compile(graph, example_inputs, options=None):
         raise RuntimeError("no C++ compiler found\nmore details")
 
-    monkeypatch.setattr(came_groups, "COMPILER", came_groups.StepCompiler())
+    monkeypatch.setattr(came_compile, "COMPILER", came_compile.StepCompiler())
     monkeypatch.setattr(torch._inductor, "compile", broken_compile)
     runs = [_params() for _ in range(3)]
     opts = [CAME8Bit(runs[0], lr=1e-2, compile=True, **SMALL_8BIT), CAME(runs[1], lr=1e-2, compile=True)]
@@ -206,9 +206,9 @@ def test_a_failed_background_compilation_drops_the_queue(monkeypatch, capsys):
     def broken_compile(graph, example_inputs, options=None):
         raise RuntimeError("no C++ compiler found")
 
-    compiler = came_groups.StepCompiler()
-    background = came_groups.Background(compiler)
-    monkeypatch.setattr(came_groups, "BACKGROUND", background)
+    compiler = came_compile.StepCompiler()
+    background = came_auto.Background(compiler)
+    monkeypatch.setattr(came_auto, "BACKGROUND", background)
     monkeypatch.setattr(came_module, "AUTO_COMPILE_MIN_NUMEL", 0)
     monkeypatch.setattr(torch._inductor, "compile", broken_compile)
     auto_params, eager_params = _params(), _params()
@@ -236,7 +236,7 @@ def test_compile_is_a_typed_optimizer_argument():
     assert combined.came.compile is True
 
 
-class _CountingCompiler(came_groups.StepCompiler):
+class _CountingCompiler(came_compile.StepCompiler):
     """A StepCompiler that counts the calls the training (main) thread makes."""
 
     def __init__(self) -> None:
@@ -258,8 +258,8 @@ def test_auto_compiles_on_a_thread_while_the_first_steps_run_eagerly(monkeypatch
     from autotrain.optimizers import came as came_module
 
     compiler = _CountingCompiler()
-    background = came_groups.Background(compiler)
-    monkeypatch.setattr(came_groups, "BACKGROUND", background)
+    background = came_auto.Background(compiler)
+    monkeypatch.setattr(came_auto, "BACKGROUND", background)
     monkeypatch.setattr(came_module, "AUTO_COMPILE_MIN_NUMEL", 0)  # every group of this small list
     auto_params, eager_params = _params(), _params()
     auto = CAME8Bit(auto_params, lr=1e-2, weight_decay=0.1, compile=None, **SMALL_8BIT)
@@ -340,7 +340,7 @@ def test_codes_laid_out_like_the_weights_give_the_blocks_result(shape, block):
     hp = torch.tensor(came_math.hyper_values(1e-3, (0.9, 0.999, 0.9999), (1e-30, 1e-16), 1.0, 0.1))
     dims = came_math.Dims(rows=shape[2], numel=prod(shape[1:]), block=block)
     results = {}
-    for runner in (came_groups.eager, came_groups.COMPILER):
+    for runner in (came_groups.eager, came_compile.COMPILER):
         for layout in ("rows", "blocks"):
             p, g, state, codes, absmax = _chunk_state(shape, block)
             if layout == "rows":
@@ -351,7 +351,7 @@ def test_codes_laid_out_like_the_weights_give_the_blocks_result(shape, block):
                 m_new, ok = runner(came_math.factored_update, p, g, (*state, codes, absmax), hp, dims)
                 runner(came_math.write_moment, (codes, absmax), m_new, ok, dims)
             results[runner is came_groups.eager, layout] = (p, codes, absmax)
-    assert came_groups.COMPILER.failure is None
+    assert came_compile.COMPILER.failure is None
     eager_rows, eager_blocks = results[True, "rows"], results[True, "blocks"]
     assert all(torch.equal(a, b) for a, b in zip(eager_rows, eager_blocks, strict=True))
     p_rows, codes_rows, scale_rows = results[False, "rows"]
@@ -370,7 +370,7 @@ def test_chunks_pass_codes_laid_out_like_the_weights_where_blocks_align_with_row
     opt.step()
     layouts = {}
     for group in opt._groups[0][1]:
-        args, _ = came_groups._chunk_args(group, 0, 1, torch.zeros(11), torch.zeros((), dtype=torch.int64), None)
+        args, _ = came_groups.chunk_args(group, 0, 1, torch.zeros(11), torch.zeros((), dtype=torch.int64), None)
         layouts[tuple(group.local_shape)] = tuple(args[3][0].shape)
     # 64x80 in blocks of 3 rows: the weights' layout; 257-wide rows cut by 256-blocks: the blocks.
     assert layouts == {(64, 80): (1, 1, 64, 80), (20, 257): (1, 21, 256)}
@@ -388,7 +388,7 @@ def _double(p: torch.Tensor) -> None:
 def test_graphs_are_keyed_on_layouts_aliasing_and_constants():
     """The compiler keys a graph on what it was traced for: the tensors' shapes, strides and dtypes, which
     of them share a storage, and the other arguments' values; each call's result is the eager one."""
-    compiler = came_groups.StepCompiler()
+    compiler = came_compile.StepCompiler()
     hp = torch.tensor([0.5])
 
     def run(p, g, scale=1.0):
@@ -416,11 +416,11 @@ def test_prepared_graphs_are_the_ones_real_calls_take():
     does not."""
     from torch._subclasses.fake_tensor import FakeTensor
 
-    compiler = came_groups.StepCompiler()
+    compiler = came_compile.StepCompiler()
     hp = torch.tensor([0.5])
     buffer = torch.arange(48.0)
     for p, g in ((torch.ones(4, 6), torch.arange(24.0).view(4, 6)), (buffer[:24].view(4, 6), buffer[24:].view(4, 6))):
-        fakes = came_groups._fakes(came_groups._fake_plan((p, g, hp, 1.0), torch.device("cpu")))
+        fakes = came_compile.fakes(came_compile.fake_plan((p, g, hp, 1.0), torch.device("cpu")))
         assert all(isinstance(t, FakeTensor) for t in fakes[:3]) and fakes[3] == 1.0
         assert [(t.shape, t.stride(), t.storage_offset()) for t in fakes[:3]] == [
             (t.shape, t.stride(), t.storage_offset()) for t in (p, g, hp)
@@ -445,8 +445,8 @@ def test_auto_compiles_before_the_first_step_in_a_run_of_several_processes(monke
     from autotrain.optimizers import came as came_module
 
     assert not came_module._replicated()  # this process alone
-    background = came_groups.Background(came_groups.COMPILER)
-    monkeypatch.setattr(came_groups, "BACKGROUND", background)
+    background = came_auto.Background(came_compile.COMPILER)
+    monkeypatch.setattr(came_auto, "BACKGROUND", background)
     monkeypatch.setattr(came_module, "AUTO_COMPILE_MIN_NUMEL", 0)
     monkeypatch.setattr(came_module, "_replicated", lambda: True)
     auto_params, compiled_params = _params(), _params()
@@ -461,7 +461,7 @@ def test_auto_compiles_before_the_first_step_in_a_run_of_several_processes(monke
 
 
 class _FixedTiming:
-    """came_groups.Timing whose n-th instance reports ``SECONDS[n]``."""
+    """came_auto.Timing whose n-th instance reports ``SECONDS[n]``."""
 
     SECONDS: list[float] = []
     made = 0
@@ -488,7 +488,7 @@ def test_auto_keeps_whichever_step_measured_faster_where_it_measures(monkeypatch
         compiled, eager = (1.0, 2.0) if timings == "compiled faster" else (2.0, 1.0)
         monkeypatch.setattr(_FixedTiming, "SECONDS", [compiled, eager, 3 * compiled, eager, compiled, 3 * eager])
         monkeypatch.setattr(_FixedTiming, "made", 0)
-        monkeypatch.setattr(came_groups, "Timing", _FixedTiming)
+        monkeypatch.setattr(came_auto, "Timing", _FixedTiming)
     eager_runs = []
 
     def counted_eager(*args):
@@ -496,9 +496,9 @@ def test_auto_keeps_whichever_step_measured_faster_where_it_measures(monkeypatch
         came_groups.chunk_maths(came_groups.eager, *args)
 
     compiler = _CountingCompiler()
-    background = came_groups.Background(compiler)
-    monkeypatch.setattr(came_groups, "BACKGROUND", background)
-    monkeypatch.setattr(came_groups, "MEASURED_ON", {"cpu"})
+    background = came_auto.Background(compiler)
+    monkeypatch.setattr(came_auto, "BACKGROUND", background)
+    monkeypatch.setattr(came_auto, "MEASURED_ON", {"cpu"})
     monkeypatch.setattr(came_groups, "eager_chunk", counted_eager)
     monkeypatch.setattr(came_module, "AUTO_COMPILE_MIN_NUMEL", 0)
     params = [nn.Parameter(torch.randn(48, 40)) for _ in range(2)]  # one group, one chunk
@@ -591,14 +591,14 @@ def test_replicas_take_turns_then_keep_what_the_ranks_summed_faster(monkeypatch,
     compiled, eager = (1.0, 2.0) if faster == "compiled" else (2.0, 1.0)
     monkeypatch.setattr(_FixedTiming, "SECONDS", [compiled, eager] * 3)
     monkeypatch.setattr(_FixedTiming, "made", 0)
-    monkeypatch.setattr(came_groups, "Timing", _FixedTiming)
-    monkeypatch.setattr(came_groups, "MEASURED_ON", {"cpu"})
+    monkeypatch.setattr(came_auto, "Timing", _FixedTiming)
+    monkeypatch.setattr(came_auto, "MEASURED_ON", {"cpu"})
     monkeypatch.setattr(came_module, "_replicated", lambda: True)
     monkeypatch.setattr(came_module, "AUTO_COMPILE_MIN_NUMEL", 0)
     votes = []
-    monkeypatch.setattr(came_groups, "_all_sum", lambda values: votes.append(values) or values)
+    monkeypatch.setattr(came_auto, "_all_sum", lambda values: votes.append(values) or values)
     compiler = _CountingCompiler()
-    monkeypatch.setattr(came_groups, "COMPILER", compiler)
+    monkeypatch.setattr(came_compile, "COMPILER", compiler)
     eager_runs = []
 
     def counted_eager(*args):
@@ -622,8 +622,8 @@ def _replicas_rank(rank: int, world: int, out, timings: dict) -> dict:
 
     compiled, eager = timings[rank]
     _FixedTiming.SECONDS, _FixedTiming.made = [compiled, eager] * 3, 0
-    came_groups.Timing = _FixedTiming
-    came_groups.MEASURED_ON = {"cpu"}
+    came_auto.Timing = _FixedTiming
+    came_auto.MEASURED_ON = {"cpu"}
     came_module.AUTO_COMPILE_MIN_NUMEL = 0
     torch.manual_seed(0)
     params = [nn.Parameter(torch.randn(48, 40)) for _ in range(2)]

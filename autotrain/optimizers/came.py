@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from autotrain.optimizers import came_groups, came_math
+from autotrain.optimizers import came_auto, came_groups, came_math
 from autotrain.optimizers.args import AUTO_COMPILE_MIN_NUMEL
 from autotrain.optimizers.sharding import local, shards_of
 
@@ -77,14 +77,14 @@ class CAME(Optimizer):
     together (``came_groups``): their state is stacked, so row and column statistics are batched
     reductions and each group takes a fixed number of operations per step, whatever its size. The
     maths is stated once (``came_math``); the eager step runs it as it is, the compiled step compiled by
-    inductor (``came_groups.StepCompiler``: one graph per group shape; hyper-parameters are a tensor input,
+    inductor (``came_compile.StepCompiler``: one graph per group shape; hyper-parameters are a tensor input,
     so schedules and per-group settings never recompile, and fp16/bf16 params share the fp32 graphs).
     ``compile=None`` (auto) compiles groups of at least 2**20 elements on the CPU and every group on CUDA,
     where each then keeps whichever of the compiled and eager steps measured faster over its next steps
-    (``came_groups.Background.choose``, ``compile_choices``; eager on CUDA where ``capturable``), on a
-    worker thread while the first steps run eagerly (``came_groups.Background``: a run never waits for
+    (``came_auto.Background.choose``, ``compile_choices``; eager on CUDA where ``capturable``), on a
+    worker thread while the first steps run eagerly (``came_auto.Background``: a run never waits for
     the compiler). In a run of several processes it compiles before the first step, and the ranks decide
-    together (``came_groups.Replicas``), so that every replica takes the same step each time. ``True``
+    together (``came_auto.Replicas``), so that every replica takes the same step each time. ``True``
     compiles every group of whole tensors before its first step (which waits for it), ``False`` none.
     If compiling fails, one line on stderr says so and the eager step runs. Compiled and eager steps
     agree up to fp32 rounding (they sum in other orders), which CAME8Bit's codes then carry forward.
@@ -150,7 +150,7 @@ class CAME(Optimizer):
         self._groups: dict[int, tuple[list[Tensor], list[came_groups.Group]]] = {}  # by param group
         self._hyper: dict[tuple[int, torch.device], tuple[tuple, Tensor]] = {}
         self._skipped: dict[torch.device, Tensor] = {}
-        self._replicas = came_groups.Replicas()  # auto's choice in a run of several processes
+        self._replicas = came_auto.Replicas()  # auto's choice in a run of several processes
 
     def __getstate__(self) -> dict[str, Any]:
         # Optimizer pickles only defaults/state/param_groups.
@@ -281,9 +281,9 @@ class CAME(Optimizer):
     def _step_group(self, group: came_groups.Group, hp: Tensor, skipped: Tensor, scratch: came_groups.Scratch):
         """One step of ``group``: eager, compiled (``compile=True``: from the first step, which waits for the
         compiler) or, where auto compiles it, eager until a worker thread has compiled it (see
-        ``came_groups.Background``): a run never waits for the compiler. Except in a run of several
+        ``came_auto.Background``): a run never waits for the compiler. Except in a run of several
         processes: there auto compiles before the first step, and every process takes the same step each
-        time (``came_groups.Replicas``: a worker done sooner on one of them would switch it to the compiled
+        time (``came_auto.Replicas``: a worker done sooner on one of them would switch it to the compiled
         step, whose rounding differs, steps before the others, and data-parallel replicas would drift apart)."""
         if not self._compiles(group):
             came_groups.step_group(group, hp, skipped, came_groups.eager_chunk, scratch)
@@ -292,7 +292,7 @@ class CAME(Optimizer):
         elif _replicated():
             self._replicas.step_group(group, hp, skipped, scratch)
         else:
-            came_groups.BACKGROUND.step_group(group, hp, skipped, scratch)
+            came_auto.BACKGROUND.step_group(group, hp, skipped, scratch)
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
@@ -309,7 +309,7 @@ class CAME(Optimizer):
                 if device not in self._skipped:
                     self._skipped[device] = torch.zeros((), dtype=torch.int64, device=device)
                 self._step_group(group, hp, self._skipped[device], scratch)
-        came_groups.BACKGROUND.start()
+        came_auto.BACKGROUND.start()
         self._replicas.step_done()
         return loss
 
