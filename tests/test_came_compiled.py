@@ -644,3 +644,28 @@ def test_two_ranks_that_time_differently_keep_the_same_step(tmp_path):
     assert [rank["choices"][0]["kept"] for rank in ranks] == ["eager", "eager"]
     assert [(r["choices"][0]["compiled_ms"], r["choices"][0]["eager_ms"]) for r in ranks] == [(1e3, 2e3), (5e3, 1e3)]
     assert all(torch.equal(a, b) for a, b in zip(ranks[0]["params"], ranks[1]["params"], strict=True))
+
+
+def test_the_worker_compiles_with_the_training_threads_inductor_settings(monkeypatch):
+    """Inductor keeps its settings per thread: one made on the training thread reaches the worker's
+    compilations (they would otherwise differ from what compile=True builds on the training thread)."""
+    from autotrain.optimizers import came as came_module
+
+    seen = []
+    compile_ = came_compile._compile
+
+    def spy(fn, args, tensors):
+        seen.append(torch._inductor.config.cpp.enable_kernel_profile)
+        return compile_(fn, args, tensors)
+
+    monkeypatch.setattr(came_compile, "_compile", spy)
+    monkeypatch.setattr(torch._inductor.config.cpp, "enable_kernel_profile", True)
+    background = came_auto.Background(came_compile.StepCompiler())
+    monkeypatch.setattr(came_auto, "BACKGROUND", background)
+    monkeypatch.setattr(came_module, "AUTO_COMPILE_MIN_NUMEL", 0)
+    params = [nn.Parameter(torch.randn(48, 40)) for _ in range(2)]
+    opt = CAME8Bit(params, lr=1e-3, compile=None, **SMALL_8BIT)
+    _set_grads(params, 0)
+    opt.step()
+    assert background.idle(timeout=600) and background.compiler.failure is None
+    assert seen and all(seen)

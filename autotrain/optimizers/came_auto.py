@@ -16,7 +16,14 @@ import torch
 from torch import Tensor
 
 from autotrain.optimizers import came_compile, came_groups
-from autotrain.optimizers.came_compile import StepCompiler, fake_plan, fakes, signature
+from autotrain.optimizers.came_compile import (
+    StepCompiler,
+    fake_plan,
+    fakes,
+    inductor_settings,
+    signature,
+    with_inductor_settings,
+)
 from autotrain.optimizers.came_groups import Group, Scratch, chunk_args, chunk_maths, step_group
 
 
@@ -51,7 +58,7 @@ class Background:
         for key, args in zip(keys, layouts, strict=True):
             if key not in self.ready and key not in self._pending and self.compiler.failure is None:
                 self._pending.add(key)
-                self._queue.put((key, fake_plan(args, device), torch.get_num_threads()))
+                self._queue.put((key, fake_plan(args, device), torch.get_num_threads(), inductor_settings()))
         return step_group(group, hp, skipped, came_groups.eager_chunk, scratch)
 
     def choose(self, group: Group, hp: Tensor, skipped: Tensor, scratch: Scratch | None = None) -> None:
@@ -128,12 +135,12 @@ class Background:
                 return
             if item is None or self._stopping:
                 return
-            key, plan, threads = item
+            key, plan, threads, settings = item
             try:
                 if self.compiler.failure is not None:
                     continue
                 torch.set_num_threads(threads)  # part of a graph's key (the C++ kernels bake it in)
-                with torch.no_grad():
+                with torch.no_grad(), with_inductor_settings(settings):
                     chunk_maths(self.compiler.prepare, *fakes(plan))
                 if self.compiler.failure is None:
                     self.ready.add(key)

@@ -6,6 +6,7 @@ fallback where compiling fails. ``StepCompiler.prepare`` compiles from fakes mad
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
@@ -185,6 +186,23 @@ def signature(args: Any, device: torch.device) -> Any:
 # them, rather than storing them in a full-size fp32 buffer between loops.
 _RECOMPUTE = {"realize_reads_threshold": 64, "realize_opcount_threshold": 4096, "realize_acc_reads_threshold": 64}
 COMPILER = StepCompiler()
+
+
+def inductor_settings() -> dict | None:
+    """The calling thread's inductor settings (inductor keeps them per thread: one set on the training thread
+    is not seen on another), for a compilation elsewhere to use; None where inductor was never imported
+    (nothing was set)."""
+    config = sys.modules.get("torch._inductor.config")
+    return None if config is None else config.get_config_copy()
+
+
+def with_inductor_settings(settings: dict | None):
+    """A context in which this thread compiles with ``settings`` (``inductor_settings``)."""
+    if settings is None:
+        return contextlib.nullcontext()
+    import torch._inductor.config
+
+    return torch._inductor.config.patch(settings)
 
 
 def fake_plan(args: Any, device: torch.device) -> Any:
