@@ -280,10 +280,11 @@ def test_the_slurm_script_trains_under_a_fake_srun(tmp_path, cli):
     script = cpu_slurm_script(tmp_path, cli, main_process_port=free_port())
     env = fake_bin(tmp_path / "bin", FAKE_SRUN)
     done = subprocess.run(["bash", str(script)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
-    logs = {p.name: p.read_text() for p in (tmp_path / "bin").glob("log.node*")}
-    assert done.returncode == 0, logs
-    assert "rendezvous: all 2 machines checked in" in logs["log.node0"], logs
-    assert "this is machine 1" in logs["log.node1"], logs
+    logs = {p.name: p.read_text() for p in sorted((tmp_path / "bin").glob("log.node*"))}
+    shown = "\n".join(f"--- {name}\n{text}" for name, text in logs.items())  # whole, not a dict's cut repr
+    assert done.returncode == 0, shown
+    assert "rendezvous: all 2 machines checked in" in logs["log.node0"], shown
+    assert "this is machine 1" in logs["log.node1"], shown
     assert "requeue" not in (tmp_path / "bin" / "log").read_text()
     assert_trained_once(tmp_path / "run")
 
