@@ -391,7 +391,11 @@ CASES = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+# A dry run loads the training stack in a fresh process (~4 s each on two cores): in the slow set, which CI runs.
+PARAMS = [pytest.param(c, id=c.id, marks=[pytest.mark.slow] if "--dry-run" in c.args else []) for c in CASES]
+
+
+@pytest.mark.parametrize("case", PARAMS)
 def test_hostile_input(case: Case, tmp_path: Path):
     work = tmp_path / "work"
     work.mkdir()

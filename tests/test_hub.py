@@ -63,6 +63,7 @@ def test_an_unreachable_hub_is_one_clear_line_within_seconds(tmp_path, dry_run):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # two dry runs in fresh processes (~10 s on two cores)
 def test_offline_mode_looks_in_the_cache(tmp_path):
     """With HF_HUB_OFFLINE=1 nothing is asked of the network: what is not cached is named, what is passes."""
     env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "HF_ENDPOINT": UNREACHABLE}
@@ -111,6 +112,7 @@ def fake_hub():
     server.shutdown()
 
 
+@pytest.mark.slow  # two dry runs in fresh processes (~10 s on two cores)
 def test_a_repository_the_hub_does_not_have_is_named(tmp_path, fake_hub):
     env = {"HF_ENDPOINT": fake_hub, "HF_HOME": str(tmp_path / "hf")}
     base = ["llm", "--config", SFT, *CPU, "--dry-run"]
