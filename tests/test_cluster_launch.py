@@ -235,7 +235,8 @@ def fake_bin(folder: Path, srun: str) -> dict[str, str]:
 
 
 def cpu_slurm_script(tmp_path: Path, cli, **dist) -> Path:
-    config = write_config(tmp_path, {"num_processes": 1, "rendezvous_timeout": 30, **dist})
+    # A generous check-in window: four processes load the training stack at once on two cores.
+    config = write_config(tmp_path, {"num_processes": 1, "rendezvous_timeout": 120, **dist})
     data = yaml.safe_load(config.read_text())
     data["cluster"] = {"gpus_per_node": 0}
     config.write_text(yaml.safe_dump(data))
