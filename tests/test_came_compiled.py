@@ -4,7 +4,9 @@ values; a fixed number of operations per group; an eager fallback that says so o
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 from math import prod
 
 import pytest
@@ -659,7 +661,50 @@ def test_the_worker_compiles_with_the_training_threads_inductor_settings(monkeyp
         return compile_(fn, args, tensors)
 
     monkeypatch.setattr(came_compile, "_compile", spy)
-    monkeypatch.setattr(torch._inductor.config.cpp, "enable_kernel_profile", True)
+    background = came_auto.Background(came_compile.StepCompiler())
+    monkeypatch.setattr(came_auto, "BACKGROUND", background)
+    monkeypatch.setattr(came_module, "AUTO_COMPILE_MIN_NUMEL", 0)
+    params = [nn.Parameter(torch.randn(48, 40)) for _ in range(2)]
+    opt = CAME8Bit(params, lr=1e-3, compile=None, **SMALL_8BIT)
+    _set_grads(params, 0)
+    # As a user sets it (monkeypatch on inductor's config proxy hides the setting when it is undone)
+    with torch._inductor.config.patch({"cpp.enable_kernel_profile": True}):
+        opt.step()
+        assert background.idle(timeout=600) and background.compiler.failure is None
+    assert seen and all(seen)
+
+
+def test_settings_inductor_hides_do_not_stop_the_worker():
+    """A setting inductor hides (``unittest.mock`` and pytest's monkeypatch hide one when they undo a patch)
+    is in the settings copied from the training thread, and inductor refuses to patch it, even to the value
+    it has: the worker patches only what differs from its own settings."""
+    config = torch._inductor.config
+    settings = came_compile.inductor_settings()
+    delattr(config.cpp, "enable_kernel_profile")  # hidden, as an undone mock leaves it
+    try:
+        with pytest.raises(AttributeError):
+            config.patch({"cpp.enable_kernel_profile": settings["cpp.enable_kernel_profile"]}).__enter__()
+        with came_compile.with_inductor_settings(settings):
+            pass
+        with came_compile.with_inductor_settings({**settings, "cpp.simdlen": 4}):
+            assert config.cpp.simdlen == 4  # what differs is still applied
+    finally:
+        config.cpp.enable_kernel_profile = settings["cpp.enable_kernel_profile"]  # shown again
+
+
+def test_the_worker_compiles_on_the_groups_device(monkeypatch):
+    """A new thread's current CUDA device is 0 whatever the training thread set: the worker makes the
+    group's device current while it compiles (on the CPU there is nothing to set)."""
+    from autotrain.optimizers import came as came_module
+
+    entered = []
+    on = came_auto._on
+
+    def spy(device):
+        entered.append((device, threading.current_thread().name))
+        return on(device)
+
+    monkeypatch.setattr(came_auto, "_on", spy)
     background = came_auto.Background(came_compile.StepCompiler())
     monkeypatch.setattr(came_auto, "BACKGROUND", background)
     monkeypatch.setattr(came_module, "AUTO_COMPILE_MIN_NUMEL", 0)
@@ -668,4 +713,8 @@ def test_the_worker_compiles_with_the_training_threads_inductor_settings(monkeyp
     _set_grads(params, 0)
     opt.step()
     assert background.idle(timeout=600) and background.compiler.failure is None
-    assert seen and all(seen)
+    assert entered and all(d == torch.device("cpu") and name == "came-compile" for d, name in entered)
+    # A CUDA group's device becomes current (constructed, not entered: this may be a CPU-only build).
+    context = on(torch.device("cuda", 1))
+    assert isinstance(context, torch.cuda.device) and context.idx == 1
+    assert isinstance(on(torch.device("cpu")), contextlib.nullcontext)

@@ -6,6 +6,7 @@ rank (``Replicas``).
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -58,7 +59,7 @@ class Background:
         for key, args in zip(keys, layouts, strict=True):
             if key not in self.ready and key not in self._pending and self.compiler.failure is None:
                 self._pending.add(key)
-                self._queue.put((key, fake_plan(args, device), torch.get_num_threads(), inductor_settings()))
+                self._queue.put((key, device, fake_plan(args, device), torch.get_num_threads(), inductor_settings()))
         return step_group(group, hp, skipped, came_groups.eager_chunk, scratch)
 
     def choose(self, group: Group, hp: Tensor, skipped: Tensor, scratch: Scratch | None = None) -> None:
@@ -135,12 +136,12 @@ class Background:
                 return
             if item is None or self._stopping:
                 return
-            key, plan, threads, settings = item
+            key, device, plan, threads, settings = item
             try:
                 if self.compiler.failure is not None:
                     continue
                 torch.set_num_threads(threads)  # part of a graph's key (the C++ kernels bake it in)
-                with torch.no_grad(), with_inductor_settings(settings):
+                with torch.no_grad(), with_inductor_settings(settings), _on(device):
                     chunk_maths(self.compiler.prepare, *fakes(plan))
                 if self.compiler.failure is None:
                     self.ready.add(key)
@@ -254,6 +255,12 @@ class Timing:
         elif not self.events[1].query():
             return None
         return max(self.host, self.events[0].elapsed_time(self.events[1]) / 1e3)
+
+
+def _on(device: torch.device):
+    """A context in which ``device`` is this thread's current CUDA device: a new thread's is device 0
+    whatever the training thread set, and what the compiler creates on the GPU belongs on the group's."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def _capturing(device: torch.device) -> bool:

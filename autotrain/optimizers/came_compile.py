@@ -197,12 +197,16 @@ def inductor_settings() -> dict | None:
 
 
 def with_inductor_settings(settings: dict | None):
-    """A context in which this thread compiles with ``settings`` (``inductor_settings``)."""
+    """A context in which this thread compiles with ``settings`` (``inductor_settings``). Only the settings
+    that differ from this thread's are patched: inductor refuses to patch a setting it hides, even to the
+    value it already has."""
     if settings is None:
         return contextlib.nullcontext()
     import torch._inductor.config
 
-    return torch._inductor.config.patch(settings)
+    here = torch._inductor.config.get_config_copy()
+    changed = {name: value for name, value in settings.items() if name not in here or here[name] != value}
+    return torch._inductor.config.patch(changed) if changed else contextlib.nullcontext()
 
 
 def fake_plan(args: Any, device: torch.device) -> Any:
