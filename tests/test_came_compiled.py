@@ -648,11 +648,24 @@ def test_two_ranks_that_time_differently_keep_the_same_step(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(ranks[0]["params"], ranks[1]["params"], strict=True))
 
 
+def _one_step_compiled_in_background(monkeypatch) -> None:
+    """One auto step of two small matrices with a background compiler of its own; returns once the worker
+    has compiled their layouts, without a failure."""
+    from autotrain.optimizers import came as came_module
+
+    background = came_auto.Background(came_compile.StepCompiler())
+    monkeypatch.setattr(came_auto, "BACKGROUND", background)
+    monkeypatch.setattr(came_module, "AUTO_COMPILE_MIN_NUMEL", 0)
+    params = [nn.Parameter(torch.randn(48, 40)) for _ in range(2)]
+    opt = CAME8Bit(params, lr=1e-3, compile=None, **SMALL_8BIT)
+    _set_grads(params, 0)
+    opt.step()
+    assert background.idle(timeout=600) and background.compiler.failure is None
+
+
 def test_the_worker_compiles_with_the_training_threads_inductor_settings(monkeypatch):
     """Inductor keeps its settings per thread: one made on the training thread reaches the worker's
     compilations (they would otherwise differ from what compile=True builds on the training thread)."""
-    from autotrain.optimizers import came as came_module
-
     seen = []
     compile_ = came_compile._compile
 
@@ -661,16 +674,9 @@ def test_the_worker_compiles_with_the_training_threads_inductor_settings(monkeyp
         return compile_(fn, args, tensors)
 
     monkeypatch.setattr(came_compile, "_compile", spy)
-    background = came_auto.Background(came_compile.StepCompiler())
-    monkeypatch.setattr(came_auto, "BACKGROUND", background)
-    monkeypatch.setattr(came_module, "AUTO_COMPILE_MIN_NUMEL", 0)
-    params = [nn.Parameter(torch.randn(48, 40)) for _ in range(2)]
-    opt = CAME8Bit(params, lr=1e-3, compile=None, **SMALL_8BIT)
-    _set_grads(params, 0)
     # As a user sets it (monkeypatch on inductor's config proxy hides the setting when it is undone)
     with torch._inductor.config.patch({"cpp.enable_kernel_profile": True}):
-        opt.step()
-        assert background.idle(timeout=600) and background.compiler.failure is None
+        _one_step_compiled_in_background(monkeypatch)
     assert seen and all(seen)
 
 
@@ -695,8 +701,6 @@ def test_settings_inductor_hides_do_not_stop_the_worker():
 def test_the_worker_compiles_on_the_groups_device(monkeypatch):
     """A new thread's current CUDA device is 0 whatever the training thread set: the worker makes the
     group's device current while it compiles (on the CPU there is nothing to set)."""
-    from autotrain.optimizers import came as came_module
-
     entered = []
     on = came_auto._on
 
@@ -705,14 +709,7 @@ def test_the_worker_compiles_on_the_groups_device(monkeypatch):
         return on(device)
 
     monkeypatch.setattr(came_auto, "_on", spy)
-    background = came_auto.Background(came_compile.StepCompiler())
-    monkeypatch.setattr(came_auto, "BACKGROUND", background)
-    monkeypatch.setattr(came_module, "AUTO_COMPILE_MIN_NUMEL", 0)
-    params = [nn.Parameter(torch.randn(48, 40)) for _ in range(2)]
-    opt = CAME8Bit(params, lr=1e-3, compile=None, **SMALL_8BIT)
-    _set_grads(params, 0)
-    opt.step()
-    assert background.idle(timeout=600) and background.compiler.failure is None
+    _one_step_compiled_in_background(monkeypatch)
     assert entered and all(d == torch.device("cpu") and name == "came-compile" for d, name in entered)
     # A CUDA group's device becomes current (constructed, not entered: this may be a CPU-only build).
     context = on(torch.device("cuda", 1))
