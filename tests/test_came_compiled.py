@@ -245,11 +245,11 @@ class _CountingCompiler(came_compile.StepCompiler):
         super().__init__()
         self.main_thread_calls = 0
 
-    def __call__(self, fn, *args):
+    def __call__(self, fn, *args, site=None):
         import threading
 
         self.main_thread_calls += threading.current_thread() is threading.main_thread()
-        return super().__call__(fn, *args)
+        return super().__call__(fn, *args, site=site)
 
 
 @pytest.mark.slow
@@ -412,6 +412,31 @@ def test_graphs_are_keyed_on_layouts_aliasing_and_constants():
     assert compiler(_double, ones) is None and torch.equal(ones, torch.full((3,), 2.0))  # None, as eagerly
 
 
+def test_a_chunk_looks_its_graphs_up_once(monkeypatch):
+    """A chunk's graphs are found by their full key (layouts, aliasing) on its first compiled step only;
+    later steps take them from the chunk's own record (``Group.sites``). The steps are the same as those of
+    an optimizer that forgets the record each step and so keys every call."""
+    keyed = []
+    flatten = came_compile._flatten
+    monkeypatch.setattr(came_compile, "_flatten", lambda value, tensors: keyed.append(1) or flatten(value, tensors))
+    params, reference = _params(), _params()
+    opt = CAME8Bit(params, lr=1e-3, compile=True, **SMALL_8BIT)
+    ref_opt = CAME8Bit(reference, lr=1e-3, compile=True, **SMALL_8BIT)
+    per_step = []
+    for step in range(4):
+        _set_grads(params, step)
+        _set_grads(reference, step)
+        before = len(keyed)
+        opt.step()
+        per_step.append(len(keyed) - before)
+        ref_opt.step()
+        for _, groups in ref_opt._groups.values():
+            for group in groups:
+                group.sites.clear()
+        assert all(torch.equal(p, q) for p, q in zip(params, reference, strict=True))
+    assert per_step[0] > 0 and per_step[1:] == [0, 0, 0]
+
+
 def test_prepared_graphs_are_the_ones_real_calls_take():
     """The background compiles from fakes of a call's layouts (no tensor memory, no kernel): a real call of
     the same layouts and aliasing then takes that graph without compiling, and one aliasing otherwise
@@ -493,7 +518,7 @@ def test_auto_keeps_whichever_step_measured_faster_where_it_measures(monkeypatch
         monkeypatch.setattr(came_auto, "Timing", _FixedTiming)
     eager_runs = []
 
-    def counted_eager(*args):
+    def counted_eager(*args, site=None):
         eager_runs.append(1)
         came_groups.chunk_maths(came_groups.eager, *args)
 
@@ -603,7 +628,7 @@ def test_replicas_take_turns_then_keep_what_the_ranks_summed_faster(monkeypatch,
     monkeypatch.setattr(came_compile, "COMPILER", compiler)
     eager_runs = []
 
-    def counted_eager(*args):
+    def counted_eager(*args, site=None):
         eager_runs.append(1)
         came_groups.chunk_maths(came_groups.eager, *args)
 

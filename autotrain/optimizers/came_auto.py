@@ -69,7 +69,7 @@ class Background:
         (``Timing``), and the group keeps the one with the lower median; its ``choice`` records both. Until
         the timings are in (a GPU's come a step or so later, read without waiting) and while a CUDA graph
         is being captured, the group takes the compiled step."""
-        compiled = partial(chunk_maths, self.compiler)
+        compiled = partial(came_groups.compiled_chunk, compiler=self.compiler)
         device = group.params[0].device
         if group.choice is not None or device.type not in MEASURED_ON:
             run = compiled if group.choice is None or group.choice["kept"] == "compiled" else came_groups.eager_chunk

@@ -38,27 +38,40 @@ class StepCompiler:
         self.failure: str | None = None
         self.seconds = 0.0
 
-    def __call__(self, fn: Callable, *args: Any) -> Any:
+    def __call__(self, fn: Callable, *args: Any, site: dict | None = None) -> Any:
+        """``fn(*args)`` through its graph, compiled on the first call with these layouts. ``site``: a dict
+        that one call site keeps, where every input keeps its layout and aliasing from call to call (a
+        chunk's, see ``came_groups``): the site's graph of ``fn`` is then looked up by the full key once,
+        and kept there for its later calls (the key took about a third of the Python a compiled step ran)."""
         if self.failure is not None:
             return fn(*args)
         tensors: list[Tensor] = []
-        key = (fn, _flatten(args, tensors), _aliases(tensors), torch.get_num_threads())
-        compiled = self._compiled.get(key)
+        threads = torch.get_num_threads()
+        compiled = None if site is None else site.get((fn, threads))
         if compiled is not None:
+            _tensors(args, tensors)
             return compiled(tensors)
-        start = time.perf_counter()
-        try:
-            compiled = _compile(fn, args, tensors)
+        key = (fn, _flatten(args, tensors), _aliases(tensors), threads)
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            start = time.perf_counter()
+            try:
+                compiled = _compile(fn, args, tensors)
+                out = compiled(tensors)
+            except Exception as exc:  # compiling failed: the eager step does the same
+                self._fail(exc)
+                return fn(*args)
+            self._add(key, compiled, start)
+        else:
             out = compiled(tensors)
-        except Exception as exc:  # compiling failed: the eager step does the same
-            self._fail(exc)
-            return fn(*args)
-        self._add(key, compiled, start)
+        if site is not None:
+            site[(fn, threads)] = compiled
         return out
 
-    def prepare(self, fn: Callable, *args: Any) -> Any:
+    def prepare(self, fn: Callable, *args: Any, site: dict | None = None) -> Any:
         """Compile ``fn`` for ``args``, fake tensors (see ``Background``), without running it; returns
-        ``fn``'s fake outputs, so that a function taking them can be prepared next."""
+        ``fn``'s fake outputs, so that a function taking them can be prepared next. (``site``: unused, as
+        the fakes' layouts are not a site's.)"""
         tensors: list[Tensor] = []
         key = (fn, _flatten(args, tensors), _aliases(tensors, _fake_storage), torch.get_num_threads())
         if self.failure is None and key not in self._compiled:
@@ -137,6 +150,15 @@ def _flatten(value: Any, tensors: list[Tensor]) -> Any:
     if type(value) in (tuple, list):
         return (type(value), *(_flatten(v, tensors) for v in value))
     return value
+
+
+def _tensors(value: Any, tensors: list[Tensor]) -> None:
+    """The tensors of ``value`` appended to ``tensors``, in ``_flatten``'s order."""
+    if isinstance(value, Tensor):
+        tensors.append(value)
+    elif type(value) in (tuple, list):
+        for v in value:
+            _tensors(v, tensors)
 
 
 def _rebuild(value: Any, tensors: Any) -> Any:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from math import prod
 from typing import Any
 
@@ -44,6 +45,7 @@ class Group:
     chunks: list[tuple[int, int]] = field(default_factory=list)  # [start, end) of the params stepped at once
     compiled: bool = False  # Background: its chunk layouts were all compiled (one seen later compiles on use)
     chunk_state: dict = field(default_factory=dict)  # (start, end) -> _state_views of that chunk
+    sites: dict = field(default_factory=dict)  # (start, end) -> that chunk's compiled graphs (StepCompiler)
     trial: list = field(default_factory=list)  # Background, where it measures: ("compiled"/"eager", Timing)s
     choice: dict | None = None  # ... and what it measured and kept (see Background.choose)
 
@@ -160,7 +162,10 @@ def step_group(group: Group, hp: Tensor, skipped: Tensor, run: Callable, scratch
 
 def _step_chunk(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor, run: Callable, scratch: Scratch):
     args, locals_ = chunk_args(group, start, end, hp, skipped, scratch)
-    run(*args)
+    # A chunk's inputs keep their layouts from step to step (its state's views, its params and gradients
+    # stacked in fp32 or stepped in place: the same shape, contiguous, on storages of their own), so the
+    # compiler finds its graphs once for the chunk (``StepCompiler``'s ``site``).
+    run(*args, site=group.sites.setdefault((start, end), {}))
     if locals_ is not None:  # the params were gathered: copied back
         torch._foreach_copy_(locals_, list(args[0].view(len(locals_), *group.local_shape).unbind(0)))
 
@@ -245,11 +250,13 @@ def eager(fn: Callable, *args: Any) -> Any:
     return fn(*args)
 
 
-def eager_chunk(*args: Any) -> None:
+def eager_chunk(*args: Any, site: dict | None = None) -> None:
     """A chunk's step, eager."""
     chunk_maths(eager, *args)
 
 
-def compiled_chunk(*args: Any) -> None:
-    """A chunk's step, compiled on its first call (which waits for the compilation)."""
-    chunk_maths(came_compile.COMPILER, *args)
+def compiled_chunk(*args: Any, site: dict | None = None, compiler: came_compile.StepCompiler | None = None) -> None:
+    """A chunk's step, compiled on its first call (which waits for the compilation) by ``compiler`` (None:
+    ``came_compile.COMPILER``); ``site``: the chunk's graphs (see ``StepCompiler``)."""
+    compiler = compiler or came_compile.COMPILER
+    chunk_maths(compiler if site is None else partial(compiler, site=site), *args)
