@@ -105,6 +105,11 @@ def state_bytes(opt: torch.optim.Optimizer) -> int:
     return sum(local(v).nbytes for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor))
 
 
+def recorded_rms(model: nn.Module, opt: torch.optim.Optimizer) -> dict[str, float]:
+    """What CAME's ``state["RMS"]`` holds for each param it steps (the same on every rank)."""
+    return {n: local(opt.state[p]["RMS"]).item() for n, p in model.named_parameters() if "RMS" in opt.state[p]}
+
+
 def single_process(name: str, steps: int = STEPS, **kw: Any) -> tuple[dict[str, torch.Tensor], int]:
     model, opt = build(name, **kw)
     train(model, opt, range(steps))
@@ -119,7 +124,7 @@ def sharded_run(
 ) -> dict[str, Any]:
     model, opt = build(name, sharded=True, block_size=block_size, compile=compile)
     train(model, opt, range(STEPS), rank, world)
-    return {"params": full_params(model), "state_bytes": state_bytes(opt)}
+    return {"params": full_params(model), "state_bytes": state_bytes(opt), "rms": recorded_rms(model, opt)}
 
 
 def _checkpoint(model: nn.Module, opt: torch.optim.Optimizer, path: Path, full: bool, save: bool) -> None:

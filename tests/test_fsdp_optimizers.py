@@ -50,6 +50,10 @@ def test_two_shards_train_as_one_process(tmp_path, name, block_size, compile):
     for rank in ranks:
         # Half, plus what every rank keeps whole: column statistics of matrices and per-param scalars.
         assert 0.45 <= rank["state_bytes"] / single_bytes <= 0.6
+        # The weights' RMS after the last step, summed over the shards: every rank records the whole's.
+        assert rank["rms"] and rank["rms"] == pytest.approx(
+            {n: got[n].pow(2).mean().sqrt().item() for n in rank["rms"]}, rel=1e-5
+        )
 
 
 @pytest.mark.parametrize("full", [False, True], ids=["sharded", "full"])

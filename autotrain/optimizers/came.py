@@ -70,7 +70,8 @@ class CAME(Optimizer):
 
     There is no bias correction: with zero-initialised statistics the first factored steps are
     about 10x ``lr`` in size, so use a learning-rate warmup. ``state["RMS"]`` holds the RMS of
-    the weights before the step, for monitoring. Statistics are fp32 for any param dtype;
+    the weights after the step, for monitoring; the update does not use it (came-pytorch records it
+    before its update: its value is ours one step later). Statistics are fp32 for any param dtype;
     fp16/bf16 params are updated through an fp32 copy.
 
     Multi-tensor step: params of a param group with the same (local) shape, device and kind step

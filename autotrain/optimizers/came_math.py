@@ -146,19 +146,18 @@ def _keep(ok: Tensor, new: Tensor, old: Tensor) -> Tensor:
     return torch.where(_per_param(ok, new), new, old)
 
 
-def factored_stats(p: Tensor, g: Tensor, row: Tensor, hp: Tensor) -> tuple[Tensor, tuple, tuple]:
+def factored_stats(g: Tensor, row: Tensor, hp: Tensor) -> tuple[Tensor, tuple, tuple]:
     """Pass 1: the row EMA of ``G^2 + eps1``, and what the rest needs summed over the whole tensor.
 
     Returns the new row statistics, the per-slice sums (column sums of ``G^2`` and of ``G^2 / row``, the
-    sum of the rows) and the per-parameter totals (sum of ``G^2``, of the squared weights).
+    sum of the rows) and the per-parameter totals (the sum of ``G^2``).
     """
     sq = g * g
     row_new = _ema(row, sq.mean(-1) + hp[EPS1], hp, BETA2)
     col_sq = _col_sum(sq)
     weighted = _col_sum(sq.mul_(_realized(row_new.reciprocal()).unsqueeze(-1)))  # a product: no division each
     del sq
-    totals = (col_sq.sum((-2, -1)), _sum_sq(p, (-3, -2, -1)))
-    return row_new, (col_sq, weighted, row_new.sum(-1)), totals
+    return row_new, (col_sq, weighted, row_new.sum(-1)), (col_sq.sum((-2, -1)),)
 
 
 def factored_factors(row_new: Tensor, col: Tensor, slices: tuple, hp: Tensor, dims: Dims) -> tuple:
@@ -202,7 +201,7 @@ def factored_step(p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, d
     """One CAME step of a group of factored params; updates ``p`` and ``state`` in place.
 
     ``state`` is (row, col, res_row, res_col, rms, skipped, *moment): the row and column statistics of
-    ``G^2`` and of the instability, the weights' RMS before the step (G,), the count of skipped tensors,
+    ``G^2`` and of the instability, the weights' RMS after the step (G,), the count of skipped tensors,
     and the first moment: ``(m,)`` fp32 like ``p``, or ``(codes, absmax)``: int8 codes in (G, blocks, block)
     blocks or laid out like ``p`` (``rows_align``), and their blocks' scales (G, blocks).
     """
@@ -218,7 +217,7 @@ def factored_update(p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor,
     new moment is then computed once into a buffer, where one compiled call recomputed it for each block's
     maximum and again for the codes. Codes laid out like the weights (``rows_align``) take one call."""
     row, col, res_row, res_col, rms, skipped, *moment = state
-    row_new, slices, totals = factored_stats(p, g, row, hp)
+    row_new, slices, totals = factored_stats(g, row, hp)
     if reduce is not None:
         slices, totals = reduce("slices", slices), reduce("totals", totals)
     ok = totals[0].isfinite()
@@ -231,12 +230,25 @@ def factored_update(p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor,
     if reduce is not None:
         res_slices = reduce("slices", res_slices)
     p_new, res_col_new = factored_apply(p, m_new, res_row_new, res_col, res_slices, hp, dims)
-    for stat, new in ((row, row_new), (col, col_new), (res_row, res_row_new), (res_col, res_col_new), (p, p_new)):
+    p_new = _realized(_keep(ok, p_new, p))  # the new weights, summed (squared) in the loop that writes them
+    for stat, new in ((row, row_new), (col, col_new), (res_row, res_row_new), (res_col, res_col_new)):
         stat.copy_(_keep(ok, new, stat))
+    p.copy_(p_new)
+    weights = _weights_sq(p_new, reduce)
     del p_new, new  # before the moment is encoded: the eager step's scratch stays a few full-size tensors
-    rms.copy_((totals[1] / dims.numel).sqrt())
+    rms.copy_((weights / dims.numel).sqrt())
     skipped.add_((~ok).sum())
     return m_new, ok
+
+
+def _weights_sq(p_new: Tensor, reduce: Reduce) -> Tensor:
+    """The per-parameter sum of the squared new weights ``p_new`` (G, ..., C) (summed over the ranks for
+    shards), for ``state["RMS"]``. Taken from the new weights as they are written (``_realized``: a compiled
+    step sums each row in the loop that writes it): the weights before the step, as came-pytorch records
+    them, took a pass of their own over the weights, about a sixth of a compiled step (SmolLM2-135M)."""
+    rows = _sum_sq(p_new, (-1,))
+    total = rows.reshape(rows.shape[0], -1).sum(-1)  # (not .sum(()), which would sum every dim)
+    return total if reduce is None else reduce("totals", (total,))[0]
 
 
 def rows_align(cols: int, block: int) -> bool:
@@ -309,14 +321,15 @@ def plain_step(p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, dims
     sq = g * g
     v_new = _ema(v, sq + hp[EPS1], hp, BETA2)
     u = g * v_new.rsqrt()
-    totals = (sq.sum(-1), (u * u).sum(-1), (p * p).sum(-1))
+    totals = (sq.sum(-1), (u * u).sum(-1))
     if reduce is not None:
         totals = reduce("totals", totals)
     ok = totals[0].isfinite()
     u = u / _per_param(_clip(totals[1], hp, dims.numel), u)
     m_new = m * hp[BETA1] + u * hp[BETA1_C]
-    p_new = p * hp[DECAY] - hp[LR] * m_new
-    for stat, new in ((v, v_new), (m, m_new), (p, p_new)):
+    p_new = _realized(_keep(ok, p * hp[DECAY] - hp[LR] * m_new, p))
+    for stat, new in ((v, v_new), (m, m_new)):
         stat.copy_(_keep(ok, new, stat))
-    rms.copy_((totals[2] / dims.numel).sqrt())
+    p.copy_(p_new)
+    rms.copy_((_weights_sq(p_new, reduce) / dims.numel).sqrt())
     skipped.add_((~ok).sum())
