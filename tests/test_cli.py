@@ -528,3 +528,32 @@ def test_startup_does_not_import_the_training_stack(args):
     result = json.loads(done.stdout.rsplit("\nRESULT ", 1)[1])
     assert result["code"] in (0, None), done.stdout + done.stderr
     assert result["heavy"] == [], f"`autotrain {' '.join(args)}` imported {result['heavy']}"
+
+
+def test_a_process_ended_early_still_finishes_its_threads_and_exit_handlers(tmp_path):
+    """Launched ranks and read-only commands end without the interpreter's teardown (`_exit_now`), yet
+    first do what a normal exit does before it: a non-daemon thread is joined, and the exit handlers run,
+    in that order; the exit code is kept."""
+    log = tmp_path / "log"
+    script = textwrap.dedent(
+        f"""
+        import atexit, threading, time
+        from autotrain.cli.main import _exit_now
+
+        def log(line):
+            with open({str(log)!r}, "a") as f:
+                f.write(line + "\\n")
+
+        def work():
+            time.sleep(0.5)
+            log("thread done")
+
+        threading.Thread(target=work).start()
+        atexit.register(log, "exit handler")
+        _exit_now(3)
+        log("not reached")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stderr
+    assert log.read_text().splitlines() == ["thread done", "exit handler"]

@@ -313,7 +313,8 @@ def test_two_machines_on_loopback(tmp_path):
     config = write_config(tmp_path, dist)
     machines = [start(config, "--set", f"distributed.machine_rank={rank}") for rank in (0, 1)]
     results = [finish(p) for p in machines]
-    assert [code for code, _, _ in results] == [0, 0], [err for _, _, err in results]
+    logs = "\n".join(f"--- machine {rank} (exit {code}):\n{err}" for rank, (code, _, err) in enumerate(results))
+    assert [code for code, _, _ in results] == [0, 0], logs  # in full: pytest shortens a list's repr
     assert "this is machine 1" in results[1][2]
     assert_trained_once(tmp_path / "run")
 

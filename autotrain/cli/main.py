@@ -75,15 +75,20 @@ READ_ONLY = {"--dry-run", "--preview"}
 
 
 def _exit_now(code: object) -> None:
-    """End the process with `code` as `sys.exit` would, after the exit handlers, skipping the teardown of
+    """End the process with `code` as `sys.exit` would, after what the interpreter's exit runs first (its
+    non-daemon threads' stop handlers, then joining them; the exit handlers), skipping the teardown of
     modules (Python's and the C++ libraries'): nothing is left to flush but the standard streams."""
     import atexit
     import contextlib
     import os
+    import threading
 
     if code is not None and not isinstance(code, int):
         print(code, file=sys.stderr)
         code = 1
+    join_threads = getattr(threading, "_shutdown", None)
+    if join_threads is not None:
+        join_threads()
     run_handlers = getattr(atexit, "_run_exitfuncs", None)
     if run_handlers is not None:
         run_handlers()
@@ -91,6 +96,18 @@ def _exit_now(code: object) -> None:
         with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more can reach it
             stream.flush()
     os._exit(code or 0)
+
+
+def _launched_rank() -> bool:
+    """Whether this process is a rank of a run `autotrain` launched. Its run is over (results written, its
+    process group torn down), and the C++ teardown at the interpreter's exit now and then aborted a finished
+    rank (gloo / the rendezvous store's threads: `terminate called without an active exception`, exit -6),
+    which failed a run that had trained; so a rank ends as the read-only commands do (`_exit_now`)."""
+    import os
+
+    from autotrain.run.launch import LAUNCHED_ENV
+
+    return os.environ.get(LAUNCHED_ENV) == "1"
 
 
 def _resume_value(argv: list[str]) -> list[str]:
@@ -112,7 +129,7 @@ def main() -> None:
         eprint("interrupted")
         sys.exit(130)
     except SystemExit as done:
-        if READ_ONLY & set(argv) and "torch" in sys.modules:
+        if "torch" in sys.modules and (READ_ONLY & set(argv) or _launched_rank()):
             _exit_now(done.code)
         raise
     except Exception as exc:  # the last line of defence: never a traceback for the user
