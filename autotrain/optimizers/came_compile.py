@@ -68,10 +68,9 @@ class StepCompiler:
             site[(fn, threads)] = compiled
         return out
 
-    def prepare(self, fn: Callable, *args: Any, site: dict | None = None) -> Any:
+    def prepare(self, fn: Callable, *args: Any) -> Any:
         """Compile ``fn`` for ``args``, fake tensors (see ``Background``), without running it; returns
-        ``fn``'s fake outputs, so that a function taking them can be prepared next. (``site``: unused, as
-        the fakes' layouts are not a site's.)"""
+        ``fn``'s fake outputs, so that a function taking them can be prepared next."""
         tensors: list[Tensor] = []
         key = (fn, _flatten(args, tensors), _aliases(tensors, _fake_storage), torch.get_num_threads())
         if self.failure is None and key not in self._compiled:
