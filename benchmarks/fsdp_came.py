@@ -1,7 +1,7 @@
 """CAME, CAME8Bit and CAME8Bit+FusedAdam under FSDP2 on the CPU: two processes (gloo), each figure against a
 baseline measured in the same run.
 
-    python benchmarks/fsdp_came.py [--steps 20] [--rounds 40] [--width 1024]
+    python benchmarks/fsdp_came.py [--steps 20] [--rounds 40] [--width 1024] [--compile]
 
 * difference: after ``--steps`` steps, max over params of |p_fsdp - p_one| / |p_one|, where p_one comes
   from one process on the whole batch and p_fsdp from two FSDP2 ranks on half of it each. fp32 CAME
@@ -14,6 +14,11 @@ baseline measured in the same run.
   so load that changes between rounds cancels out. Times are medians, rank 0. The overhead is about
   the all-reduces per step times the latency of one (a few scalars, measured in the same run): on a
   busy CPU that latency is scheduling, not bandwidth.
+* ``--compile``, a second table: a rank's sharded step with ``compile=True`` (each phase between the
+  all-reduces a compiled graph) against the same sharded step eager (``compile=False``), on two more
+  sharded models with the same gradients, taking turns as above; the launch-like operations of one
+  sharded step of each (counted as ``came_ops.py`` counts them: ATen operations that are not views or
+  allocations, plus each compiled-region call and its kernels), and the first compiled step's seconds.
 """
 
 from __future__ import annotations
@@ -43,11 +48,12 @@ OPTIMIZERS = ("came", "came_8bit", "came_8bit+fused_adam")
 BATCH = 64
 
 
-def make_optimizer(name: str, params, quantize: bool = True) -> torch.optim.Optimizer:
-    """``name`` with its defaults; ``quantize=False``: the same optimizer with an fp32 first moment."""
-    came_8bit = {} if quantize else {"min_8bit_size": 2**62}
+def make_optimizer(name: str, params, quantize: bool = True, compile: bool | None = None) -> torch.optim.Optimizer:
+    """``name`` with its defaults; ``quantize=False``: the same optimizer with an fp32 first moment;
+    ``compile``: CAME's ``compile`` (None: auto)."""
+    came_8bit = {"compile": compile} if quantize else {"min_8bit_size": 2**62, "compile": compile}
     if name == "came":
-        return CAME(params, lr=1e-4, weight_decay=0.01)
+        return CAME(params, lr=1e-4, weight_decay=0.01, compile=compile)
     if name == "came_8bit":
         return CAME8Bit(params, lr=1e-4, weight_decay=0.01, **came_8bit)
     return CAME8BitFusedAdam(params, lr=1e-4, weight_decay=0.01, came=came_8bit)
@@ -144,8 +150,27 @@ def rank_main(rank: int, world: int, port: int, name: str, args: argparse.Namesp
         twin.grad = local(p.grad).clone()
     timing = step_times(opt, make_optimizer(name, twins), args.rounds)
     result = {"params": params, "state_bytes": state_bytes(opt), "timing": timing, **collectives(opt)}
+    if args.compile:
+        result["compiled"] = compiled_against_eager(name, args, rank, world)
     torch.save(result, out / f"rank{rank}.pt")
     dist.destroy_process_group()
+
+
+def compiled_against_eager(name: str, args: argparse.Namespace, rank: int, world: int) -> dict:
+    """The sharded step compiled against the same sharded step eager (see the module's docstring)."""
+    from came_ops import profile_step
+
+    opts = {}
+    for kind, flag in (("compiled", True), ("eager", False)):
+        model = build_model(args.width, sharded=True)
+        opts[kind] = make_optimizer(name, model.parameters(), compile=flag)
+        backward(model, 0, args.width, rank, world)
+    dist.barrier()
+    start = time.perf_counter()
+    opts["compiled"].step()  # compiles each phase's graphs
+    first = time.perf_counter() - start
+    ops = {kind: profile_step(opt)[0] for kind, opt in opts.items()}
+    return {"timing": step_times(opts["compiled"], opts["eager"], args.rounds), "ops": ops, "first_s": first}
 
 
 def free_port() -> int:
@@ -180,12 +205,24 @@ def relative_difference(got: list[torch.Tensor], expected: list[torch.Tensor]) -
     return max(((q - p).norm() / p.norm()).item() for p, q in zip(expected, got, strict=True))
 
 
-def figures(name: str, args: argparse.Namespace) -> tuple[str, ...]:
+def figures(name: str, args: argparse.Namespace, compiled_rows: list) -> tuple[str, ...]:
     expected, single_bytes = single_process(name, args)
     # What the 8-bit first moment itself changes in one process: the scale of the rounding noise.
     noise = relative_difference(single_process(name, args, quantize=False)[0], expected) if "8bit" in name else 0
     ranks = run_sharded(name, args)
     sharded_s, plain_s, ratio = ranks[0]["timing"]
+    if "compiled" in ranks[0]:
+        compiled = ranks[0]["compiled"]
+        compiled_s, eager_s, speed = compiled["timing"]
+        compiled_rows.append(
+            (
+                name,
+                f"{compiled_s * 1e3:.2f} / {eager_s * 1e3:.2f}",
+                f"{speed:.3f}",
+                f"{compiled['ops']['compiled']} / {compiled['ops']['eager']}",
+                f"{compiled['first_s']:.1f}",
+            )
+        )
     return (
         name,
         f"{relative_difference(ranks[0]['params'], expected):.1e}",
@@ -203,14 +240,20 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--width", type=int, default=1024)
+    parser.add_argument("--compile", action="store_true", help="also the compiled sharded step against the eager one")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    rows = [figures(name, args) for name in OPTIMIZERS]
+    compiled_rows: list[tuple[str, ...]] = []
+    rows = [figures(name, args, compiled_rows) for name in OPTIMIZERS]
     n_params = sum(p.numel() for p in build_model(args.width).parameters())
     print(f"{n_params / 1e6:.1f}M params, {args.steps} steps, 2 CPU processes (gloo), 1 thread each\n")
     header = ["optimizer", "FSDP2 vs one process", "8-bit vs fp32 m, one process", "state per rank / one process"]
     header += ["all-reduces/step", "step ms: sharded / plain shards", "sharded / plain", "all-reduce latency us"]
     print_table(rows, header=header)
+    if compiled_rows:
+        print("\nThe sharded step compiled (compile=True) against eager (compile=False), rank 0:\n")
+        header = ["optimizer", "step ms: compiled / eager", "compiled / eager", "ops per step: compiled / eager"]
+        print_table(compiled_rows, header=header + ["first compiled step s"])
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from autotrain.optimizers import CAME, CAME8Bit, CAME8BitFusedAdam
+from autotrain.optimizers import CAME, CAME8Bit, CAME8BitFusedAdam, came_compile
 from autotrain.optimizers.sharding import local
 
 STEPS, BATCH = 30, 16
@@ -124,7 +124,13 @@ def sharded_run(
 ) -> dict[str, Any]:
     model, opt = build(name, sharded=True, block_size=block_size, compile=compile)
     train(model, opt, range(STEPS), rank, world)
-    return {"params": full_params(model), "state_bytes": state_bytes(opt), "rms": recorded_rms(model, opt)}
+    compiled = {key[0].__name__ for key in came_compile.COMPILER._compiled}  # the functions this rank compiled
+    return {
+        "params": full_params(model),
+        "state_bytes": state_bytes(opt),
+        "rms": recorded_rms(model, opt),
+        "compiled": compiled,
+    }
 
 
 def _checkpoint(model: nn.Module, opt: torch.optim.Optimizer, path: Path, full: bool, save: bool) -> None:

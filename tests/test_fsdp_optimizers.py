@@ -32,7 +32,7 @@ UNALIGNED_BLOCKS = 23
     ids=[*OPTIMIZERS, "came_8bit-unaligned-blocks", "came-compiled", "came_8bit-unaligned-blocks-compiled"],
 )
 def test_two_shards_train_as_one_process(tmp_path, name, block_size, compile):
-    """Compiled: each rank compiles the passes for its shards' shapes; the all-reduces stay outside."""
+    """Compiled: each rank compiles the phases of its shards' step; the all-reduces run between them."""
     expected, single_bytes = single_process(name, block_size=block_size, compile=compile)
     ranks = spawn(sharded_run, name, block_size, compile, out=tmp_path)
     got = ranks[0]["params"]
@@ -48,6 +48,8 @@ def test_two_shards_train_as_one_process(tmp_path, name, block_size, compile):
         factor = 0.5 if block_size == ALIGNED_BLOCKS else 2.0
         assert relative_difference(got, expected) <= factor * quantization
     for rank in ranks:
+        phases = {"factored_stats", "factored_factors", "_moment_phase", "_apply_phase", "write_moment"}
+        assert phases <= rank["compiled"] if compile else not rank["compiled"]
         # Half, plus what every rank keeps whole: column statistics of matrices and per-param scalars.
         assert 0.45 <= rank["state_bytes"] / single_bytes <= 0.6
         # The weights' RMS after the last step, summed over the shards: every rank records the whole's.

@@ -271,7 +271,11 @@ class CAME(Optimizer):
         """Whether ``group`` takes the compiled step; the same answer on every rank."""
         # (Not whether compiling failed, which could differ between ranks: a failed compiler runs the eager
         # step in its place, and Replicas votes for the eager step on every rank.)
-        if self.compile is False or group.shards.group is not None:
+        if self.compile is False:
+            return False
+        if group.shards.group is not None and self.compile is None and not _replicated():
+            # Auto compiles shards on the training thread only (Replicas): the worker traces fakes, and a
+            # shard's phases have all-reduces between them.
             return False
         if self.compile:
             return True

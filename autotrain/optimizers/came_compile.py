@@ -109,13 +109,14 @@ def _compile(fn: Callable, args: tuple, tensors: list[Tensor]) -> Callable[[list
     from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    from torch.utils._pytree import tree_flatten, tree_unflatten
 
-    returns: list[bool] = []
+    specs: list = []  # the structure of fn's result (nested tuples of tensors, or None)
 
     def flat(*inputs: Tensor) -> tuple:
-        out = fn(*_rebuild(args, iter(inputs)))
-        returns.append(out is not None)
-        return () if out is None else tuple(out)
+        leaves, spec = tree_flatten(fn(*_rebuild(args, iter(inputs))))
+        specs.append(spec)
+        return tuple(leaves)
 
     if tensors and isinstance(tensors[0], FakeTensor):  # Background's: made in a mode with a shape environment
         fakes = tensors
@@ -124,7 +125,7 @@ def _compile(fn: Callable, args: tuple, tensors: list[Tensor]) -> Callable[[list
         fakes = [mode.from_tensor(t, static_shapes=True) for t in tensors]
     graph = make_fx(flat, tracing_mode="fake")(*fakes)
     compiled = torch._inductor.compile(graph, fakes, options=_RECOMPUTE)
-    returns_values = returns[0]
+    spec = specs[0]
 
     def call(inputs: list[Tensor]) -> Any:
         if torch._C._autograd._profiler_enabled():  # a profile shows each call as one region
@@ -132,7 +133,7 @@ def _compile(fn: Callable, args: tuple, tensors: list[Tensor]) -> Callable[[list
                 out = compiled(*inputs)
         else:
             out = compiled(*inputs)
-        return tuple(out) if returns_values else None
+        return tree_unflatten(list(out), spec)
 
     return call
 

@@ -218,8 +218,14 @@ def _state_views(group: Group, start: int, end: int, lead: tuple[int, ...]) -> t
 
 
 def chunk_maths(run: Callable, p: Tensor, g: Tensor, state: tuple, moment: tuple, hp: Tensor, dims, reduce, eight_bit):
-    """came_math's step of one chunk, each function through ``run`` (``eager`` or ``COMPILER``)."""
-    if not moment:  # 1-D params
+    """came_math's step of one chunk, each function through ``run`` (``eager`` or ``COMPILER``). A shard's
+    step calls each phase through ``run``, with the all-reduces (``reduce``) between them."""
+    if reduce is not None:
+        if moment:
+            came_math.factored_step(p, g, (*state, *moment), hp, dims, reduce, run)
+        else:
+            came_math.plain_step(p, g, state, hp, dims, reduce, run)
+    elif not moment:  # 1-D params
         run(came_math.plain_step, p, g, state, hp, dims, reduce)
     elif eight_bit and moment[0].dim() == 3:  # blocks across rows: the new moment is made once, then encoded
         m_new, ok = run(came_math.factored_update, p, g, (*state, *moment), hp, dims, reduce)

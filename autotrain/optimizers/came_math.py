@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from math import prod
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -41,6 +41,7 @@ LEVELS = 127  # signed 8-bit codes -127..127; -128 is never produced, so the map
 MIN_ABSMAX = 1e-30  # a block's smallest scale: keeps 127^2 / absmax finite; zero blocks decode to 0
 
 Reduce = Callable[[str, tuple[Tensor, ...]], tuple[Tensor, ...]] | None
+Run = Callable[..., Any]  # calls a phase: run(fn, *args)
 
 
 class Dims(NamedTuple):
@@ -197,58 +198,87 @@ def factored_apply(p: Tensor, m_new: Tensor, res_row_new: Tensor, res_col: Tenso
     return (p * hp[DECAY]).sub_(step.mul_(hp[LR])), res_col_new
 
 
-def factored_step(p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, dims: Dims, reduce: Reduce = None):
+def _call(fn: Callable, *args: Any) -> Any:
+    return fn(*args)
+
+
+def factored_step(
+    p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, dims: Dims, reduce: Reduce = None, run: Run = _call
+):
     """One CAME step of a group of factored params; updates ``p`` and ``state`` in place.
 
     ``state`` is (row, col, res_row, res_col, rms, skipped, *moment): the row and column statistics of
     ``G^2`` and of the instability, the weights' RMS after the step (G,), the count of skipped tensors,
     and the first moment: ``(m,)`` fp32 like ``p``, or ``(codes, absmax)``: int8 codes in (G, blocks, block)
-    blocks or laid out like ``p`` (``rows_align``), and their blocks' scales (G, blocks).
+    blocks or laid out like ``p`` (``rows_align``), and their blocks' scales (G, blocks). ``reduce`` and
+    ``run``: see ``factored_update``.
     """
-    m_new, ok = factored_update(p, g, state, hp, dims, reduce)
-    write_moment(state[6:], m_new, ok, dims)
+    m_new, ok = factored_update(p, g, state, hp, dims, reduce, run)
+    run(write_moment, tuple(state[6:]), m_new, ok, dims)
 
 
-def factored_update(p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, dims: Dims, reduce: Reduce = None):
+def factored_update(
+    p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, dims: Dims, reduce: Reduce = None, run: Run = _call
+):
     """``factored_step`` up to the first moment: updates ``p`` and the statistics in place and returns the
     new first moment (fp32, like ``p``) and which params took the step, for ``write_moment``.
 
     The grouped step runs the two as separate compiled calls for 8-bit codes in blocks that cut rows: the
     new moment is then computed once into a buffer, where one compiled call recomputed it for each block's
-    maximum and again for the codes. Codes laid out like the weights (``rows_align``) take one call."""
+    maximum and again for the codes. Codes laid out like the weights (``rows_align``) take one call.
+
+    ``run`` calls each phase. A whole tensor's step calls them directly, and its compiled step traces them
+    all into one graph. A shard's step (``reduce`` sums over the ranks between the phases) can run each
+    phase through the compiler, the all-reduces between them; the new moment then passes from one phase
+    to the next as a buffer."""
     row, col, res_row, res_col, rms, skipped, *moment = state
-    row_new, slices, totals = factored_stats(g, row, hp)
+    row_new, slices, totals = run(factored_stats, g, row, hp)
     if reduce is not None:
         slices, totals = reduce("slices", slices), reduce("totals", totals)
-    ok = totals[0].isfinite()
-    col_new, rf, cf, update_sq = factored_factors(row_new, col, slices, hp, dims)
+    col_new, rf, cf, update_sq = run(factored_factors, row_new, col, slices, hp, dims)
     if reduce is not None:
         (update_sq,) = reduce("update", (update_sq,))
-    m = moment_value(moment, p.shape, dims)
-    m_new, res_row_new, res_slices = factored_moment(g, m, rf, cf, update_sq, res_row, hp, dims)
-    del m
+    m_new, res_row_new, res_slices = run(_moment_phase, g, tuple(moment), rf, cf, update_sq, res_row, hp, dims)
     if reduce is not None:
         res_slices = reduce("slices", res_slices)
-    p_new, res_col_new = factored_apply(p, m_new, res_row_new, res_col, res_slices, hp, dims)
-    p_new = _realized(_keep(ok, p_new, p))  # the new weights, summed (squared) in the loop that writes them
-    for stat, new in ((row, row_new), (col, col_new), (res_row, res_row_new), (res_col, res_col_new)):
-        stat.copy_(_keep(ok, new, stat))
-    p.copy_(p_new)
-    weights = _weights_sq(p_new, reduce)
-    del p_new, new  # before the moment is encoded: the eager step's scratch stays a few full-size tensors
-    rms.copy_((weights / dims.numel).sqrt())
-    skipped.add_((~ok).sum())
+    stats, new = (row, col, res_row, res_col), (row_new, col_new, res_row_new)
+    weights, ok = run(_apply_phase, p, stats, new, m_new, res_slices, totals, hp, dims)
+    if reduce is not None:
+        (weights,) = reduce("totals", (weights,))
+    run(_record, rms, skipped, weights, ok, dims)
     return m_new, ok
 
 
-def _weights_sq(p_new: Tensor, reduce: Reduce) -> Tensor:
-    """The per-parameter sum of the squared new weights ``p_new`` (G, ..., C) (summed over the ranks for
-    shards), for ``state["RMS"]``. Taken from the new weights as they are written (``_realized``: a compiled
-    step sums each row in the loop that writes it): the weights before the step, as came-pytorch records
+def _moment_phase(g: Tensor, moment: tuple, rf: Tensor, cf: Tensor, update_sq: Tensor, res_row: Tensor, hp, dims):
+    """Pass 2 on the stored first moment (decoded from 8 bits where it is)."""
+    return factored_moment(g, moment_value(moment, g.shape, dims), rf, cf, update_sq, res_row, hp, dims)
+
+
+def _apply_phase(p: Tensor, stats: tuple, new: tuple, m_new: Tensor, res_slices: tuple, totals: tuple, hp, dims):
+    """Pass 3, then the new weights and statistics written where the gradient is finite (``ok``); returns
+    the per-parameter sum of the squared new weights and ``ok``."""
+    ok = totals[0].isfinite()
+    p_new, res_col_new = factored_apply(p, m_new, new[2], stats[3], res_slices, hp, dims)
+    p_new = _realized(_keep(ok, p_new, p))  # the new weights, summed (squared) in the loop that writes them
+    for stat, value in zip(stats, (*new, res_col_new), strict=True):
+        stat.copy_(_keep(ok, value, stat))
+    p.copy_(p_new)
+    return _weights_sq(p_new), ok
+
+
+def _record(rms: Tensor, skipped: Tensor, weights: Tensor, ok: Tensor, dims: Dims) -> None:
+    """The weights' RMS after the step (from the sum of their squares), and the count of skipped params."""
+    rms.copy_((weights / dims.numel).sqrt())
+    skipped.add_((~ok).sum())
+
+
+def _weights_sq(p_new: Tensor) -> Tensor:
+    """The per-parameter sum of the squared new weights ``p_new`` (G, ..., C), for ``state["RMS"]`` (summed
+    over the ranks for shards). Taken from the new weights as they are written (``_realized``: a compiled
+    step sums each row in the loop that writes them): the weights before the step, as came-pytorch records
     them, took a pass of their own over the weights, about a sixth of a compiled step (SmolLM2-135M)."""
     rows = _sum_sq(p_new, (-1,))
-    total = rows.reshape(rows.shape[0], -1).sum(-1)  # (not .sum(()), which would sum every dim)
-    return total if reduce is None else reduce("totals", (total,))[0]
+    return rows.reshape(rows.shape[0], -1).sum(-1)  # (not .sum(()), which would sum every dim)
 
 
 def rows_align(cols: int, block: int) -> bool:
@@ -314,16 +344,31 @@ def write_moment(moment: tuple[Tensor, ...] | list[Tensor], m_new: Tensor, ok: T
     absmax.copy_(_keep(ok, scale, absmax))
 
 
-def plain_step(p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, dims: Dims, reduce: Reduce = None):
+def plain_step(
+    p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, dims: Dims, reduce: Reduce = None, run: Run = _call
+):
     """One CAME step of a group of unfactored (1-D) params (G, N): ``v`` is an EMA of ``G^2 + eps1``,
-    ``u = G / sqrt(v)``, clipped, and the step is ``m`` itself. ``state`` is (v, m, rms, skipped)."""
+    ``u = G / sqrt(v)``, clipped, and the step is ``m`` itself. ``state`` is (v, m, rms, skipped).
+    ``reduce`` and ``run``: as in ``factored_update``."""
     v, m, rms, skipped = state
+    v_new, u, totals = run(_plain_stats, g, v, hp)
+    if reduce is not None:
+        totals = reduce("totals", totals)
+    weights, ok = run(_plain_apply, p, (v, m), v_new, u, totals, hp, dims)
+    if reduce is not None:
+        (weights,) = reduce("totals", (weights,))
+    run(_record, rms, skipped, weights, ok, dims)
+
+
+def _plain_stats(g: Tensor, v: Tensor, hp: Tensor) -> tuple[Tensor, Tensor, tuple]:
     sq = g * g
     v_new = _ema(v, sq + hp[EPS1], hp, BETA2)
     u = g * v_new.rsqrt()
-    totals = (sq.sum(-1), (u * u).sum(-1))
-    if reduce is not None:
-        totals = reduce("totals", totals)
+    return v_new, u, (sq.sum(-1), (u * u).sum(-1))
+
+
+def _plain_apply(p: Tensor, stats: tuple, v_new: Tensor, u: Tensor, totals: tuple, hp: Tensor, dims: Dims):
+    v, m = stats
     ok = totals[0].isfinite()
     u = u / _per_param(_clip(totals[1], hp, dims.numel), u)
     m_new = m * hp[BETA1] + u * hp[BETA1_C]
@@ -331,5 +376,4 @@ def plain_step(p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, dims
     for stat, new in ((v, v_new), (m, m_new)):
         stat.copy_(_keep(ok, new, stat))
     p.copy_(p_new)
-    rms.copy_((_weights_sq(p_new, reduce) / dims.numel).sqrt())
-    skipped.add_((~ok).sum())
+    return _weights_sq(p_new), ok
