@@ -184,7 +184,7 @@ def factored_moment(
     u = (g * rf.unsqueeze(-1)).mul_(_realized(cf).unsqueeze(-2))
     m_new = (m * hp[BETA1]).add_(u * hp[BETA1_C])
     res = u.sub_(m_new).square_()  # u is not needed again
-    res_row_new = _ema(res_row, res.mean(-1) + hp[EPS2], hp, BETA3)
+    res_row_new = _ema(res_row, _row_sum(res, dims) / res.shape[-1] + hp[EPS2], hp, BETA3)
     return m_new, res_row_new, (_col_sum(res), res_row_new.sum(-1))
 
 
@@ -279,6 +279,19 @@ def _weights_sq(p_new: Tensor) -> Tensor:
     them, took a pass of their own over the weights, about a sixth of a compiled step (SmolLM2-135M)."""
     rows = _sum_sq(p_new, (-1,))
     return rows.reshape(rows.shape[0], -1).sum(-1)  # (not .sum(()), which would sum every dim)
+
+
+def _row_sum(x: Tensor, dims: Dims) -> Tensor:
+    """``x`` (..., C) summed over each row; first by 8-bit blocks where a row holds several whole ones.
+
+    A compiled step then finds the instability's row sums and the blocks' maxima (``write_moment``) in one
+    loop over the gradient and the codes: summed over whole rows of 4096 with blocks of 2048, the two were
+    reductions of other shapes, and the maxima took a pass of their own (a 4096x4096 matrix, CAME8Bit:
+    0.91x the step with that pass)."""
+    cols = x.shape[-1]
+    if not dims.block or cols <= dims.block or cols % dims.block:
+        return x.sum(-1)
+    return x.unflatten(-1, (cols // dims.block, dims.block)).sum(-1).sum(-1)
 
 
 def rows_align(cols: int, block: int) -> bool:
