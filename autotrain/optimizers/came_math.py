@@ -288,29 +288,33 @@ def _row_sum(x: Tensor, dims: Dims) -> Tensor:
     loop over the gradient and the codes: summed over whole rows of 4096 with blocks of 2048, the two were
     reductions of other shapes, and the maxima took a pass of their own (a 4096x4096 matrix, CAME8Bit:
     0.91x the step with that pass)."""
+    segments = _segmented(x, dims.block)
+    return x.sum(-1) if segments is x else segments.sum(-1).sum(-1)
+
+
+def _segmented(x: Tensor, block: int) -> Tensor:
+    """``x`` (..., C) as (..., C // block, block) where its rows hold several whole blocks, else ``x``."""
     cols = x.shape[-1]
-    if not dims.block or cols <= dims.block or cols % dims.block:
-        return x.sum(-1)
-    return x.unflatten(-1, (cols // dims.block, dims.block)).sum(-1).sum(-1)
+    if not block or cols <= block or cols % block:
+        return x
+    return x.unflatten(-1, (cols // block, block))
 
 
 def rows_align(cols: int, block: int) -> bool:
     """Whether 8-bit blocks of ``block`` elements hold whole rows ``cols`` wide, or rows whole blocks.
 
-    Such codes reach the step laid out like the weights (``row_codes``): (G, L, R, C) where a block holds
-    whole rows, (G, L, R, C // block, block) where a row holds whole blocks. A compiled step then finds each
-    block's maximum in the loop over rows that sums the instability's rows, and writes the codes in the
-    loop that writes the weights (SmolLM2-135M's 49152x576 embedding: 6 passes over the gradient, not 8).
-    Other codes reach it as their blocks, (G, blocks, block)."""
+    Such codes reach the step laid out like the weights (``row_codes``), (G, L, R, C); where a row holds
+    whole blocks the step views them as (G, L, R, C // block, block) (``_segmented``). A compiled step then
+    finds each block's maximum in the loop over rows that sums the instability's rows, and writes the codes
+    in the loop that writes the weights (SmolLM2-135M's 49152x576 embedding: 6 passes over the gradient,
+    not 8). Other codes reach it as their blocks, (G, blocks, block)."""
     return block % cols == 0 or cols % block == 0
 
 
 def row_codes(codes: Tensor, shape: tuple[int, ...]) -> Tensor:
     """The codes (G, blocks, block) of params ``shape`` (G, L, R, C) laid out like them (see ``rows_align``;
     the padded tail of the last block left out)."""
-    count, block, cols = codes.shape[0], codes.shape[-1], shape[-1]
-    held = codes.view(count, -1)[:, : prod(shape[1:])]
-    return held.view(shape) if block >= cols else held.view(*shape[:-1], cols // block, block)
+    return codes.view(codes.shape[0], -1)[:, : prod(shape[1:])].view(shape)
 
 
 def _segment_scales(absmax: Tensor, segments: torch.Size, block: int) -> Tensor:
@@ -328,7 +332,8 @@ def moment_value(moment: tuple[Tensor, ...] | list[Tensor], shape: torch.Size, d
     codes, absmax = moment
     if codes.dim() == 3:
         return from_blocks(decode(codes, absmax), shape)
-    return decode(codes, _segment_scales(absmax, codes.shape, dims.block)).view(shape)
+    segments = _segmented(codes, dims.block)
+    return decode(segments, _segment_scales(absmax, segments.shape, dims.block)).view(shape)
 
 
 def write_moment(moment: tuple[Tensor, ...] | list[Tensor], m_new: Tensor, ok: Tensor, dims: Dims) -> None:
@@ -344,13 +349,15 @@ def write_moment(moment: tuple[Tensor, ...] | list[Tensor], m_new: Tensor, ok: T
         new_codes = _encoded(blocks, scale)
     else:  # as their rows' segments (rows_align)
         count, n_blocks = absmax.shape
-        segments = m_new.view(codes.shape)
+        segments = _segmented(m_new, dims.block)
         seg_max = torch.linalg.vector_norm(segments, float("inf"), dim=-1).reshape(count, -1)
-        per_block = dims.block // codes.shape[-1]
+        per_block = dims.block // segments.shape[-1]
         if seg_max.shape[1] != n_blocks * per_block:  # the padded tail of the last block
             seg_max = functional.pad(seg_max, (0, n_blocks * per_block - seg_max.shape[1]))
         scale = seg_max.view(count, n_blocks, per_block).amax(-1).clamp_(min=MIN_ABSMAX)
-        new_codes = _encoded(segments, _segment_scales(scale, codes.shape, dims.block))
+        # Encoded by segments, written as rows (``codes`` is laid out like the weights): a compiled step then
+        # writes the codes in the loop that writes the weights, where a row holds several blocks too.
+        new_codes = _encoded(segments, _segment_scales(scale, segments.shape, dims.block)).view(codes.shape)
     # Kept in fp32, then cast: inductor's C++ select between int8 vectors under a per-param mask ran 8x
     # slower than the rest of this pass together (the codes come back exactly: int8 -> fp32 -> int8).
     codes.copy_(_keep(ok, new_codes, codes.float()).to(torch.int8))
