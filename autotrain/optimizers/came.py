@@ -99,7 +99,8 @@ class CAME(Optimizer):
     factored follows its global shape, means divide by global counts, and what spans the shards
     (a matrix's column statistics, the mean of its row statistics, the update RMS, the weight RMS)
     is summed in all-reduces between the passes, over the param's mesh group, for a whole group of
-    shards at once. Shards step eagerly (the all-reduces sit between the passes). The state is laid
+    shards at once. A shard's compiled step compiles each phase between the all-reduces (``compile=True``,
+    or auto in a run of several processes). The state is laid
     out like the param (DTensors, split on dim 0; a matrix's column statistics, small, on every rank),
     so ``torch.distributed.checkpoint`` and ``get/set_optimizer_state_dict`` save and load it.
 
