@@ -252,8 +252,7 @@ def _reducer(shards: Shards) -> Callable:
     return reduce
 
 
-def eager(fn: Callable, *args: Any) -> Any:
-    return fn(*args)
+eager = came_math.eager
 
 
 def eager_chunk(*args: Any, site: dict | None = None) -> None:

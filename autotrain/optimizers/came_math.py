@@ -198,12 +198,13 @@ def factored_apply(p: Tensor, m_new: Tensor, res_row_new: Tensor, res_col: Tenso
     return (p * hp[DECAY]).sub_(step.mul_(hp[LR])), res_col_new
 
 
-def _call(fn: Callable, *args: Any) -> Any:
+def eager(fn: Callable, *args: Any) -> Any:
+    """``fn(*args)``: a phase called directly (the default ``run``; the eager step's)."""
     return fn(*args)
 
 
 def factored_step(
-    p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, dims: Dims, reduce: Reduce = None, run: Run = _call
+    p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, dims: Dims, reduce: Reduce = None, run: Run = eager
 ):
     """One CAME step of a group of factored params; updates ``p`` and ``state`` in place.
 
@@ -218,7 +219,7 @@ def factored_step(
 
 
 def factored_update(
-    p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, dims: Dims, reduce: Reduce = None, run: Run = _call
+    p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, dims: Dims, reduce: Reduce = None, run: Run = eager
 ):
     """``factored_step`` up to the first moment: updates ``p`` and the statistics in place and returns the
     new first moment (fp32, like ``p``) and which params took the step, for ``write_moment``.
@@ -365,7 +366,7 @@ def write_moment(moment: tuple[Tensor, ...] | list[Tensor], m_new: Tensor, ok: T
 
 
 def plain_step(
-    p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, dims: Dims, reduce: Reduce = None, run: Run = _call
+    p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, dims: Dims, reduce: Reduce = None, run: Run = eager
 ):
     """One CAME step of a group of unfactored (1-D) params (G, N): ``v`` is an EMA of ``G^2 + eps1``,
     ``u = G / sqrt(v)``, clipped, and the step is ``m`` itself. ``state`` is (v, m, rms, skipped).
