@@ -203,7 +203,6 @@ def test_failed_compilation_falls_back_to_eager_with_one_notice(monkeypatch, cap
 def test_a_failed_background_compilation_drops_the_queue(monkeypatch, capsys):
     """compile=None with no working compiler: the worker's first compilation fails, the rest of the queue
     is dropped (not left pending: waiting for the worker ends), and the steps stay the eager ones."""
-    from autotrain.optimizers import came as came_module
 
     def broken_compile(graph, example_inputs, options=None):
         raise RuntimeError("no C++ compiler found")
@@ -211,7 +210,7 @@ def test_a_failed_background_compilation_drops_the_queue(monkeypatch, capsys):
     compiler = came_compile.StepCompiler()
     background = came_auto.Background(compiler)
     monkeypatch.setattr(came_auto, "BACKGROUND", background)
-    monkeypatch.setattr(came_module, "AUTO_COMPILE_MIN_NUMEL", 0)
+    monkeypatch.setattr(came_auto, "CPU_MIN_NUMEL", 0)
     monkeypatch.setattr(torch._inductor, "compile", broken_compile)
     auto_params, eager_params = _params(), _params()
     auto = CAME8Bit(auto_params, lr=1e-2, compile=None, **SMALL_8BIT)
@@ -257,12 +256,11 @@ def test_auto_compiles_on_a_thread_while_the_first_steps_run_eagerly(monkeypatch
     """compile=None (auto): the first step is the eager one (bit for bit) and queues the compilations;
     a worker thread compiles them; once it has, the steps are compiled ones, which the training thread
     never had to compile (no new graph, no new compiled layout after the worker is done)."""
-    from autotrain.optimizers import came as came_module
 
     compiler = _CountingCompiler()
     background = came_auto.Background(compiler)
     monkeypatch.setattr(came_auto, "BACKGROUND", background)
-    monkeypatch.setattr(came_module, "AUTO_COMPILE_MIN_NUMEL", 0)  # every group of this small list
+    monkeypatch.setattr(came_auto, "CPU_MIN_NUMEL", 0)  # every group of this small list
     auto_params, eager_params = _params(), _params()
     auto = CAME8Bit(auto_params, lr=1e-2, weight_decay=0.1, compile=None, **SMALL_8BIT)
     eager = CAME8Bit(eager_params, lr=1e-2, weight_decay=0.1, compile=False, **SMALL_8BIT)
@@ -297,8 +295,8 @@ def test_exiting_while_the_worker_compiles_is_clean(tmp_path):
     script = tmp_path / "short.py"
     script.write_text(
         "import torch\n"
-        "from autotrain.optimizers import CAME8Bit, came as came_module\n"
-        "came_module.AUTO_COMPILE_MIN_NUMEL = 0\n"
+        "from autotrain.optimizers import CAME8Bit, came_auto\n"
+        "came_auto.CPU_MIN_NUMEL = 0\n"
         "params = [torch.nn.Parameter(torch.randn(s)) for s in [(64, 80), (20, 257), (64,)]]\n"
         "for p in params:\n"
         "    p.grad = torch.randn_like(p)\n"
@@ -474,7 +472,7 @@ def test_auto_compiles_before_the_first_step_in_a_run_of_several_processes(monke
     assert not came_module._replicated()  # this process alone
     background = came_auto.Background(came_compile.COMPILER)
     monkeypatch.setattr(came_auto, "BACKGROUND", background)
-    monkeypatch.setattr(came_module, "AUTO_COMPILE_MIN_NUMEL", 0)
+    monkeypatch.setattr(came_auto, "CPU_MIN_NUMEL", 0)
     monkeypatch.setattr(came_module, "_replicated", lambda: True)
     auto_params, compiled_params = _params(), _params()
     auto = CAME8Bit(auto_params, lr=1e-2, compile=None, **SMALL_8BIT)
@@ -509,7 +507,6 @@ def test_auto_keeps_whichever_step_measured_faster_where_it_measures(monkeypatch
     """Where the background measures (CUDA; here the CPU, told to): once a group's layouts are compiled,
     its next steps take turns, compiled then eager, three of each, timed; the group then keeps the one
     with the lower median and records both."""
-    from autotrain.optimizers import came as came_module
 
     if timings != "measured":
         compiled, eager = (1.0, 2.0) if timings == "compiled faster" else (2.0, 1.0)
@@ -527,7 +524,7 @@ def test_auto_keeps_whichever_step_measured_faster_where_it_measures(monkeypatch
     monkeypatch.setattr(came_auto, "BACKGROUND", background)
     monkeypatch.setattr(came_auto, "MEASURED_ON", {"cpu"})
     monkeypatch.setattr(came_groups, "eager_chunk", counted_eager)
-    monkeypatch.setattr(came_module, "AUTO_COMPILE_MIN_NUMEL", 0)
+    monkeypatch.setattr(came_auto, "CPU_MIN_NUMEL", 0)
     params = [nn.Parameter(torch.randn(48, 40)) for _ in range(2)]  # one group, one chunk
     opt = CAME8Bit(params, lr=1e-3, compile=None, **SMALL_8BIT)
     _set_grads(params, 0)
@@ -621,7 +618,7 @@ def test_replicas_take_turns_then_keep_what_the_ranks_summed_faster(monkeypatch,
     monkeypatch.setattr(came_auto, "Timing", _FixedTiming)
     monkeypatch.setattr(came_auto, "MEASURED_ON", {"cpu"})
     monkeypatch.setattr(came_module, "_replicated", lambda: True)
-    monkeypatch.setattr(came_module, "AUTO_COMPILE_MIN_NUMEL", 0)
+    monkeypatch.setattr(came_auto, "CPU_MIN_NUMEL", 0)
     votes = []
     monkeypatch.setattr(came_auto, "_all_sum", lambda values: votes.append(values) or values)
     compiler = _CountingCompiler()
@@ -645,13 +642,12 @@ def test_replicas_take_turns_then_keep_what_the_ranks_summed_faster(monkeypatch,
 
 def _replicas_rank(rank: int, world: int, out, timings: dict) -> dict:
     """One rank of a two-process run of compile=None, measuring on the CPU, with this rank's timings."""
-    from autotrain.optimizers import came as came_module
 
     compiled, eager = timings[rank]
     _FixedTiming.SECONDS, _FixedTiming.made = [compiled, eager] * 3, 0
     came_auto.Timing = _FixedTiming
     came_auto.MEASURED_ON = {"cpu"}
-    came_module.AUTO_COMPILE_MIN_NUMEL = 0
+    came_auto.CPU_MIN_NUMEL = 0
     torch.manual_seed(0)
     params = [nn.Parameter(torch.randn(48, 40)) for _ in range(2)]
     opt = CAME8Bit(params, lr=1e-2, compile=None, **SMALL_8BIT)
@@ -676,11 +672,10 @@ def test_two_ranks_that_time_differently_keep_the_same_step(tmp_path):
 def _one_step_compiled_in_background(monkeypatch) -> None:
     """One auto step of two small matrices with a background compiler of its own; returns once the worker
     has compiled their layouts, without a failure."""
-    from autotrain.optimizers import came as came_module
 
     background = came_auto.Background(came_compile.StepCompiler())
     monkeypatch.setattr(came_auto, "BACKGROUND", background)
-    monkeypatch.setattr(came_module, "AUTO_COMPILE_MIN_NUMEL", 0)
+    monkeypatch.setattr(came_auto, "CPU_MIN_NUMEL", 0)
     params = [nn.Parameter(torch.randn(48, 40)) for _ in range(2)]
     opt = CAME8Bit(params, lr=1e-3, compile=None, **SMALL_8BIT)
     _set_grads(params, 0)

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
-from autotrain.optimizers import CAME, CAME8Bit, CAME8BitFusedAdam
+from autotrain.optimizers import CAME, CAME8Bit, CAME8BitFusedAdam, came_auto
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # small tensors: see conftest
 
@@ -207,16 +207,41 @@ def test_the_run_guard_reports_skips_and_stops_after_repeated_ones():
         guard.on_step_end(None, state, None)
 
 
-def test_the_plan_keeps_compiling_out_of_short_runs():
-    from autotrain.training.plan import COMPILE_PAYS_AFTER_STEPS, resolve_optimizer
+def test_the_plan_gives_auto_the_runs_length():
+    from autotrain.training.plan import resolve_optimizer
 
-    short, long_ = COMPILE_PAYS_AFTER_STEPS - 1, COMPILE_PAYS_AFTER_STEPS
-    assert resolve_optimizer("came_8bit", {}, 1e-3, short).kwargs["compile"] is False
-    assert resolve_optimizer("came_8bit", {}, 1e-3, long_).kwargs["compile"] is None  # auto: its own rule
-    assert resolve_optimizer("came_8bit", {}, 1e-3, None).kwargs["compile"] is None  # length unknown (epochs)
-    assert resolve_optimizer("came", {"compile": True}, 1e-3, short).kwargs["compile"] is True  # asked for
-    hybrid = resolve_optimizer("came_8bit+fused_adam", {}, 1e-3, short)
-    assert hybrid.kwargs["came"]["compile"] is False and hybrid.record()["kwargs"]["came"]["compile"] is False
+    assert resolve_optimizer("came_8bit", {}, 1e-3, 50).kwargs["total_steps"] == 50
+    assert "total_steps" not in resolve_optimizer("came_8bit", {}, 1e-3, None).kwargs  # length unknown (epochs)
+    assert "total_steps" not in resolve_optimizer("came", {"compile": True}, 1e-3, 50).kwargs  # asked for
+    hybrid = resolve_optimizer("came_8bit+fused_adam", {}, 1e-3, 50)
+    assert hybrid.kwargs["came"]["total_steps"] == 50 and hybrid.record()["kwargs"]["came"]["total_steps"] == 50
+
+
+def test_auto_compiles_a_group_where_its_compilation_pays_back_within_the_run():
+    """Compiling costs seconds per group shape; each step then saves in proportion to the group's size. So
+    on the CPU a group compiles where elements x total_steps reaches CPU_PAYS_ELEMENT_STEPS (and never under
+    2**20 elements); on CUDA nothing compiles in a run of under CUDA_MIN_STEPS. Unknown length: the size
+    alone decides."""
+    pays = came_auto.CPU_PAYS_ELEMENT_STEPS
+    large = 28 * 2**20  # SmolLM2-135M's embedding
+    assert came_auto.compiles("cpu", large, None) and not came_auto.compiles("cpu", 2**20 - 1, None)
+    assert came_auto.compiles("cpu", large, int(pays // large) + 1)
+    assert not came_auto.compiles("cpu", large, int(pays // large) - 1)
+    assert not came_auto.compiles("cpu", 2**20 - 1, 10**9)  # too small to be worth a compilation ever
+    assert came_auto.compiles("cuda", 10, came_auto.CUDA_MIN_STEPS) and not came_auto.compiles("cuda", 10**9, 199)
+    assert not came_auto.compiles("meta", large, None)
+    # The optimizer asks with its group's elements and its total_steps: 16 matrices of 256 x 256 are 2**20
+    # elements, which pay back in runs of 1,000 steps or more (1e9 / 2**20 = 954), not in one of 500.
+    for steps, compiled in ((500, False), (1000, True), (None, True)):
+        params = [nn.Parameter(torch.randn(256, 256)) for _ in range(16)]
+        for p in params:
+            p.grad = torch.randn_like(p)
+        opt = CAME8Bit(params, lr=1e-3, total_steps=steps, compile=False)
+        opt.compile = None  # auto, without starting the background compiler: only its decision is asked
+        (group,) = opt._shape_groups(0, opt._active(opt.param_groups[0]))
+        assert opt._compiles(group) is compiled
+    with pytest.raises(ValueError, match="Invalid total_steps value: 0"):
+        CAME8Bit(params, lr=1e-3, total_steps=0)
 
 
 def test_capturable_reads_a_tensor_learning_rate_on_the_device():

@@ -16,9 +16,6 @@ from autotrain.fields import Bool, Float, Int
 Beta = Annotated[Float, Field(ge=0.0, lt=1.0)]
 PositiveFloat = Annotated[Float, Field(gt=0.0, le=1.0)]
 
-# Compiling costs seconds per group shape; below this many elements (a group's) the eager step is quick.
-AUTO_COMPILE_MIN_NUMEL = 1 << 20
-
 
 class _Args(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -37,12 +34,13 @@ class CameArgs(_Args):
         None,
         description=(
             "Compile the step of each group of same-shaped params with inductor (C++ on CPU, Triton on "
-            "CUDA), once per group shape: null (auto) compiles groups of 2**20 elements or more on the CPU, on "
-            "a thread while the first steps run eagerly (training never waits for it; with several processes, "
-            "before the first step); on CUDA every group, each keeping whichever of the compiled and eager "
-            "steps measured faster in the run (with several processes the ranks decide together); nothing in "
-            "runs of under 200 max_steps; true compiles every group before its first step; false "
-            "never compiles. Where compiling fails, the eager step runs (one notice on stderr)."
+            "CUDA), once per group shape: null (auto) compiles where that pays back within the run's "
+            "max_steps, on a thread while the first steps run eagerly (training never waits for it; with "
+            "several processes, before the first step): on the CPU groups of 2**20 elements or more, larger "
+            "ones in short runs (elements x max_steps >= 1e9); on CUDA every group in runs of 200 steps or "
+            "more, each keeping whichever of the compiled and eager steps measured faster in the run (with "
+            "several processes the ranks decide together); true compiles every group before its first step; "
+            "false never compiles. Where compiling fails, the eager step runs (one notice on stderr)."
         ),
     )
 

@@ -11,7 +11,6 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from autotrain.optimizers import came_auto, came_groups, came_math
-from autotrain.optimizers.args import AUTO_COMPILE_MIN_NUMEL
 from autotrain.optimizers.sharding import local, shards_of
 
 # A step gathers a chunk of same-shaped params at a time, of at most an eighth of all params (or half the
@@ -80,7 +79,8 @@ class CAME(Optimizer):
     maths is stated once (``came_math``); the eager step runs it as it is, the compiled step compiled by
     inductor (``came_compile.StepCompiler``: one graph per group shape; hyper-parameters are a tensor input,
     so schedules and per-group settings never recompile, and fp16/bf16 params share the fp32 graphs).
-    ``compile=None`` (auto) compiles groups of at least 2**20 elements on the CPU and every group on CUDA,
+    ``compile=None`` (auto) compiles where that pays back within ``total_steps`` (``came_auto.compiles``):
+    groups of at least 2**20 elements on the CPU (larger ones in short runs) and every group on CUDA,
     where each then keeps whichever of the compiled and eager steps measured faster over its next steps
     (``came_auto.Background.choose``, ``compile_choices``; eager on CUDA where ``capturable``), on a
     worker thread while the first steps run eagerly (``came_auto.Background``: a run never waits for
@@ -111,10 +111,12 @@ class CAME(Optimizer):
         clip_threshold: RMS threshold of the update.
         betas: (beta1, beta2, beta3) for the update, squared gradient and instability EMAs.
         weight_decay: decoupled weight decay.
-        compile: compile the step (None: in the background, groups of at least 2**20 elements on the CPU,
-            every group on CUDA, each kept compiled there only where measured faster).
+        compile: compile the step (None: in the background, where compiling pays back within
+            ``total_steps``: on the CPU groups of at least 2**20 elements, fewer in short runs; on CUDA every
+            group, each kept compiled only where measured faster; see ``came_auto.compiles``).
         capturable: keep the step free of host synchronisation so that it can be captured in a CUDA
             graph (it always is; this also lets ``lr`` be a tensor, read on the device each step).
+        total_steps: the run's length in steps, if known: what auto weighs compiling against.
     """
 
     def __init__(
@@ -127,6 +129,7 @@ class CAME(Optimizer):
         weight_decay: float = 0.0,
         compile: bool | None = None,
         capturable: bool = False,
+        total_steps: int | None = None,
     ) -> None:
         if not lr >= 0.0:
             raise ValueError(f"Invalid learning rate: {lr}")
@@ -140,11 +143,14 @@ class CAME(Optimizer):
             raise ValueError(f"Invalid weight_decay value: {weight_decay}")
         if compile not in (None, True, False):
             raise ValueError(f"Invalid compile value: {compile}")
+        if total_steps is not None and not (isinstance(total_steps, int) and total_steps >= 1):
+            raise ValueError(f"Invalid total_steps value: {total_steps}")
         defaults = dict(
             lr=lr, eps=tuple(eps), clip_threshold=clip_threshold, betas=tuple(betas), weight_decay=weight_decay
         )
         self.compile = compile
         self.capturable = capturable
+        self.total_steps = total_steps
         super().__init__(params, defaults)
         self._reset_groups()
 
@@ -156,12 +162,14 @@ class CAME(Optimizer):
 
     def __getstate__(self) -> dict[str, Any]:
         # Optimizer pickles only defaults/state/param_groups.
-        return {**super().__getstate__(), "compile": self.compile, "capturable": self.capturable}
+        extra = {"compile": self.compile, "capturable": self.capturable, "total_steps": self.total_steps}
+        return {**super().__getstate__(), **extra}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)  # load_state_dict() goes through here too, without "compile"
         self.__dict__.setdefault("compile", None)  # pickled before the switch existed
         self.__dict__.setdefault("capturable", False)
+        self.__dict__.setdefault("total_steps", None)
         self._reset_groups()
 
     @property
@@ -280,9 +288,12 @@ class CAME(Optimizer):
             return False
         if self.compile:
             return True
-        if group.params[0].device.type == "cuda":  # measured against the eager step (Background, Replicas)
-            return not self.capturable
-        return group.params[0].device.type == "cpu" and sum(p.numel() for p in group.params) >= AUTO_COMPILE_MIN_NUMEL
+        device = group.params[0].device.type
+        if device == "cuda" and self.capturable:
+            return False
+        # Where compiling would pay back within the run (on CUDA then measured against the eager step:
+        # Background, Replicas).
+        return came_auto.compiles(device, sum(p.numel() for p in group.params), self.total_steps)
 
     def _step_group(self, group: came_groups.Group, hp: Tensor, skipped: Tensor, scratch: came_groups.Scratch):
         """One step of ``group``: eager, compiled (``compile=True``: from the first step, which waits for the

@@ -151,6 +151,29 @@ class Background:
                 self._pending.discard(key)
 
 
+# Which groups auto compiles, before anything is measured. Compiling a group's step costs seconds per group
+# shape, whatever its size; each later step then saves time in proportion to the group's elements. So a
+# group compiles where the run is long enough to pay that back: on the CPU, a group of ``n`` elements in a
+# run of ``total_steps`` steps where n * total_steps >= CPU_PAYS_ELEMENT_STEPS (and n >= 2**20 always),
+# from about 8 s of compiling per shape (cold, on 2 cores; 6 s a shape in a whole run, 12-20 s for a lone
+# shape in a fresh process) and about 10 ns saved per element and step (SmolLM2-135M's groups: 6-25 ns),
+# with a margin of 1.25 (benchmarks/compile_pays.py --groups; whole runs: its default figures).
+# On CUDA, where neither figure has been measured, nothing compiles in runs of under CUDA_MIN_STEPS.
+CPU_MIN_NUMEL = 1 << 20
+CPU_PAYS_ELEMENT_STEPS = 1e9
+CUDA_MIN_STEPS = 200
+
+
+def compiles(device_type: str, numel: int, total_steps: int | None) -> bool:
+    """Whether auto compiles a group of ``numel`` elements on ``device_type`` in a run of ``total_steps``
+    steps (None: a run of unknown length)."""
+    if device_type == "cuda":
+        return total_steps is None or total_steps >= CUDA_MIN_STEPS
+    if device_type != "cpu" or numel < CPU_MIN_NUMEL:
+        return False
+    return total_steps is None or numel * total_steps >= CPU_PAYS_ELEMENT_STEPS
+
+
 TRIAL_STEPS = 3  # steps of each kind timed before auto keeps one (Background.choose, Replicas)
 # Device types where auto times its compiled step against the eager one before keeping one: CUDA, where
 # which is faster has not been settled; on the CPU the compiled step is, for the groups auto compiles there.

@@ -160,12 +160,6 @@ def load_dtype(cfg: TaskConfig, precision: Precision) -> str:
     return "float32"
 
 
-# CAME's compiled step costs 20-40 s of compiling on a fresh 2-core machine (a few seconds with inductor's
-# cache), done on a thread that shares the machine with the first, eager, steps; each compiled step then
-# saves 1.5-2 s on SmolLM2-135M. A run shorter than this does not compile (`compile: null` only).
-COMPILE_PAYS_AFTER_STEPS = 200
-
-
 def resolve_optimizer(name: str, optimizer_args, lr: float, max_steps: int | None = None) -> OptimizerPlan:
     """`optimizer_args`: the typed arguments of a validated config (or a plain mapping, validated here)."""
     from autotrain.optimizers.registry import hf_optimizer_settings, optimizer_cls_and_kwargs
@@ -173,18 +167,19 @@ def resolve_optimizer(name: str, optimizer_args, lr: float, max_steps: int | Non
 
     if OPTIMIZERS[name].bundled:
         cls, kwargs = optimizer_cls_and_kwargs(name, optimizer_args)
-        _decide_compile(kwargs.get("came", kwargs), max_steps)
+        _give_run_length(kwargs.get("came", kwargs), max_steps)
         # The Trainer passes param groups (with weight_decay) but not lr on this path.
         return OptimizerPlan(name, cls=cls, kwargs={**kwargs, "lr": lr})
     return OptimizerPlan(name, hf_settings=hf_optimizer_settings(name, optimizer_args))
 
 
-def _decide_compile(kwargs: dict[str, Any], max_steps: int | None) -> None:
-    """A CAME variant's `compile: null` (auto) becomes false for a run of known length too short for
-    compiling to pay; the kwargs, so the decision, are recorded with the plan."""
-    known_short = max_steps is not None and max_steps < COMPILE_PAYS_AFTER_STEPS
-    if known_short and "compile" in kwargs and kwargs["compile"] is None:
-        kwargs["compile"] = False
+def _give_run_length(kwargs: dict[str, Any], max_steps: int | None) -> None:
+    """A CAME variant with `compile: null` (auto) weighs compiling each group of same-shaped params against
+    the run's length (what a group's compilation costs is paid back in proportion to its size and the
+    steps left: `came_auto.compiles`), so it is given `total_steps`, recorded with the plan. A run given in
+    epochs has no known length here (auto then compiles the groups of 2**20 elements or more)."""
+    if max_steps is not None and "compile" in kwargs and kwargs["compile"] is None:
+        kwargs["total_steps"] = max_steps
 
 
 def has_eval(cfg: TaskConfig) -> bool:
