@@ -385,7 +385,16 @@ def _double(p: torch.Tensor) -> None:
     p.mul_(2.0)
 
 
-def test_graphs_are_keyed_on_layouts_aliasing_and_constants():
+@pytest.fixture
+def traced_only(monkeypatch):
+    """Inductor's compile replaced by the traced FX graph itself: the compiler traces, keys and keeps its
+    graphs as it does, and calls run the traced operations, without inductor's C++ build of each graph
+    (seconds each on an empty cache). For tests of that bookkeeping; the compiled kernels are tested
+    elsewhere."""
+    monkeypatch.setattr(torch._inductor, "compile", lambda graph, example_inputs, options=None: graph)
+
+
+def test_graphs_are_keyed_on_layouts_aliasing_and_constants(traced_only):
     """The compiler keys a graph on what it was traced for: the tensors' shapes, strides and dtypes, which
     of them share a storage, and the other arguments' values; each call's result is the eager one."""
     compiler = came_compile.StepCompiler()
@@ -410,7 +419,7 @@ def test_graphs_are_keyed_on_layouts_aliasing_and_constants():
     assert compiler(_double, ones) is None and torch.equal(ones, torch.full((3,), 2.0))  # None, as eagerly
 
 
-def test_a_chunk_looks_its_graphs_up_once(monkeypatch):
+def test_a_chunk_looks_its_graphs_up_once(monkeypatch, traced_only):
     """A chunk's graphs are found by their full key (layouts, aliasing) on its first compiled step only;
     later steps take them from the chunk's own record (``Group.sites``). The steps are the same as those of
     an optimizer that forgets the record each step and so keys every call."""
@@ -435,7 +444,7 @@ def test_a_chunk_looks_its_graphs_up_once(monkeypatch):
     assert per_step[0] > 0 and per_step[1:] == [0, 0, 0]
 
 
-def test_prepared_graphs_are_the_ones_real_calls_take():
+def test_prepared_graphs_are_the_ones_real_calls_take(traced_only):
     """The background compiles from fakes of a call's layouts (no tensor memory, no kernel): a real call of
     the same layouts and aliasing then takes that graph without compiling, and one aliasing otherwise
     does not."""
