@@ -176,13 +176,26 @@ def _clip(update_sq: Tensor, hp: Tensor, numel: int) -> Tensor:
     return ((update_sq / numel).sqrt() / hp[CLIP]).clamp(min=1.0)
 
 
+# A chunk of at most this many elements has its new first moment written to a buffer of its own (8 MiB at
+# most, which stays in cache) by the pass that computes it (see factored_moment).
+STORED_MOMENT = 1 << 21
+
+
 def factored_moment(
     g: Tensor, m: Tensor, rf: Tensor, cf: Tensor, update_sq: Tensor, res_row: Tensor, hp: Tensor, dims: Dims
 ) -> tuple[Tensor, Tensor, tuple]:
-    """Pass 2: the clipped update, the new first moment ``m``, the instability's row EMA and its sums."""
+    """Pass 2: the clipped update, the new first moment ``m``, the instability's row EMA and its sums.
+
+    A compiled step recomputes the new moment (the 8-bit one decoded again) in each later loop that reads
+    it, the instability's column sums and the update, unless it is written once (``_realized``); for a
+    chunk of at most ``STORED_MOMENT`` elements those loops load it instead: SmolLM2-135M's list on the CPU
+    (each matrix a chunk, the 28M-element embedding excepted), in one process against recomputing it,
+    0.89-0.95x CAME8Bit's step and 0.85x CAME's."""
     rf = _realized(rf / _per_param(_clip(update_sq, hp, dims.numel), rf))
     u = (g * rf.unsqueeze(-1)).mul_(_realized(cf).unsqueeze(-2))
     m_new = (m * hp[BETA1]).add_(u * hp[BETA1_C])
+    if g.numel() <= STORED_MOMENT:
+        m_new = _realized(m_new)
     res = u.sub_(m_new).square_()  # u is not needed again
     res_row_new = _ema(res_row, _row_sum(res, dims) / res.shape[-1] + hp[EPS2], hp, BETA3)
     return m_new, res_row_new, (_col_sum(res), res_row_new.sum(-1))
