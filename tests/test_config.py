@@ -395,3 +395,26 @@ def test_image_classification_takes_no_max_length():
             "ClassificationTrainingArgs"
         ]["properties"]
     )
+
+
+def test_the_command_names_the_task_a_config_leaves_out(cli, tmp_path):
+    """`autotrain llm --config F` on a config with no `task:` (one written for another tool, or by hand) is an
+    llm config, and every other mistake in it is reported at once, not only the missing task."""
+    path = tmp_path / "flat.yml"
+    path.write_text("base_model: tiny\nproject_name: runs/x\ndata: {path: d.jsonl}\nlora_r: 8\nlearning_rate: 1e-4\n")
+    result = cli("llm", "--config", path, "--dry-run")
+    assert result.exit_code == 2
+    lines = result.stderr.splitlines()
+    assert not any(": task: " in line for line in lines), result.stderr
+    assert f"{path}:4:1: lora_r: unknown key (did you mean `peft.r`?)" in lines, result.stderr
+    assert f"{path}:5:1: learning_rate: unknown key (did you mean `training_args.lr`?)" in lines, result.stderr
+    # Without a command that names it, the task is still asked for.
+    root = cli("--config", path, "--dry-run")
+    assert root.exit_code == 2 and f"{path}:1:1: task: required field is missing" in root.stderr
+
+
+def test_a_config_without_a_task_trains_as_the_command_says(tmp_path):
+    path = tmp_path / "no-task.yml"
+    path.write_text("base_model: tiny\nproject_name: runs/x\ndata: {path: d.csv}\n")
+    loaded = load_config(path, expected_task="text-classification", environ={})
+    assert loaded.config.task == "text-classification" and loaded.raw["task"] == "text-classification"

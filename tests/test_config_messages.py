@@ -47,6 +47,10 @@ def write(tmp_path: Path, text: str, name: str = "c.yml") -> Path:
         ("cutoff_len: 1024\n", "cutoff_len: unknown key (did you mean `training_args.max_length`?)"),
         ("output_dir: out\n", "output_dir: unknown key (did you mean `project_name`?)"),
         ("peft:\n  lora_alpha: 16\n", "peft.lora_alpha: unknown key (did you mean `alpha`?)"),
+        # keys with no counterpart here: what to do instead, not a look-alike key (`do_train` is not `trainer`)
+        ("do_train: true\n", "do_train: unknown key (not needed: a training command always trains)"),
+        ("overwrite_output_dir: true\n", "overwrite_output_dir: unknown key (not a config key: pass `--overwrite`"),
+        ("resume_from_checkpoint: true\n", "resume_from_checkpoint: unknown key (not a config key: pass `--resume`"),
     ],
 )
 def test_names_from_other_tools_suggest_ours(cli, tmp_path, yaml_text, reported):
@@ -162,3 +166,16 @@ def test_a_null_key_names_its_line(cli, tmp_path):
     assert result.exit_code == 2
     assert f"{path}:14:1: None: a key must be a name (got `None`)" in result.stderr
     assert f"{nested}:6:3: peft.None: a key must be a name" in result.stderr
+
+
+def test_a_required_key_under_another_tools_name_is_one_problem(cli, tmp_path):
+    """LLaMA-Factory's `model_name_or_path` and `output_dir` where `base_model` and `project_name` are missing:
+    one line each, the suggestion, not also "required field is missing"."""
+    text = "task: llm\nmodel_name_or_path: tiny\noutput_dir: runs/x\ndata: {path: d.jsonl}\n"
+    result = cli("validate", write(tmp_path, text))
+    assert result.exit_code == 2
+    reported = [line.split(": ", 1)[1] for line in result.stderr.splitlines() if ": " in line]
+    assert reported == [
+        "model_name_or_path: unknown key (did you mean `base_model`?)",
+        "output_dir: unknown key (did you mean `project_name`?)",
+    ], result.stderr

@@ -19,7 +19,7 @@ from autotrain.config.llm import LLMConfig
 from autotrain.config.overrides import apply_overrides
 from autotrain.config.paths import check_paths, text_problems
 from autotrain.config.rules import OPTIMIZER_ARGS_ERROR, RULE_ERROR, check_rules
-from autotrain.config.suggest import did_you_mean, key_hint
+from autotrain.config.suggest import did_you_mean, key_hint, key_target
 from autotrain.config.yaml_source import Locator, read_yaml
 from autotrain.errors import ConfigError, ConfigIssue
 
@@ -120,6 +120,11 @@ def _optional_token(data: dict) -> set[tuple]:
 def _task(data: dict, locator: Locator, issues: list[ConfigIssue], expected: str | None) -> str | None:
     """The config's task, or None (with the issue added) when it is missing, malformed or unknown."""
     task, choices = data.get("task"), ", ".join(TASK_MODELS)
+    if task is None and expected is not None and "task" not in data:
+        # `autotrain llm --config F` names the task: a config written by hand or for another tool may leave
+        # it out, and then the rest of its mistakes are reported at once (the missing task would stop here).
+        data["task"] = expected
+        return expected
     if task is None:
         if not any(issue.path == ("task",) for issue in issues):  # not already reported by the translation
             issues.append(locator.issue(("task",), f"required field is missing; one of: {choices}"))
@@ -218,12 +223,11 @@ def _got(message: str, err: dict) -> str:
 
 
 def _suggestion(err: dict, model: type[BaseModel]) -> str | None:
-    """The valid key an unknown key was probably meant to be, if any."""
-    import difflib
-
+    """The key of the section an unknown key was probably meant to be (the first part of the path its message
+    suggests: `output_dir` -> `project_name`, `datasets` -> `data`), if any."""
     loc = tuple(err["loc"])
-    match = difflib.get_close_matches(str(loc[-1]), _fields_at(model, loc[:-1]), n=1, cutoff=0.6)
-    return match[0] if match else None
+    target = key_target(str(loc[-1]), loc[:-1], _fields_at(model, loc[:-1]), lambda path: _exists(model, path))
+    return target[0] if target else None
 
 
 @functools.lru_cache(maxsize=256)  # asked once per unknown key, and a config may hold thousands

@@ -86,25 +86,45 @@ def nearest(word: str, choices: Iterable[str]) -> str | None:
     return match[0] if match else None
 
 
+# Keys of other tools that have no counterpart in a config here, with what to do instead.
+FOREIGN_NOTES = {
+    "do_train": "not needed: a training command always trains",
+    "overwrite_output_dir": "not a config key: pass `--overwrite` to the command",
+    "resume_from_checkpoint": "not a config key: pass `--resume` to the command",
+}
+
+
 def key_hint(key: str, where: tuple, known: Iterable[str], exists: Callable[[tuple], bool]) -> str:
-    """The suggestion for unknown `key` in the section at `where` whose keys are `known`: a close spelling,
-    else the key's place here when another tool names it so (`learning_rate` -> `lr`) or when it belongs in
-    another section (`lr` at the top -> `training_args.lr`). `exists(path)` says whether the config has a
-    field at that path (the sections differ by task)."""
+    """The suggestion for unknown `key` in the section at `where` whose keys are `known` (see `key_target`),
+    as the end of its message."""
+    note = FOREIGN_NOTES.get(key) if not where else None
+    if note:
+        return f" ({note})"
+    target = key_target(key, where, known, exists)
+    return f" (did you mean `{'.'.join(target)}`?)" if target else ""
+
+
+def key_target(key: str, where: tuple, known: Iterable[str], exists: Callable[[tuple], bool]) -> tuple | None:
+    """Where unknown `key` in the section at `where` whose keys are `known` probably belongs, as a path
+    relative to that section when it is inside it: a close spelling, else the key's place here when another
+    tool names it so (`learning_rate` -> `lr`) or when it belongs in another section (`lr` at the top ->
+    `training_args.lr`). `exists(path)` says whether the config has a field at that path (the sections
+    differ by task)."""
+    if not where and key in FOREIGN_NOTES:
+        return None
     native = FOREIGN_KEYS.get(key) or FOREIGN_KEYS.get(key.lower())
     if native and exists(tuple(native.split("."))):
-        return _hint(tuple(native.split(".")), where)
-    hint = did_you_mean(key, known)
-    if hint or where:
-        return hint
+        return _relative(tuple(native.split(".")), where)
+    match = nearest(key, known)
+    if match or where:
+        return (match,) if match else None
     # A flat layout (axolotl's) at the top: the key may be one of a section's.
     for section in ("training_args", "data", "peft", "hub", "distributed"):
         if exists((section, key)):
-            return _hint((section, key), where)
-    return ""
+            return _relative((section, key), where)
+    return None
 
 
-def _hint(path: tuple, where: tuple) -> str:
+def _relative(path: tuple, where: tuple) -> tuple:
     """The path relative to the section the key was found in, when it is inside it; else from the top."""
-    shown = path[len(where) :] if path[: len(where)] == where else path
-    return f" (did you mean `{'.'.join(shown)}`?)"
+    return path[len(where) :] if path[: len(where)] == where else path
