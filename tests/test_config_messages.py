@@ -51,6 +51,11 @@ def write(tmp_path: Path, text: str, name: str = "c.yml") -> Path:
         ("do_train: true\n", "do_train: unknown key (not needed: a training command always trains)"),
         ("overwrite_output_dir: true\n", "overwrite_output_dir: unknown key (not a config key: pass `--overwrite`"),
         ("resume_from_checkpoint: true\n", "resume_from_checkpoint: unknown key (not a config key: pass `--resume`"),
+        (
+            "val_set_size: 0.1\n",
+            "val_set_size: unknown key (an LLM run evaluates on a split of its own: `data.valid_split`)",
+        ),
+        ("dataset_name: imdb\n", "dataset_name: unknown key (did you mean `data.path`?)"),  # TRL's CLI
     ],
 )
 def test_names_from_other_tools_suggest_ours(cli, tmp_path, yaml_text, reported):
@@ -179,3 +184,11 @@ def test_a_required_key_under_another_tools_name_is_one_problem(cli, tmp_path):
         "model_name_or_path: unknown key (did you mean `base_model`?)",
         "output_dir: unknown key (did you mean `project_name`?)",
     ], result.stderr
+
+
+def test_a_classifier_holds_a_fraction_out_where_an_llm_names_a_split(cli, tmp_path):
+    """axolotl's `val_set_size` has a place in a classifier's config (`data.valid_size`), not in an LLM's."""
+    text = "task: text-classification\nbase_model: m\nproject_name: runs/x\ndata: {path: d.csv}\nval_set_size: 0.1\n"
+    result = cli("validate", write(tmp_path, text))
+    assert result.exit_code == 2
+    assert "val_set_size: unknown key (did you mean `data.valid_size`?)" in result.stderr, result.stderr

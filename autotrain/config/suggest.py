@@ -34,6 +34,7 @@ FOREIGN_KEYS = {
     "hub_private_repo": "hub.private",
     # TRL
     "max_seq_length": "training_args.max_length",
+    "dataset_name": "data.path",
     "dataset_text_field": "data.column_mapping.text",
     "use_peft": "peft.enabled",
     "lora_r": "peft.r",
@@ -89,6 +90,9 @@ def nearest(word: str, choices: Iterable[str]) -> str | None:
 # Keys of other tools that have no counterpart in a config here, with what to do instead.
 FOREIGN_NOTES = {
     "do_train": "not needed: a training command always trains",
+    # where FOREIGN_KEYS' place for them does not exist (an LLM config holds no fraction out)
+    "val_set_size": "an LLM run evaluates on a split of its own: `data.valid_split`",
+    "val_size": "an LLM run evaluates on a split of its own: `data.valid_split`",
     "overwrite_output_dir": "not a config key: pass `--overwrite` to the command",
     "resume_from_checkpoint": "not a config key: pass `--resume` to the command",
 }
@@ -97,11 +101,11 @@ FOREIGN_NOTES = {
 def key_hint(key: str, where: tuple, known: Iterable[str], exists: Callable[[tuple], bool]) -> str:
     """The suggestion for unknown `key` in the section at `where` whose keys are `known` (see `key_target`),
     as the end of its message."""
-    note = FOREIGN_NOTES.get(key) if not where else None
-    if note:
-        return f" ({note})"
     target = key_target(key, where, known, exists)
-    return f" (did you mean `{'.'.join(target)}`?)" if target else ""
+    if target:
+        return f" (did you mean `{'.'.join(target)}`?)"
+    note = FOREIGN_NOTES.get(key) if not where else None
+    return f" ({note})" if note else ""
 
 
 def key_target(key: str, where: tuple, known: Iterable[str], exists: Callable[[tuple], bool]) -> tuple | None:
@@ -110,11 +114,11 @@ def key_target(key: str, where: tuple, known: Iterable[str], exists: Callable[[t
     tool names it so (`learning_rate` -> `lr`) or when it belongs in another section (`lr` at the top ->
     `training_args.lr`). `exists(path)` says whether the config has a field at that path (the sections
     differ by task)."""
-    if not where and key in FOREIGN_NOTES:
-        return None
     native = FOREIGN_KEYS.get(key) or FOREIGN_KEYS.get(key.lower())
     if native and exists(tuple(native.split("."))):
         return _relative(tuple(native.split(".")), where)
+    if not where and key in FOREIGN_NOTES:
+        return None
     match = nearest(key, known)
     if match or where:
         return (match,) if match else None
