@@ -56,6 +56,13 @@ def write(tmp_path: Path, text: str, name: str = "c.yml") -> Path:
             "val_set_size: unknown key (an LLM run evaluates on a split of its own: `data.valid_split`)",
         ),
         ("dataset_name: imdb\n", "dataset_name: unknown key (did you mean `data.path`?)"),  # TRL's CLI
+        # torchtune
+        ("dtype: bf16\n", "dtype: unknown key (did you mean `training_args.mixed_precision`?)"),
+        (
+            "enable_activation_checkpointing: true\n",
+            "enable_activation_checkpointing: unknown key (did you mean `training_args.gradient_checkpointing`?)",
+        ),
+        ("shuffle: true\n", "shuffle: unknown key (not needed: training batches are drawn in a new random order"),
     ],
 )
 def test_names_from_other_tools_suggest_ours(cli, tmp_path, yaml_text, reported):

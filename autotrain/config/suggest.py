@@ -65,6 +65,11 @@ FOREIGN_KEYS = {
     "rl": "trainer",
     "val_set_size": "data.valid_size",
     "wandb_project": "log",
+    # torchtune
+    "enable_activation_checkpointing": "training_args.gradient_checkpointing",
+    "dtype": "training_args.mixed_precision",
+    "max_steps_per_epoch": "training_args.max_steps",
+    "log_every_n_steps": "training_args.logging_steps",
 }
 
 
@@ -90,6 +95,7 @@ def nearest(word: str, choices: Iterable[str]) -> str | None:
 # Keys of other tools that have no counterpart in a config here, with what to do instead.
 FOREIGN_NOTES = {
     "do_train": "not needed: a training command always trains",
+    "shuffle": "not needed: training batches are drawn in a new random order each epoch",
     # where FOREIGN_KEYS' place for them does not exist (an LLM config holds no fraction out)
     "val_set_size": "an LLM run evaluates on a split of its own: `data.valid_split`",
     "val_size": "an LLM run evaluates on a split of its own: `data.valid_split`",
