@@ -330,3 +330,17 @@ def test_a_failing_rank_fails_the_run(tmp_path):
     assert "data-1.jsonl` does not exist" in err
     assert "rank 1 of 2 exited with code 2" in err
     assert not (tmp_path / "run" / "model.safetensors").exists()
+
+
+def test_a_ray_worker_loads_the_config_as_the_driver_did(tmp_path, monkeypatch):
+    """A config without `task:`, run as `autotrain llm --config F`: each Ray worker loads it again from the
+    file, and must know the task the command named (it has no command line of its own)."""
+    from autotrain.run.ray_launch import worker_config, worker_payload
+
+    path = write_config(tmp_path, {"num_processes": 2})
+    path.write_text("".join(line for line in path.read_text().splitlines(True) if not line.startswith("task:")))
+    loaded = load_config(path, ["training_args.lr=1e-4"], expected_task="llm")
+    payload = worker_payload(loaded, ["training_args.lr=1e-4"], None, tmp_path / "stop")
+    monkeypatch.chdir(payload["cwd"])
+    again = worker_config(payload)
+    assert again.config == loaded.config and again.config.task == "llm"

@@ -80,13 +80,7 @@ def _trainer(loaded: LoadedConfig, plan, resume, argv_sets, folder: Path, stop_f
 
     use_gpu = ray.cluster_resources().get("GPU", 0) >= 1
     per_worker = {"CPU": 1, "GPU": 1} if use_gpu else {"CPU": 1}
-    payload = {
-        "source": os.path.abspath(loaded.source),
-        "sets": argv_sets,
-        "resume": resume,
-        "cwd": os.getcwd(),  # relative paths in the config mean the same in every worker (shared or local disk)
-        "stop_file": str(stop_file),
-    }
+    payload = worker_payload(loaded, argv_sets, resume, stop_file)
     eprint(f"launching {plan.world_size} Ray Train workers ({'GPU' if use_gpu else 'CPU'}, DDP)")
     return TorchTrainer(
         _worker,
@@ -113,11 +107,29 @@ def _stop_handler(stop_file: Path):
     return handle
 
 
+def worker_payload(loaded: LoadedConfig, argv_sets: list[str], resume: str | None, stop_file: Path) -> dict:
+    """What each Ray worker is given to load the run's config as the driver did (``worker_config``)."""
+    return {
+        "source": os.path.abspath(loaded.source),
+        "task": loaded.config.task,  # the command's, where the config leaves `task:` out
+        "sets": argv_sets,
+        "resume": resume,
+        "cwd": os.getcwd(),  # relative paths in the config mean the same in every worker (shared or local disk)
+        "stop_file": str(stop_file),
+    }
+
+
+def worker_config(payload: dict[str, Any]) -> LoadedConfig:
+    """The run's config, loaded in a worker from ``worker_payload``'s payload (in the payload's ``cwd``)."""
+    from autotrain.config.load import load_config
+
+    return load_config(payload["source"], payload["sets"], expected_task=payload["task"])
+
+
 def _worker(payload: dict[str, Any]) -> None:
     """One Ray Train worker: the rank path of run/runner.py; reports its exit code to the driver."""
     import ray.train
 
-    from autotrain.config.load import load_config
     from autotrain.run.launch import LAUNCHED_ENV
     from autotrain.run.runner import run
     from autotrain.training.signals import STOP_FILE_ENV
@@ -125,7 +137,7 @@ def _worker(payload: dict[str, Any]) -> None:
     os.chdir(payload["cwd"])
     os.environ[LAUNCHED_ENV] = RAY_LAUNCHED
     os.environ[STOP_FILE_ENV] = payload["stop_file"]
-    loaded = load_config(payload["source"], payload["sets"])
+    loaded = worker_config(payload)
     code = run(loaded, resume=payload["resume"], argv_sets=payload["sets"])
     # Ray Train keeps only metrics that come with a checkpoint: rank 0 sends a one-line one (its exit code).
     if ray.train.get_context().get_world_rank() != 0:
