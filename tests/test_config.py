@@ -411,6 +411,7 @@ def test_the_command_names_the_task_a_config_leaves_out(cli, tmp_path):
     # Without a command that names it, the task is still asked for.
     root = cli("--config", path, "--dry-run")
     assert root.exit_code == 2 and f"{path}:1:1: task: required field is missing" in root.stderr
+    assert f"(or name it in the command: `autotrain llm --config {path}`)" in root.stderr
 
 
 def test_a_config_without_a_task_trains_as_the_command_says(tmp_path):

@@ -127,7 +127,8 @@ def _task(data: dict, locator: Locator, issues: list[ConfigIssue], expected: str
         return expected
     if task is None:
         if not any(issue.path == ("task",) for issue in issues):  # not already reported by the translation
-            issues.append(locator.issue(("task",), f"required field is missing; one of: {choices}"))
+            missing = f"required field is missing; one of: {choices} (or name it in the command: "
+            issues.append(locator.issue(("task",), missing + f"`autotrain llm --config {locator.source}`)"))
         return None
     if not isinstance(task, str):
         issues.append(locator.issue(("task",), f"must be one word, one of: {choices}"))
