@@ -20,7 +20,7 @@ from fastapi import FastAPI
 from autotrain.app import runinfo
 from autotrain.app.paths import run_folder
 from autotrain.app.runs import Runs
-from autotrain.config.export import DEFAULT_QUANT, FORMATS, GGUF_QUANTS, MERGED_DTYPES, quant_problem
+from autotrain.config.export_formats import DEFAULT_QUANT, FORMATS, GGUF_QUANTS, MERGED_DTYPES, quant_problem
 
 LOG = "logs/export.log"
 REPORT = "export_report.json"

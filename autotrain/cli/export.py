@@ -9,7 +9,7 @@ import typer
 
 from autotrain.cli.common import fail
 from autotrain.cli.inference import RunDirArgument, reported
-from autotrain.config.export import FORMATS, GGUF_QUANTS, MERGED_DTYPES, quant_problem
+from autotrain.config.export_formats import FORMATS, GGUF_QUANTS, MERGED_DTYPES, quant_problem
 from autotrain.errors import EXIT_PARITY, eprint
 
 

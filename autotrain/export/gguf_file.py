@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from autotrain.config.export import GGUF_ARCHITECTURES
+from autotrain.config.export_formats import GGUF_ARCHITECTURES
 from autotrain.errors import UserInputError
 
 # GGUF tensor type and file type (llama.cpp's LlamaFileType) of each quant name.

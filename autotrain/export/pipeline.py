@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autotrain.config.export import DEFAULT_QUANT, quant_problem
+from autotrain.config.export_formats import DEFAULT_QUANT, quant_problem
 from autotrain.errors import ParityError, UserInputError
 from autotrain.export import output
 
