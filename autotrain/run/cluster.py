@@ -16,73 +16,16 @@ No torch here: rendering a spec is as light as `validate`.
 
 from __future__ import annotations
 
-import os
-import re
-import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-
-import yaml
 
 from autotrain.config.load import LoadedConfig
 from autotrain.errors import UserInputError
+from autotrain.run import cluster_specs
+from autotrain.run.cluster_specs import K8S_CONFIG_DIR, K8S_WORKDIR, Spec
 
 TARGETS = ("slurm", "kubernetes", "skypilot", "torchrun")
-# The completion marker of a checkpoint (training/folder.py): a requeued or restarted job resumes only
-# from a checkpoint that was fully written.
-COMPLETE = ".autotrain-complete"
-K8S_CONFIG_DIR = "/etc/autotrain"
-K8S_WORKDIR = "/workspace"
 SKY_CONFIG_DIR = "/tmp/autotrain"  # where the SkyPilot task mounts the config file on each node
-
-
-@dataclass(frozen=True)
-class Spec:
-    """What `render` needs besides the config: the node count, overrides and the config path on the nodes."""
-
-    loaded: LoadedConfig
-    nodes: int
-    sets: tuple[str, ...]
-    config_path: str  # as the machines see it
-
-    @property
-    def cfg(self):
-        return self.loaded.config
-
-    def processes(self) -> str | None:
-        """One process per GPU when the machines have GPUs; else the config's own count (CPU runs)."""
-        gpus = self.cfg.cluster.gpus_per_node
-        return str(gpus) if gpus else None
-
-    def node_command(
-        self, rank: str, address: str, port: str | None = None, resume: str = "", extra: Sequence[str] = ()
-    ) -> str:
-        """`autotrain TASK --config F --set ...` for one machine; `rank`, `address` and `port` may be shell
-        expressions (`$SLURM_NODEID`), which are left for the shell to expand inside double quotes."""
-        words = [_dq("autotrain"), _dq(self.cfg.task), "--config", _dq(self.config_path)]
-        for item in self.sets:
-            words += ["--set", _dq(item)]
-        sets = [f"distributed.num_machines={self.nodes}"]
-        if self.processes():
-            sets.append(f"distributed.num_processes={self.processes()}")
-        sets += [*extra, f"distributed.machine_rank={rank}", f"distributed.main_process_ip={address}"]
-        sets.append(f"distributed.main_process_port={port or self.cfg.distributed.main_process_port}")
-        for item in sets:
-            words += ["--set", f'"{item}"' if "$" in item else _dq(item)]
-        return " ".join(words) + (f" {resume}" if resume else "")
-
-    def resume_test(self, variable: str = "RESUME", folder: str | None = None) -> str:
-        """Shell that sets $RESUME to `--resume` when the project folder holds a complete checkpoint."""
-        project = _dq(folder or self.cfg.project_name)
-        return f'{variable}=""\nif ls {project}/checkpoint-*/{COMPLETE} >/dev/null 2>&1; then {variable}="--resume"; fi'
-
-
-def _dq(text: str) -> str:
-    """Double-quoted for the shell when needed (so it can sit inside a single-quoted `bash -c` string)."""
-    if re.fullmatch(r"[A-Za-z0-9_@%+=:,./-]+", text):
-        return text
-    return '"' + re.sub(r'([\\"$`])', r"\\\1", text) + '"'
 
 
 def make_spec(loaded: LoadedConfig, target: str, nodes: int | None, sets: Sequence[str]) -> Spec:
@@ -142,8 +85,6 @@ def _no_secret_in_file(loaded: LoadedConfig) -> None:
 
 
 def render(loaded: LoadedConfig, target: str, nodes: int | None = None, sets: Sequence[str] = ()) -> str:
-    from autotrain.run import cluster_specs
-
     spec = make_spec(loaded, target, nodes, sets)
     return {
         "slurm": cluster_specs.slurm,
@@ -151,33 +92,3 @@ def render(loaded: LoadedConfig, target: str, nodes: int | None = None, sets: Se
         "skypilot": cluster_specs.skypilot,
         "torchrun": cluster_specs.torchrun,
     }[target](spec)
-
-
-def job_name(cfg) -> str:
-    """A DNS-1123 label from the project folder's name (Kubernetes objects, Slurm and SkyPilot job names)."""
-    base = re.sub(r"[^a-z0-9-]+", "-", Path(cfg.project_name).name.lower()).strip("-")
-    return (base or "autotrain")[:40].rstrip("-") or "autotrain"
-
-
-class _Dumper(yaml.SafeDumper):
-    """Multi-line strings (scripts, the config file) as `|` blocks, readable as they will run."""
-
-
-def _str(dumper: yaml.SafeDumper, value: str):
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _str)
-
-
-def dump_yaml(*documents: dict) -> str:
-    return "---\n".join(yaml.dump(d, Dumper=_Dumper, sort_keys=False, width=1000) for d in documents)
-
-
-def quoted(command: str) -> str:
-    return shlex.quote(command)
-
-
-def cwd() -> str:
-    return os.getcwd()
