@@ -12,13 +12,13 @@ def memory_record(cfg, plan: RunPlan, token: str | None = None) -> dict[str, Any
 
     Never raises for a model whose config cannot be read (offline, no such repo): the record says why.
     """
-    from autotrain.training import memory
+    from autotrain.training import memory, model_shape
     from autotrain.training.quiet import quiet_libraries
 
     quiet_libraries()
     setup = memory.setup_of(cfg, plan)
     try:
-        shape = memory.shape_of(cfg, setup, token)
+        shape = model_shape.shape_of(cfg, setup, token)
     except Exception as exc:  # noqa: BLE001 - any failure to read or build the config: no estimate
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return {"unavailable": f"cannot read the config.json of base_model `{cfg.base_model}`: {first}"}
@@ -36,7 +36,7 @@ def memory_record(cfg, plan: RunPlan, token: str | None = None) -> dict[str, Any
         record["available"] = available
         budget = available - record.get("process_before_model", 0)
         if result.peak > budget:
-            found = memory.suggestions(lambda s: memory.shape_of(cfg, s, token), setup, budget)
+            found = memory.suggestions(lambda s: model_shape.shape_of(cfg, s, token), setup, budget)
             record["fits"] = False
             record["suggestion"] = {"change": found[0][0], "bytes_per_device": found[0][1].peak} if found else None
         else:

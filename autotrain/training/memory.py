@@ -43,7 +43,7 @@ CHUNK_TOKENS = 32768
 LAYER_GRADIENTS = {False: 1.0, True: 0.0}
 
 
-def _spec(setup):
+def trainer_spec(setup):
     """The trainer table's entry for the run's trainer (classifiers: a plain one-sequence, own-loss entry)."""
     from autotrain.config.trainers import TRAINERS, TrainerSpec
 
@@ -138,7 +138,7 @@ def estimate(shape: ModelShape, setup: Setup) -> Estimate:
     grads = trained * tw
     state = trained * spec.state_bytes * (1 if spec.state_quantized else tw / 4)
     extra = {}
-    if _spec(setup).reference_model and not setup.lora:
+    if trainer_spec(setup).reference_model and not setup.lora:
         extra["reference model"] = shape.params * w
     if setup.precision != "no" and w == 4 and not quantized:
         # autocast keeps a half copy of each fp32 weight a matmul used until backward has used it
@@ -169,7 +169,7 @@ def estimate(shape: ModelShape, setup: Setup) -> Estimate:
 
 def _activations(shape: ModelShape, setup: Setup) -> tuple[float, float]:
     """(kept for backward, transient while the loss's gradient is formed) for one micro-batch."""
-    sequences = setup.batch_size * _spec(setup).sequences_per_row
+    sequences = setup.batch_size * trainer_spec(setup).sequences_per_row
     tokens = sequences * (setup.length if shape.vocab or shape.layers else 1)
     if shape.vocab == 0 and shape.hidden and setup.length == 1:
         tokens = sequences
@@ -178,7 +178,7 @@ def _activations(shape: ModelShape, setup: Setup) -> tuple[float, float]:
         # each layer keeps only its input; backward recomputes one layer at a time
         layers = shape.layers * shape.hidden * shape.activation_bytes + shape.layer_bytes_per_token
     kept = tokens * (layers + shape.rest_bytes_per_token)
-    head = min(tokens, CHUNK_TOKENS) if _spec(setup).chunked_head else tokens
+    head = min(tokens, CHUNK_TOKENS) if trainer_spec(setup).chunked_head else tokens
     transient = head * shape.vocab * LOGITS_TRANSIENT
     transient += tokens * shape.layer_bytes_per_token * LAYER_GRADIENTS[setup.gradient_checkpointing]
     return kept, transient
@@ -262,53 +262,6 @@ def setup_of(cfg, plan) -> Setup:
 
 def _targets(value):
     return value if isinstance(value, str) else tuple(value)
-
-
-def shape_of(cfg, setup: Setup, token: str | None = None) -> ModelShape:
-    """Read the base model's config.json (a local folder, a GGUF file's header, or the hub: that one
-    file) and trace it on the meta device. Raises OSError / ValueError when the config cannot be read."""
-    from autotrain.training.model_shape import trace_model
-
-    attention = getattr(cfg, "attn_implementation", "sdpa")
-    config = _config_json(cfg, token)
-    own_loss = not _spec(setup).chunked_head
-    return trace_model(config, cfg.task, setup.length, setup.activation_dtype, attention, setup.lora, own_loss)
-
-
-def _config_json(cfg, token: str | None) -> str:
-    from transformers import AutoConfig
-
-    from autotrain.training.hub import offline
-
-    kwargs: dict[str, Any] = {"revision": cfg.revision, "token": token, "trust_remote_code": cfg.trust_remote_code}
-    source = cfg.base_model
-    gguf = getattr(cfg, "gguf", None)
-    if gguf is not None:
-        source, kwargs["gguf_file"] = gguf
-    try:  # the cache first: a dry run without network must not wait on the hub's retries
-        return AutoConfig.from_pretrained(source, local_files_only=True, **kwargs).to_json_string()
-    except (OSError, ValueError):
-        if offline() or _unreachable(cfg):
-            raise
-    return AutoConfig.from_pretrained(source, **kwargs).to_json_string()
-
-
-def _unreachable(cfg) -> bool:
-    """True when base_model is a hub id and the hub does not answer a connection within two seconds (the
-    hub client would retry for half a minute before giving up)."""
-    import socket
-    from urllib.parse import urlparse
-
-    from autotrain.training.hub import hub_id
-
-    if hub_id(cfg.base_model) is None:
-        return False
-    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    try:
-        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), 2).close()
-    except OSError:
-        return True
-    return False
 
 
 # --- what the device has, what fits -----------------------------------------------------------------

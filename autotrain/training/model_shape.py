@@ -12,13 +12,15 @@ one log-sum-exp per head and query, and that is what the trace records for them.
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import torch
 from torch import nn
 
-from autotrain.training.memory import ModelShape
+from autotrain.training.memory import ModelShape, Setup, trainer_spec
 
 
 class _FusedAttention(torch.autograd.Function):
@@ -206,3 +208,48 @@ def _patched(owner, name: str, value):
         yield
     finally:
         setattr(owner, name, saved)
+
+
+def shape_of(cfg, setup: Setup, token: str | None = None) -> ModelShape:
+    """Read the base model's config.json (a local folder, a GGUF file's header, or the hub: that one
+    file) and trace it on the meta device. Raises OSError / ValueError when the config cannot be read."""
+    attention = getattr(cfg, "attn_implementation", "sdpa")
+    config = _config_json(cfg, token)
+    own_loss = not trainer_spec(setup).chunked_head
+    return trace_model(config, cfg.task, setup.length, setup.activation_dtype, attention, setup.lora, own_loss)
+
+
+def _config_json(cfg, token: str | None) -> str:
+    from transformers import AutoConfig
+
+    from autotrain.training.hub import offline
+
+    kwargs: dict[str, Any] = {"revision": cfg.revision, "token": token, "trust_remote_code": cfg.trust_remote_code}
+    source = cfg.base_model
+    gguf = getattr(cfg, "gguf", None)
+    if gguf is not None:
+        source, kwargs["gguf_file"] = gguf
+    try:  # the cache first: a dry run without network must not wait on the hub's retries
+        return AutoConfig.from_pretrained(source, local_files_only=True, **kwargs).to_json_string()
+    except (OSError, ValueError):
+        if offline() or _unreachable(cfg):
+            raise
+    return AutoConfig.from_pretrained(source, **kwargs).to_json_string()
+
+
+def _unreachable(cfg) -> bool:
+    """True when base_model is a hub id and the hub does not answer a connection within two seconds (the
+    hub client would retry for half a minute before giving up)."""
+    import socket
+    from urllib.parse import urlparse
+
+    from autotrain.training.hub import hub_id
+
+    if hub_id(cfg.base_model) is None:
+        return False
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), 2).close()
+    except OSError:
+        return True
+    return False
