@@ -7,6 +7,10 @@ so lazy imports count as much as top-level ones): `import autotrain.x`, `from au
 and strings that name a module of the package (`python -m autotrain.cli.main`, a table's "module:function").
 An import whose target is not written out (`import_module(name)`) is allowed only where DYNAMIC_IMPORTS
 says why. `test_each_import_form_is_caught` feeds crafted sources with each form through the same reader.
+
+Inside a layer the same holds file by file: no file imports one that imports it back, directly or through
+others (imports only here, lazy ones included; strings name child programs and table entries). A ring is
+allowed only where ALLOWED_CYCLE_IMPORTS names the import that closes it and why.
 """
 
 from __future__ import annotations
@@ -47,6 +51,12 @@ DYNAMIC_IMPORTS = {
     "optimizers/table.py": "bundled optimizer classes, named by the table's strings (checked as strings)",
     "trainers/__init__.py": "the trainer table's builders; llm_builder refuses one outside autotrain.trainers",
     "trainers/llm/rewards.py": "a user's own reward function (`module:function` in the config)",
+}
+# Imports from one file to another that close a cycle between files (an import statement, lazy or not, or an
+# import call with its target written out): the importing file and the imported one, and why. Each must
+# still be there.
+ALLOWED_CYCLE_IMPORTS = {
+    ("run/ray_launch.py", "run/runner.py"): "removed by the parent/rank split: each Ray worker calls runner.run",
 }
 _EXEMPT = {("string", key) for key in ALLOWED_STRINGS}
 MODULE_STRING = re.compile(r"\bautotrain(?:\.\w+)+")
@@ -108,8 +118,9 @@ def _call_import_name(node: ast.AST) -> str | None:
     return name if name in ("import_module", "__import__") else None
 
 
-def _call_import(node: ast.Call, package: list[str]) -> list[str] | None:
-    """Targets of `import_module(...)` / `__import__(...)`; [DYNAMIC] when not written out; None if no import."""
+def _call_import_module(node: ast.Call, package: list[str]) -> str | None:
+    """The dotted module `import_module(...)` / `__import__(...)` names; DYNAMIC when not written out; None
+    when `node` is no import call."""
     name = _call_import_name(node)
     if name is None:
         return None
@@ -117,17 +128,25 @@ def _call_import(node: ast.Call, package: list[str]) -> list[str] | None:
     kwargs = {k.arg: _literal(k.value) for k in node.keywords}
     first = args[0] if args else kwargs.get("name", DYNAMIC)
     if not isinstance(first, str) or first == DYNAMIC:
-        return [DYNAMIC]
+        return DYNAMIC
     if name == "import_module" and first.startswith("."):
         anchor = args[1] if len(args) > 1 else kwargs.get("package", DYNAMIC)
         if not isinstance(anchor, str) or anchor == DYNAMIC:
-            return [DYNAMIC]
+            return DYNAMIC
         level = len(first) - len(first.lstrip("."))
-        return _target(_absolute(first.lstrip(".") or None, level, anchor.split(".")))
+        return _absolute(first.lstrip(".") or None, level, anchor.split("."))
     level = args[4] if len(args) > 4 else kwargs.get("level", 0)
     if not isinstance(level, int):
-        return [DYNAMIC]
-    return _target(_absolute(first, level, package))
+        return DYNAMIC
+    return _absolute(first, level, package)
+
+
+def _call_import(node: ast.Call, package: list[str]) -> list[str] | None:
+    """Targets of `import_module(...)` / `__import__(...)`; [DYNAMIC] when not written out; None if no import."""
+    module = _call_import_module(node, package)
+    if module is None or module == DYNAMIC:
+        return None if module is None else [DYNAMIC]
+    return _target(module)
 
 
 def _edges(path: Path, root: Path = PACKAGE) -> list[tuple[int, str, str]]:
@@ -195,6 +214,98 @@ def test_the_bottom_imports_nothing_of_autotrain():
         assert _edges(PACKAGE / name) == [], name
 
 
+def _file_of(dotted: str, root: Path = PACKAGE) -> str | None:
+    """The file a module of the package lives in (autotrain.run.cluster -> run/cluster.py); a name inside a
+    module (autotrain.run.cluster.render) -> that module's file; None outside the package."""
+    parts = dotted.split(".")
+    if parts[0] != "autotrain":
+        return None
+    for end in range(len(parts), 0, -1):
+        folder = root.joinpath(*parts[1:end])
+        for candidate in (folder.with_suffix(".py") if end > 1 else None, folder / "__init__.py"):
+            if candidate is not None and candidate.is_file():
+                return candidate.relative_to(root).as_posix()
+    return None
+
+
+def _file_imports(path: Path, root: Path = PACKAGE) -> list[tuple[int, str]]:
+    """(line, file) for every file of the package that `path` imports. `from autotrain.run import cluster`
+    reaches run/cluster.py; `from autotrain.run.cluster import render` too. Strings are left out: they name
+    a child program or a table's entry, which runs nothing of this file's in the same process."""
+    package = ["autotrain", *path.relative_to(root).parent.parts]
+    found: list[tuple[int, str | None]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, _file_of(alias.name, root)) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(node.module, node.level, package)
+            found += [(node.lineno, _file_of(f"{base}.{alias.name}", root)) for alias in node.names]
+        elif isinstance(node, ast.Call) and (module := _call_import_module(node, package)) not in (None, DYNAMIC):
+            found.append((node.lineno, _file_of(module, root)))
+    here = path.relative_to(root).as_posix()
+    return [(line, target) for line, target in found if target is not None and target != here]
+
+
+def _file_cycles(root: Path = PACKAGE, allowed=ALLOWED_CYCLE_IMPORTS) -> list[str]:
+    """Every group of files that import each other (in a ring of any length), with the imports that tie it,
+    once the imports ALLOWED_CYCLE_IMPORTS names are left out."""
+    graph: dict[str, dict[str, int]] = {}
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        graph[rel] = {}
+        for line, target in _file_imports(path, root):
+            if (rel, target) not in allowed:
+                graph[rel].setdefault(target, line)
+    rings = []
+    for group in _strongly_connected(graph):
+        if len(group) > 1:
+            ties = [f"{a}:{line} imports {b}" for a in sorted(group) for b, line in graph[a].items() if b in group]
+            rings.append("; ".join(ties))
+    return rings
+
+
+def _strongly_connected(graph: dict[str, dict[str, int]]) -> list[set[str]]:
+    """Tarjan's strongly connected components: the sets of nodes that each reach all the others."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in graph.get(node, {}):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = {stack.pop()}
+            while node not in group:
+                group.add(stack.pop())
+            groups.append(group)
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return groups
+
+
+def test_no_two_files_import_each_other():
+    """Within a package as between packages, imports point one way: no file imports one that imports it back
+    (directly or through others), lazy imports included."""
+    rings = _file_cycles()
+    assert not rings, "files that import each other (move what they share into one of them, or below):\n" + "\n".join(
+        rings
+    )
+
+
+def test_the_allowed_cycle_imports_are_still_there():
+    for source, target in ALLOWED_CYCLE_IMPORTS:
+        assert target in {t for _, t in _file_imports(PACKAGE / source)}, (source, target)
+
+
 # Each form of an upward reference, as it would appear in autotrain/training/probe.py (training is below run).
 UPWARD_FORMS = {
     "import": "import autotrain.run.runner\n",
@@ -251,6 +362,46 @@ def test_an_allowed_exception_covers_its_string_only(tmp_path):
     assert _probe(tmp_path, "RANK_ENTRY = ('-m', 'autotrain.cli.main')\n", "run/launch.py") == []
     assert len(_probe(tmp_path, "from autotrain.cli import main\n", "run/launch.py")) == 1
     assert len(_probe(tmp_path, "from ..cli import main\n", "run/launch.py")) == 1
+
+
+# Two or three files of run/ that import each other, in each form an import between files takes: the ring
+# closes in b.py, and a.py and c.py import ahead.
+RING_FORMS = {
+    "from-import": "from autotrain.run.a import x\n",
+    "from-package-import": "from autotrain.run import a\n",
+    "import": "import autotrain.run.a\n",
+    "lazy-import": "def f():\n    from autotrain.run.a import x\n",
+    "relative-import": "from . import a\n",
+    "relative-name": "from .a import x\n",
+    "import_module": "import importlib\nimportlib.import_module('autotrain.run.a')\n",
+    "import_module-relative": "from importlib import import_module\nimport_module('.a', 'autotrain.run')\n",
+    "through-a-third": "from autotrain.run.c import x\n",
+}
+
+
+def _ring(tmp_path: Path, closing: str) -> Path:
+    root = tmp_path / "autotrain"
+    (root / "run").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "run" / "__init__.py").write_text("")
+    (root / "run" / "a.py").write_text("from autotrain.run.b import y\nx = 1\n")
+    (root / "run" / "c.py").write_text("from autotrain.run.a import x\n")
+    (root / "run" / "b.py").write_text(closing + "y = 2\n")
+    return root
+
+
+@pytest.mark.parametrize("form", list(RING_FORMS))
+def test_each_form_of_a_cycle_between_files_is_caught(tmp_path, form):
+    rings = _file_cycles(_ring(tmp_path, RING_FORMS[form]), {})
+    assert len(rings) == 1 and re.search(r"run/b\.py:\d+ imports run/[ac]\.py", rings[0]), rings
+
+
+def test_files_that_import_one_way_pass_and_an_allowed_import_opens_its_ring(tmp_path):
+    assert _file_cycles(_ring(tmp_path / "one-way", "import os\n"), {}) == []
+    assert _file_cycles(_ring(tmp_path / "a-string", "NAME = 'autotrain.run.a'\n"), {}) == []
+    root = _ring(tmp_path / "allowed", "from autotrain.run.a import x\n")
+    assert _file_cycles(root, {("run/b.py", "run/a.py"): "why"}) == []
+    assert len(_file_cycles(root, {("run/a.py", "run/c.py"): "not an import of this ring"})) == 1
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
