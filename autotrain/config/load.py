@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
-import functools
-import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from autotrain.config import advanced, messages
 from autotrain.config.base import TaskConfig
 from autotrain.config.classification import ImageClassificationConfig, TextClassificationConfig
-from autotrain.config.interpolate import REDACTED, SECRET_KEYS, interpolate, redact, secret_values
+from autotrain.config.interpolate import REDACTED, interpolate, redact, secret_values
 from autotrain.config.llm import LLMConfig
+from autotrain.config.messages import RULE_ERROR
 from autotrain.config.overrides import apply_overrides
 from autotrain.config.paths import check_paths, text_problems
-from autotrain.config.rules import OPTIMIZER_ARGS_ERROR, RULE_ERROR, check_rules
-from autotrain.config.suggest import did_you_mean, key_hint, key_target
+from autotrain.config.rules import check_rules
+from autotrain.config.suggest import did_you_mean
 from autotrain.config.yaml_source import Locator, read_yaml
 from autotrain.errors import ConfigError, ConfigIssue
 
@@ -167,7 +166,11 @@ def _validate(model: type[TaskConfig], data: dict, task: str, locator: Locator, 
         # "missing" field it was meant to be.
         with_missing = {tuple(e["loc"][:-1]) for e in errors if e["type"] == "missing"}
         extra = [e for e in errors if e["type"] == "extra_forbidden"][:SUGGEST_LIMIT]
-        typos = {tuple(e["loc"][:-1]) + (_suggestion(e, model),) for e in extra if tuple(e["loc"][:-1]) in with_missing}
+        typos = {
+            tuple(e["loc"][:-1]) + (messages.suggestion(e, model),)
+            for e in extra
+            if tuple(e["loc"][:-1]) in with_missing
+        }
         unknown = 0
         for err in errors:
             loc = tuple(err["loc"])
@@ -177,11 +180,11 @@ def _validate(model: type[TaskConfig], data: dict, task: str, locator: Locator, 
                 continue
             if loc[:-1] in unions:  # one line for a value that fits none of a union's types
                 if loc[:-1] not in covered:
-                    issues.append(locator.issue(loc[:-1], _got(messages.union_message(unions[loc[:-1]]), err)))
+                    issues.append(locator.issue(loc[:-1], messages.got(messages.union_message(unions[loc[:-1]]), err)))
                     covered.add(loc[:-1])
                 continue
             unknown += err["type"] == "extra_forbidden"
-            issues.append(locator.issue(loc, _message(err, model, suggest=unknown <= SUGGEST_LIMIT)))
+            issues.append(locator.issue(loc, messages.message(err, model, suggest=unknown <= SUGGEST_LIMIT)))
         issues += rule_issues
     if config is not None:
         issues += [locator.issue(p, m) for p, m in check_paths(config, locator.source)]
@@ -195,55 +198,3 @@ def _sorted(issues: list[ConfigIssue], secrets: Collection[str] = ()) -> list[Co
         for secret in secrets:
             issue.message = issue.message.replace(secret, REDACTED)
     return sorted(unique, key=lambda i: (i.line is None, i.line or 0, i.col or 0))
-
-
-def _message(err: dict, model: type[BaseModel], suggest: bool = True) -> str:
-    kind, loc = err["type"], tuple(err["loc"])
-    if kind == "extra_forbidden":
-        known = _fields_at(model, loc[:-1])
-        hint = key_hint(str(loc[-1]), loc[:-1], known, lambda path: _exists(model, path)) if suggest else ""
-        return f"unknown key{hint}" + (f"; valid keys here: {', '.join(known)}" if known and len(known) <= 12 else "")
-    if kind == "missing":
-        return "required field is missing"
-    if kind == OPTIMIZER_ARGS_ERROR:
-        return err["msg"]  # says already what is wrong with which optimizer's argument
-    if kind == "literal_error":
-        expected = re.findall(r"'([^']*)'|(\d+)", err.get("ctx", {}).get("expected", ""))
-        choices = [a or b for a, b in expected]
-        return f"`{err['input']}` is not one of: {', '.join(choices)}{did_you_mean(str(err['input']), choices)}"
-    return _got(messages.plain(err, model), err)
-
-
-def _got(message: str, err: dict) -> str:
-    """`message (got `value`)`, unless the value is a section, a list or a secret."""
-    loc = tuple(err["loc"])
-    secret = any(str(part).lower() in SECRET_KEYS for part in loc)
-    if "input" in err and not isinstance(err["input"], (dict, list)) and not secret:
-        message += f" (got `{err['input']}`)"
-    return message
-
-
-def _suggestion(err: dict, model: type[BaseModel]) -> str | None:
-    """The key of the section an unknown key was probably meant to be (the first part of the path its message
-    suggests: `output_dir` -> `project_name`, `datasets` -> `data`), if any."""
-    loc = tuple(err["loc"])
-    target = key_target(str(loc[-1]), loc[:-1], _fields_at(model, loc[:-1]), lambda path: _exists(model, path))
-    return target[0] if target else None
-
-
-@functools.lru_cache(maxsize=256)  # asked once per unknown key, and a config may hold thousands
-def _fields_at(model: type[BaseModel], loc: tuple) -> tuple[str, ...]:
-    """Field names of the pydantic model that sits at `loc` inside `model` (empty if none)."""
-    inner = messages.model_in(messages.annotation_at(model, loc) if loc else model)
-    return tuple(inner.model_fields) if inner is not None else ()
-
-
-def _exists(model: type[BaseModel], path: tuple) -> bool:
-    """Whether a config of `model` can hold a value at `path` (inside a mapping field, any key can)."""
-    for n in range(1, len(path) + 1):
-        annotation = messages.annotation_at(model, path[:n])
-        if annotation is None:
-            return False
-        if messages.model_in(annotation) is None:
-            return True
-    return True

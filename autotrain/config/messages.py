@@ -4,17 +4,26 @@ pydantic says "Input should be a valid integer, unable to parse string as an int
 be a whole number (got `four`)". One table maps each error type to a sentence, filled from the error's
 context; a fixed-length tuple says how many values it takes, and a value that fits none of a union's types
 is one line naming what it may be. Kinds not in the table (bounds: "greater than 0") keep pydantic's text,
-with "Input should be" said as "must be".
+with "Input should be" said as "must be". An unknown key names the nearest key the config can hold.
 """
 
 from __future__ import annotations
 
+import functools
+import re
 import types
 import typing
 from typing import Any
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
+
+from autotrain.config.interpolate import SECRET_KEYS
+from autotrain.config.suggest import did_you_mean, key_hint, key_target
+
+# pydantic error types of the issues the rules (config/rules.py) raise: their message is final (shown as is).
+RULE_ERROR = "cross_field"
+OPTIMIZER_ARGS_ERROR = "optimizer_args"
 
 # pydantic error type -> the message; `{name}` is filled from the error's ctx.
 PLAIN = {
@@ -135,6 +144,60 @@ def model_in(annotation: Any) -> type[BaseModel] | None:
         if found is not None:
             return found
     return None
+
+
+def message(err: dict, model: type[BaseModel], suggest: bool = True) -> str:
+    """The line for one pydantic error of a config of `model`; an unknown key gets the nearest valid one when
+    `suggest` (a search each: load_config stops suggesting past a few hundred)."""
+    kind, loc = err["type"], tuple(err["loc"])
+    if kind == "extra_forbidden":
+        known = _fields_at(model, loc[:-1])
+        hint = key_hint(str(loc[-1]), loc[:-1], known, lambda path: _exists(model, path)) if suggest else ""
+        return f"unknown key{hint}" + (f"; valid keys here: {', '.join(known)}" if known and len(known) <= 12 else "")
+    if kind == "missing":
+        return "required field is missing"
+    if kind == OPTIMIZER_ARGS_ERROR:
+        return err["msg"]  # says already what is wrong with which optimizer's argument
+    if kind == "literal_error":
+        expected = re.findall(r"'([^']*)'|(\d+)", err.get("ctx", {}).get("expected", ""))
+        choices = [a or b for a, b in expected]
+        return f"`{err['input']}` is not one of: {', '.join(choices)}{did_you_mean(str(err['input']), choices)}"
+    return got(plain(err, model), err)
+
+
+def got(text: str, err: dict) -> str:
+    """`text (got `value`)`, unless the value is a section, a list or a secret."""
+    loc = tuple(err["loc"])
+    secret = any(str(part).lower() in SECRET_KEYS for part in loc)
+    if "input" in err and not isinstance(err["input"], (dict, list)) and not secret:
+        text += f" (got `{err['input']}`)"
+    return text
+
+
+def suggestion(err: dict, model: type[BaseModel]) -> str | None:
+    """The key of the section an unknown key was probably meant to be (the first part of the path its message
+    suggests: `output_dir` -> `project_name`, `datasets` -> `data`), if any."""
+    loc = tuple(err["loc"])
+    target = key_target(str(loc[-1]), loc[:-1], _fields_at(model, loc[:-1]), lambda path: _exists(model, path))
+    return target[0] if target else None
+
+
+@functools.lru_cache(maxsize=256)  # asked once per unknown key, and a config may hold thousands
+def _fields_at(model: type[BaseModel], loc: tuple) -> tuple[str, ...]:
+    """Field names of the pydantic model that sits at `loc` inside `model` (empty if none)."""
+    inner = model_in(annotation_at(model, loc) if loc else model)
+    return tuple(inner.model_fields) if inner is not None else ()
+
+
+def _exists(model: type[BaseModel], path: tuple) -> bool:
+    """Whether a config of `model` can hold a value at `path` (inside a mapping field, any key can)."""
+    for n in range(1, len(path) + 1):
+        annotation = annotation_at(model, path[:n])
+        if annotation is None:
+            return False
+        if model_in(annotation) is None:
+            return True
+    return True
 
 
 def _is_member(name: str) -> bool:

@@ -19,7 +19,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from autotrain.config.messages import plain
+from autotrain.config.messages import OPTIMIZER_ARGS_ERROR, RULE_ERROR, plain
 from autotrain.config.suggest import did_you_mean
 from autotrain.config.trainers import TRAINERS, trainer_fields, used_by
 from autotrain.optimizers.table import OPTIMIZERS
@@ -31,9 +31,6 @@ CLASSIFICATION_COLUMNS = {
     "image-classification": ("image", "target"),
 }
 LLM_ONLY_KEYS = ("trainer", "peft", "attn_implementation")
-# pydantic error types of the issues raised here: their message is final (load_config shows it as it is).
-RULE_ERROR = "cross_field"
-OPTIMIZER_ARGS_ERROR = "optimizer_args"
 
 
 # --- the typed view ------------------------------------------------------------------------------------
