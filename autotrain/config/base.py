@@ -42,7 +42,7 @@ Scheduler = Literal[
 class StrictModel(BaseModel):
     """Unknown keys are errors (with a suggestion), and the JSON Schema says so."""
 
-    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False, defer_build=True)
 
 
 class DataConfig(StrictModel):
@@ -117,9 +117,6 @@ class DeepSpeedConfig(StrictModel):
     stage: Literal[2, 3] = Field(2, description="ZeRO stage.")
     config_file: str | None = Field(None, description="Path to your own DeepSpeed JSON (overrides `stage`).")
     offload_optimizer: Bool = Field(False, description="Offload optimizer state to the CPU.")
-
-
-DistributedConfig.model_rebuild()
 
 
 class ClusterConfig(StrictModel):

@@ -18,7 +18,7 @@ PositiveFloat = Annotated[Float, Field(gt=0.0, le=1.0)]
 
 
 class _Args(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, defer_build=True)
 
 
 class CameArgs(_Args):
