@@ -149,9 +149,9 @@ def estimate(shape: ModelShape, setup: Setup) -> Estimate:
         extra["gathered layers"] = gathered
     if setup.strategy == "ddp" and setup.world_size > 1:
         extra["gradient buckets"] = grads  # DDP's reduction buffers: a copy of the gradients
-    step_scratch = _step_scratch(shape, setup, trained, tw)
+    scratch = step_scratch(shape, setup, trained, tw)
     backward = weights + grads + state + acts + logits + sum(extra.values())
-    step = weights + grads + state + step_scratch + extra.get("reference model", 0) + extra.get("gradient buckets", 0)
+    step = weights + grads + state + scratch + extra.get("reference model", 0) + extra.get("gradient buckets", 0)
     parts = {"weights": weights, "gradients": grads, "optimizer state": state, "activations": acts}
     if logits:
         parts["backward transients (logits, a layer's gradients)"] = logits
@@ -162,7 +162,7 @@ def estimate(shape: ModelShape, setup: Setup) -> Estimate:
             for k, v in parts.items()
             if k not in ("activations", "backward transients (logits, a layer's gradients)")
         }
-        parts["optimizer step scratch"] = step_scratch
+        parts["optimizer step scratch"] = scratch
     parts = {k: int(v) for k, v in parts.items()}
     return Estimate(parts, sum(parts.values()), "optimizer step" if step > backward else "backward", tuple(notes))
 
@@ -184,7 +184,7 @@ def _activations(shape: ModelShape, setup: Setup) -> tuple[float, float]:
     return kept, transient
 
 
-def _step_scratch(shape: ModelShape, setup: Setup, trained: int, tw: int) -> float:
+def step_scratch(shape: ModelShape, setup: Setup, trained: int, tw: int) -> float:
     """Temporaries of one optimizer step: torch's foreach kernels (CUDA) make one copy of every trained
     parameter at once; the per-tensor loops (the CPU, the bundled optimizers) one of the largest tensor."""
     from autotrain.optimizers.table import OPTIMIZERS
@@ -341,7 +341,7 @@ def current_rss() -> int:
         return 0
 
 
-def _status() -> dict[str, int]:
+def proc_status() -> dict[str, int]:
     """The memory lines of /proc/self/status, in bytes (empty where there is no such file)."""
     found: dict[str, int] = {}
     try:
@@ -357,7 +357,7 @@ def _status() -> dict[str, int]:
 
 def current_anon() -> int:
     """This process's resident memory now that is not a mapped file (see the module's docstring)."""
-    status = _status()
+    status = proc_status()
     if "RssAnon" in status:
         return status["RssAnon"] + status.get("RssShmem", 0)
     return current_rss()
@@ -385,7 +385,7 @@ def peak_rss() -> int:
     /proc's VmHWM belongs to the process's own memory map, made new at exec. getrusage's ru_maxrss is not:
     Linux carries it over exec, so a run started by fork from a large parent (a test runner, the app, a
     launcher) would report the parent's size as its own peak."""
-    status = _status()
+    status = proc_status()
     if "VmHWM" in status:
         return status["VmHWM"]
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
@@ -404,7 +404,7 @@ def measured_peak(device: str) -> dict[str, int] | None:
     if "rss" not in _BASELINE:
         return None
     peak = peak_rss()
-    files = _status().get("RssFile", 0)
+    files = proc_status().get("RssFile", 0)
     return {
         "peak_rss": peak,
         "mapped_files_at_end": files,
