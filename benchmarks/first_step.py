@@ -18,12 +18,11 @@ import os
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _common import AUTOTRAIN, write_sft_config
+from _common import AUTOTRAIN, smollm2_folder, write_sft_config
 
 
 def write_config(tmp: Path, model: Path, optimizer: str, steps: int) -> Path:
@@ -57,9 +56,6 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--steps", type=int, default=300, help="max_steps of the runs (300: CAME compiles every group)")
     args = parser.parse_args()
-    sys.path.insert(0, str(Path(__file__).parent))
-    from real_model import smollm2_folder
-
     model = smollm2_folder()
     seconds: dict[str, list[float]] = {"adamw_torch": [], "came_8bit": []}
     with tempfile.TemporaryDirectory() as name:

@@ -10,6 +10,7 @@ retries decide when it fails. Each figure is process start to exit; the error li
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -36,6 +37,7 @@ def attempt(tmp: Path, *extra: str, skip_check: bool = False) -> tuple[float, in
 
 
 def main() -> int:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     with tempfile.TemporaryDirectory(prefix="autotrain-hub-") as name:
         tmp = Path(name)
         dry = attempt(tmp, "--dry-run")

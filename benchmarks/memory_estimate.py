@@ -1,14 +1,14 @@
 """The memory estimate against the peak each run measured, on the CPU: tiny Llama and SmolLM2-135M, full and
 LoRA, AdamW and CAME8Bit, gradient checkpointing on and off.
 
-    python benchmarks/memory_estimate.py [--only tiny|smollm2] [--steps 2] [--allocator returning|default]
+    python benchmarks/memory_estimate.py [--only tiny|smollm2] [--steps 2] [--allocator returning|default] [--smoke]
 
 Each configuration trains `--steps` steps through `autotrain llm` in its own process, one at a time, on rows
 of text longer than max_length (every batch is full); run.json then holds the estimate made before the run
 and the measured peak: on the CPU the growth of resident memory from just before the model was loaded
 (`peak_above_baseline`; what the process held before, torch and the libraries, is left out of both). Memory
 does not depend on how busy the machine is, so this runs anywhere; it prints estimate, measured and
-their ratio (target: within 0.85 .. 1.15).
+their ratio (target: within 0.85 .. 1.15). `--smoke`: the first configuration only, to check the script works.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 import yaml
-from _common import AUTOTRAIN, print_table
+from _common import AUTOTRAIN, print_table, smollm2_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "assets" / "tiny-llama"
@@ -116,18 +116,19 @@ def main() -> int:
         help="returning: MALLOC_MMAP_THRESHOLD_=131072 (freed large blocks leave the resident set); default: "
         "glibc's dynamic threshold, which keeps them",
     )
+    parser.add_argument("--smoke", action="store_true", help="the first configuration only (the tiny Llama)")
     args = parser.parse_args()
+    cases = CASES[:1] if args.smoke else CASES
+    if args.smoke:
+        args.only = "tiny"
     models = {"tiny": TINY}
     if args.only != "tiny":
-        sys.path.insert(0, str(Path(__file__).parent))
-        from real_model import smollm2_folder
-
         models["smollm2"] = smollm2_folder()
     results = []
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         data = write_data(tmp / "long.jsonl")
-        for case in CASES:
+        for case in cases:
             if args.only and case[1] != args.only:
                 continue
             results.append(run_case(tmp, case, models, data, args.steps, args.allocator))

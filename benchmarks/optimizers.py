@@ -40,7 +40,6 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import time
 
@@ -48,6 +47,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from _common import child, child_result  # noqa: E402
 from came_ops import smollm2_shapes  # noqa: E402
 
 from autotrain.optimizers import CAME8Bit, FusedAdam, came_auto, came_compile  # noqa: E402
@@ -216,16 +216,16 @@ def peak_extra_bytes_here(name: str, shapes: list[tuple[int, ...]], device: str)
     return _read_status("VmHWM") - base
 
 
+def measure_here(function: str, name: str, shapes: str, device: str, threads: str):
+    """``function(name, shapes, device)`` of this module with `threads` intra-op threads: what a child runs."""
+    torch.set_num_threads(int(threads))
+    return globals()[function](name, json.loads(shapes), device)
+
+
 def in_subprocess(function: str, name: str, shapes: list, device: str, threads: int, env: dict | None = None):
     """``function(name, shapes, device)`` of this module, run in a fresh interpreter; its JSON result."""
-    code = (
-        "import json, sys, torch; sys.path.insert(0, sys.argv[1]); torch.set_num_threads(int(sys.argv[5])); "
-        f"from optimizers import {function}; "
-        f"print(json.dumps({function}(sys.argv[2], json.loads(sys.argv[3]), sys.argv[4])))"
-    )
-    argv = [sys.executable, "-c", code, os.path.dirname(__file__), name, json.dumps(shapes), device, str(threads)]
-    out = subprocess.run(argv, env=dict(os.environ, **(env or {})), check=True, capture_output=True, text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    argv = child(measure_here, function, name, json.dumps(shapes), device, threads)
+    return child_result(argv, env=dict(os.environ, **(env or {})))
 
 
 def _memory_rows(device: str, threads: int) -> list[tuple]:

