@@ -149,12 +149,18 @@ def _call_import(node: ast.Call, package: list[str]) -> list[str] | None:
     return _target(module)
 
 
+def _not_strings(tree: ast.AST) -> set[int]:
+    """Constants not read as strings that name modules: prose (docstrings), and the arguments of import calls
+    (read as imports)."""
+    calls = [n for n in ast.walk(tree) if _call_import_name(n)]
+    return _docstrings(tree) | {id(a) for n in calls for a in [*n.args, *(k.value for k in n.keywords)]}
+
+
 def _edges(path: Path, root: Path = PACKAGE) -> list[tuple[int, str, str]]:
     """(line, unit reached, form) for every reference of `path` to a unit of the package."""
     package = ["autotrain", *path.relative_to(root).parent.parts]
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    skip = _docstrings(tree)  # prose, and the arguments of import calls (read as imports)
-    skip |= {id(a) for n in ast.walk(tree) if _call_import_name(n) for a in [*n.args, *(k.value for k in n.keywords)]}
+    skip = _not_strings(tree)
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -413,3 +419,142 @@ def test_functions_are_small(path):
         and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
     ]
     assert not long, f"split these: {long}"
+
+
+# --- the benchmarks: what they use of the package, seen here ---------------------------------------------
+
+BENCHMARKS = PACKAGE.parent / "benchmarks"
+BASELINES = BENCHMARKS / "baselines"  # hand-written transformers / TRL scripts: nothing of autotrain
+BENCHMARK_SOURCES = sorted(BENCHMARKS.rglob("*.py"))
+# A line of a string that is Python importing something: a child program handed to `python -c`, which
+# neither linters nor these checks would read. A child runs a function of its script (benchmarks/_common.py).
+CODE_IN_STRING = re.compile(r"^\s*(?:from\s+[\w.]+\s+import\s|import\s+\w)", re.MULTILINE)
+
+
+def _module_file(dotted: str, root: Path = PACKAGE) -> Path | None:
+    """The file of the package's module `dotted` exactly (autotrain.run -> run/__init__.py); None if none."""
+    parts = dotted.split(".")
+    if parts[0] != "autotrain":
+        return None
+    base = root.joinpath(*parts[1:])
+    for candidate in (base.with_suffix(".py") if len(parts) > 1 else None, base / "__init__.py"):
+        if candidate is not None and candidate.is_file():
+            return candidate
+    return None
+
+
+def _defines(module: Path, name: str) -> bool:
+    """Whether a module defines `name` at its top level (def, class, assignment, import), or names it in a
+    string where a module `__getattr__` computes its attributes (lazy exports)."""
+    tree = ast.parse(module.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    if "__getattr__" in names:
+        names |= {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    return name in names
+
+
+def _reaches(dotted: str, root: Path = PACKAGE) -> bool:
+    """Whether `autotrain.a.b[.name]` is a module of the package or a name one defines."""
+    if _module_file(dotted, root) is not None:
+        return True
+    module, _, name = dotted.rpartition(".")
+    found = _module_file(module, root)
+    return found is not None and _defines(found, name)
+
+
+def _package_uses(path: Path) -> list[tuple[int, str, str]]:
+    """(line, dotted name, form) for everything of the package a file outside it names: each name an import
+    takes (`from autotrain.x import y` -> autotrain.x.y), each module an import call or a string names."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skip = _not_strings(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name, "import") for a in node.names if a.name.split(".")[0] == "autotrain"]
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "autotrain":
+            found += [(node.lineno, f"{node.module}.{a.name}", "import") for a in node.names]
+        elif isinstance(node, ast.Call) and (module := _call_import_module(node, ["autotrain"])) not in (None, DYNAMIC):
+            found += [(node.lineno, module, "import call")] if module.split(".")[0] == "autotrain" else []
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+            named = [d for d in MODULE_STRING.findall(node.value) if d.split(".")[1] in UNITS]  # not autotrain.yaml
+            found += [(node.lineno, dotted, "string") for dotted in named]
+    return found
+
+
+def _benchmark_problems(path: Path, root: Path = PACKAGE) -> list[str]:
+    """What a benchmark script may not do: use a private name of the package, name one that does not exist,
+    hide code in a string for a child process; and a baseline may not use the package at all."""
+    rel = path.relative_to(path.parents[1] if path.parent.name == "baselines" else path.parent).as_posix()
+    wrong = []
+    for line, dotted, form in _package_uses(path):
+        if path.parent.name == "baselines":
+            wrong.append(f"{rel}:{line}: a baseline uses {dotted} ({form}); it stands for a script without autotrain")
+        elif any(part.startswith("_") and not part.startswith("__") for part in dotted.split(".")):
+            wrong.append(f"{rel}:{line}: {dotted} is private ({form}); make what the benchmark needs public")
+        elif not _reaches(dotted, root):
+            wrong.append(f"{rel}:{line}: {dotted} does not exist ({form})")
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skip = _docstrings(tree)
+    strings = [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    for node in strings:
+        if id(node) not in skip and CODE_IN_STRING.search(node.value):
+            hint = "run a function of the script with `child`, or a file of benchmarks/baselines/"
+            wrong.append(f"{rel}:{node.lineno}: Python in a string; {hint}")
+    return wrong
+
+
+@pytest.mark.parametrize("path", BENCHMARK_SOURCES, ids=lambda p: str(p.relative_to(BENCHMARKS)))
+def test_benchmarks_use_public_names_that_exist_in_plain_code(path):
+    """A benchmark that imports a renamed or private name, or hides its imports in a string for `python -c`,
+    breaks unseen until someone needs its figure; here it fails at once, without running it."""
+    wrong = _benchmark_problems(path)
+    assert not wrong, "\n".join(wrong)
+
+
+BENCHMARK_FORMS = {
+    "private-name": ("from autotrain.training.memory import _status\n", "is private"),
+    "private-lazy": ("def f():\n    from autotrain.training import _hidden\n", "is private"),
+    "missing-name": ("from autotrain.training.memory import no_such_name\n", "does not exist"),
+    "missing-module": ("import autotrain.training.no_such_module\n", "does not exist"),
+    "missing-in-string": ("ARGV = ['-m', 'autotrain.cli.no_such_module']\n", "does not exist"),
+    "import_module": ("import importlib\nimportlib.import_module('autotrain.no_such')\n", "does not exist"),
+    "python-c": ("CODE = 'import torch\\nprint(1)'\n", "Python in a string"),
+    "python-c-from": ("CODE = '''\nfrom transformers import pipeline\n'''\n", "Python in a string"),
+}
+
+
+@pytest.mark.parametrize("form", list(BENCHMARK_FORMS))
+def test_each_benchmark_problem_is_caught(tmp_path, form):
+    source, expected = BENCHMARK_FORMS[form]
+    script = tmp_path / "benchmarks" / "probe.py"
+    script.parent.mkdir()
+    script.write_text(source, encoding="utf-8")
+    found = _benchmark_problems(script)
+    assert len(found) == 1 and expected in found[0], found
+
+
+def test_public_names_plain_code_and_baselines_without_autotrain(tmp_path):
+    script = tmp_path / "benchmarks" / "probe.py"
+    script.parent.mkdir()
+    script.write_text(
+        '"""A docstring may say `import torch` and name autotrain.no_such."""\n'
+        "from autotrain.training.memory import proc_status\n"
+        "from autotrain.optimizers import CAME8Bit\n"
+        "from autotrain import errors\n"
+        "ARGV = ['-m', 'autotrain.cli.main', '-c', 'pass']\n",
+        encoding="utf-8",
+    )
+    assert _benchmark_problems(script) == []
+    baseline = tmp_path / "benchmarks" / "baselines" / "probe.py"
+    baseline.parent.mkdir()
+    baseline.write_text("from transformers import pipeline\nfrom autotrain.errors import UserInputError\n")
+    found = _benchmark_problems(baseline)
+    assert len(found) == 1 and "a baseline uses autotrain.errors.UserInputError" in found[0], found
