@@ -9,7 +9,7 @@ from typing import Any
 from autotrain.config.llm import LLMConfig
 from autotrain.data.llm import load_llm_split
 from autotrain.trainers.common import make_trainer
-from autotrain.trainers.llm.model import build_lora_config, build_tokenizer
+from autotrain.trainers.llm.model import build_lora_config, build_model, build_tokenizer
 from autotrain.training.plan import RunPlan
 
 
@@ -46,6 +46,27 @@ def llm_trainer(trainer_cls, args_cls, cfg: LLMConfig, plan: RunPlan, ready: Pre
         args=args_cls(**{**plan.training_args, **extra}),
         processing_class=ready.tokenizer,
         callbacks=callbacks,
+        **kwargs,
+    )
+
+
+def prompt_trainer(
+    trainer_cls, args_cls, cfg: LLMConfig, plan: RunPlan, ready: Prepared, callbacks: list, token: str | None, **kwargs
+):
+    """`llm_trainer` for rows that hold a prompt (DPO, ORPO, KTO, GRPO): the prompts cut to `max_prompt_length`,
+    then the model loaded, last."""
+    train, valid = truncated_splits(ready, cfg.training_args.max_prompt_length)
+    model = build_model(cfg, plan, token)
+    return llm_trainer(
+        trainer_cls,
+        args_cls,
+        cfg,
+        plan,
+        ready,
+        callbacks,
+        model=model,
+        train_dataset=train,
+        eval_dataset=valid,
         **kwargs,
     )
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 from autotrain.config.llm import LLMConfig
 from autotrain.config.rules import GRPO_DEFAULT_GENERATIONS, GRPO_DEFAULT_REWARDS
 from autotrain.trainers.llm import rewards
-from autotrain.trainers.llm.base import llm_trainer, prepare, truncated_splits
-from autotrain.trainers.llm.model import build_model
+from autotrain.trainers.llm.base import prepare, prompt_trainer
 from autotrain.training.plan import RunPlan
 
 # training_args field -> GRPOConfig field, passed when set (TRL's defaults otherwise).
@@ -36,19 +35,8 @@ def build_trainer(cfg: LLMConfig, plan: RunPlan, callbacks: list, token: str | N
     extra = {grpo: getattr(args, ours) for ours, grpo in GRPO_FIELDS.items() if getattr(args, ours) is not None}
     if args.eval_batch_size is None:  # an evaluation batch holds whole groups of completions too
         extra["per_device_eval_batch_size"] = eval_batch_size(args.batch_size, args.num_generations)
-    train, valid = truncated_splits(ready, args.max_prompt_length)
-    return llm_trainer(
-        GRPOTrainer,
-        GRPOConfig,
-        cfg,
-        plan,
-        ready,
-        callbacks,
-        model=build_model(cfg, plan, token),
-        reward_funcs=reward_funcs,
-        args=extra,
-        train_dataset=train,
-        eval_dataset=valid,
+    return prompt_trainer(
+        GRPOTrainer, GRPOConfig, cfg, plan, ready, callbacks, token, reward_funcs=reward_funcs, args=extra
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from autotrain.config.llm import LLMConfig
 from autotrain.errors import UserInputError
-from autotrain.trainers.llm.base import llm_trainer, prepare, truncated_splits
+from autotrain.trainers.llm.base import prepare, prompt_trainer
 from autotrain.trainers.llm.model import build_model
 from autotrain.training.plan import RunPlan
 
@@ -41,17 +41,4 @@ def build_trainer(cfg: LLMConfig, plan: RunPlan, callbacks: list, token: str | N
     if not cfg.uses_peft:
         ref_model = build_model(cfg, plan, token)
         ref_model.requires_grad_(False).eval()
-    train, valid = truncated_splits(ready, args.max_prompt_length)
-    return llm_trainer(
-        KTOTrainer,
-        KTOConfig,
-        cfg,
-        plan,
-        ready,
-        callbacks,
-        model=build_model(cfg, plan, token),
-        ref_model=ref_model,
-        args=extra,
-        train_dataset=train,
-        eval_dataset=valid,
-    )
+    return prompt_trainer(KTOTrainer, KTOConfig, cfg, plan, ready, callbacks, token, ref_model=ref_model, args=extra)

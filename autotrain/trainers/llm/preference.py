@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotrain.config.llm import LLMConfig
-from autotrain.trainers.llm.base import llm_trainer, prepare, truncated_splits
-from autotrain.trainers.llm.model import build_model
+from autotrain.trainers.llm.base import prepare, prompt_trainer
 from autotrain.training.plan import RunPlan
 
 
@@ -25,17 +24,4 @@ def build_preference_trainer(
     extra = {"max_length": args.max_length, **extra}
     if args.beta is not None:
         extra["beta"] = args.beta
-    train, valid = truncated_splits(ready, args.max_prompt_length)
-    return llm_trainer(
-        trainer_cls,
-        args_cls,
-        cfg,
-        plan,
-        ready,
-        callbacks,
-        model=build_model(cfg, plan, token),
-        args=extra,
-        train_dataset=train,
-        eval_dataset=valid,
-        **kwargs,
-    )
+    return prompt_trainer(trainer_cls, args_cls, cfg, plan, ready, callbacks, token, args=extra, **kwargs)
