@@ -41,29 +41,26 @@ def report_config_error(error) -> typer.Exit:
     return typer.Exit(EXIT_BAD_INPUT)
 
 
-ConfigOption = typer.Option(None, "--config", "-c", help="Path to the YAML config.", show_default=False, metavar="FILE")
-SetOption = typer.Option(
-    None,
-    "--set",
-    help="Override a config value: --set training_args.lr=1e-4 (repeatable).",
-    show_default=False,
-    metavar="KEY=VALUE",
+def _valued(*flags: str, help: str, metavar: str, **kwargs):
+    """An option that takes a value and has no default to show (None when not given)."""
+    return typer.Option(None, *flags, help=help, show_default=False, metavar=metavar, **kwargs)
+
+
+ConfigOption = _valued("--config", "-c", help="Path to the YAML config.", metavar="FILE")
+SetOption = _valued(
+    "--set", help="Override a config value: --set training_args.lr=1e-4 (repeatable).", metavar="KEY=VALUE"
 )
 DryRunOption = typer.Option(False, "--dry-run", help="Validate, print the resolved plan and exit without training.")
-ResumeOption = typer.Option(
-    None,
+ResumeOption = _valued(
     "--resume",
     help="Resume from the latest complete checkpoint in the project folder, or from the checkpoint PATH given.",
-    show_default=False,
     metavar="[PATH]",
 )
 OverwriteOption = typer.Option(False, "--overwrite", help="Replace an existing run in project_name.")
-PreviewOption = typer.Option(
-    None,
+PreviewOption = _valued(
     "--preview",
     help="Print the first N training examples as the trainer sees them (loss marks, truncation) and exit "
     "(N defaults to 5).",
-    show_default=False,
     metavar="[N]",
     min=1,
     max=1000,
