@@ -105,9 +105,9 @@ def _launched_rank() -> bool:
     which failed a run that had trained; so a rank ends as the read-only commands do (`_exit_now`)."""
     import os
 
-    from autotrain.run.launch import LAUNCHED_ENV
+    from autotrain.run.rank import ACCELERATE_LAUNCHED, LAUNCHED_ENV
 
-    return os.environ.get(LAUNCHED_ENV) == "1"
+    return os.environ.get(LAUNCHED_ENV) == ACCELERATE_LAUNCHED
 
 
 def _resume_value(argv: list[str]) -> list[str]:

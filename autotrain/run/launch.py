@@ -31,12 +31,11 @@ from autotrain.errors import (
     eprint,
 )
 from autotrain.run.distributed import check_hardware, strategy_flags, write_launch_files
+from autotrain.run.rank import ACCELERATE_LAUNCHED, LAUNCHED_ENV
 from autotrain.training.plan import RunPlan, visible_gpus
 
 LAUNCHER = ("-m", "accelerate.commands.launch")
 RANK_ENTRY = ("-m", "autotrain.cli.main")
-# Set in the environment of the processes the launcher starts (one per rank): they train, not launch.
-LAUNCHED_ENV = "AUTOTRAIN_LAUNCHED"
 _KEPT_CODES = (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_SIGINT, EXIT_SIGTERM)
 
 
@@ -161,7 +160,7 @@ def _run_launcher(args: list[str], world: int, port_held: bool = False) -> int:
     parsed = launch_command_parser().parse_args(args)
     _quiet_agent()
     previous = os.environ.get(LAUNCHED_ENV)
-    os.environ[LAUNCHED_ENV] = "1"  # inherited by every rank
+    os.environ[LAUNCHED_ENV] = ACCELERATE_LAUNCHED  # inherited by every rank: they train, not launch
     try:
         with _port_held_by_check_in(port_held):
             accelerate_launch(parsed)
