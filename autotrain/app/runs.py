@@ -29,7 +29,7 @@ class RunConflict(Exception):
 # How a child that wrote no final run.json ended, by its exit code (the CLI's documented codes).
 EXIT_STATUS = {0: "completed", 1: "failed", 2: "bad input", 3: "diverged", 130: "interrupted", 143: "interrupted"}
 # What the CLI leaves in a folder of a run refused before training, besides `logs/`.
-CLI_FILES = {".autotrain-run", ".autotrain.lock"}
+CLI_FILES = {".autotrain-run", ".autotrain.lock", ".autotrain-ranks.lock"}
 
 
 @dataclass

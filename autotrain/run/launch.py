@@ -31,7 +31,7 @@ from autotrain.errors import (
     eprint,
 )
 from autotrain.run.distributed import check_hardware, strategy_flags, write_launch_files
-from autotrain.run.rank import ACCELERATE_LAUNCHED, LAUNCHED_ENV
+from autotrain.run.rank import ACCELERATE_LAUNCHED, LAUNCHED_ENV, PARENT_ENV
 from autotrain.training.plan import RunPlan, visible_gpus
 
 LAUNCHER = ("-m", "accelerate.commands.launch")
@@ -159,8 +159,11 @@ def _run_launcher(args: list[str], world: int, port_held: bool = False) -> int:
 
     parsed = launch_command_parser().parse_args(args)
     _quiet_agent()
-    previous = os.environ.get(LAUNCHED_ENV)
+    from autotrain.training.lifetime import identity, to_env
+
+    previous = {name: os.environ.get(name) for name in (LAUNCHED_ENV, PARENT_ENV)}
     os.environ[LAUNCHED_ENV] = ACCELERATE_LAUNCHED  # inherited by every rank: they train, not launch
+    os.environ[PARENT_ENV] = to_env(identity())  # ... and end with this process (run/rank.py)
     try:
         with _port_held_by_check_in(port_held):
             accelerate_launch(parsed)
@@ -191,10 +194,11 @@ def _run_launcher(args: list[str], world: int, port_held: bool = False) -> int:
     except SystemExit as exc:
         return EXIT_OK if not exc.code else rank_exit_code(exc.code if isinstance(exc.code, int) else 1)
     finally:
-        if previous is None:
-            os.environ.pop(LAUNCHED_ENV, None)
-        else:
-            os.environ[LAUNCHED_ENV] = previous
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def relaunch(

@@ -26,6 +26,9 @@ from autotrain.training.quiet import quiet_bars, quiet_libraries
 LAUNCHED_ENV = "AUTOTRAIN_LAUNCHED"
 ACCELERATE_LAUNCHED = "1"
 RAY_LAUNCHED = "ray"
+# The parent's identity (training/lifetime.py), for the ranks it starts: they end with it, and run.json names it.
+PARENT_ENV = "AUTOTRAIN_PARENT"
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def launched() -> str | None:
@@ -296,10 +299,16 @@ def last_checkpoint(folder: Path) -> str | None:
 
 def run_rank(loaded: LoadedConfig, resume: str | None = None, argv_sets: Sequence[str] = ()) -> int:
     """A launched rank (accelerate's child process, a Ray worker): plan, train, save; returns the exit code."""
+    if launched() == ACCELERATE_LAUNCHED:
+        die_with_parent()
     quiet_bars()  # before anything imports transformers (and tqdm)
     this = Run(loaded, argv_sets)
     stop = None
+    held = None
     try:
+        from autotrain.run.project import hold_for_rank
+
+        held = hold_for_rank(this.folder)  # the folder cannot be claimed again while this rank lives
         from autotrain.training.signals import GracefulStop
 
         stop = GracefulStop()
@@ -315,3 +324,44 @@ def run_rank(loaded: LoadedConfig, resume: str | None = None, argv_sets: Sequenc
     finally:
         if stop is not None:
             stop.uninstall()
+        if held is not None:
+            os.close(held)
+
+
+def die_with_parent() -> None:
+    """End this rank when the process that launched it ends, however it ends (SIGKILL included), so that no
+    rank trains on without its launcher: on Linux the kernel sends SIGKILL the moment the parent exits
+    (PR_SET_PDEATHSIG); elsewhere a thread looks every second. A parent already gone ends the rank here."""
+    from autotrain.training import lifetime
+
+    parent = lifetime.from_env(os.environ.get(PARENT_ENV))
+    if parent is None:
+        return
+    watch = True
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        with contextlib.suppress(OSError, AttributeError):
+            watch = ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0
+    if lifetime.state(parent) == lifetime.GONE:  # it ended before the line above took effect
+        _orphaned(parent)
+    if watch:
+        import threading
+
+        threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="autotrain-parent").start()
+
+
+def _watch_parent(parent: dict) -> None:
+    import time
+
+    from autotrain.training import lifetime
+
+    while lifetime.state(parent) != lifetime.GONE:
+        time.sleep(1.0)
+    _orphaned(parent)
+
+
+def _orphaned(parent: dict) -> None:
+    eprint(f"error: the process that launched this rank (pid {parent['pid']}) has ended; this rank stops too")
+    os._exit(EXIT_FAILURE)
