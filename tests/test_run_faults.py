@@ -4,6 +4,7 @@ one line, and the final save can be repeated."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -43,11 +44,38 @@ def llm_config(tmp_path: Path, name: str = "run", distributed: dict | None = Non
     return path
 
 
-def spawn(*args, env: dict | None = None) -> subprocess.Popen:
+# Loaded by the processes `spawn(..., slow=...)` starts: `Trainer.<method>` prints `slow <method>` and waits
+# that many seconds before it runs, so that a signal or a kill can land while it is under way.
+SLOW = """
+import os
+if os.environ.get("TEST_SLOW"):
+    import time, transformers
+    def _slowed(name, seconds):
+        real = getattr(transformers.Trainer, name)
+        def slowed(self, *args, **kwargs):
+            if self.is_world_process_zero():
+                print(f"slow {name}", flush=True)
+                time.sleep(seconds)
+            return real(self, *args, **kwargs)
+        setattr(transformers.Trainer, name, slowed)
+    for item in os.environ["TEST_SLOW"].split(","):
+        name, seconds = item.split("=")
+        _slowed(name, float(seconds))
+"""
+
+
+def spawn(*args, env: dict | None = None, slow: str | None = None, tmp_path: Path | None = None) -> subprocess.Popen:
     clean = {k: v for k, v in os.environ.items() if k not in ("AUTOTRAIN_LAUNCHED", "AUTOTRAIN_PARENT", "RANK")}
+    env = dict(env or {})
+    if slow:
+        inject = tmp_path / "inject"
+        inject.mkdir(exist_ok=True)
+        (inject / "sitecustomize.py").write_text(SLOW)
+        env["PYTHONPATH"] = os.pathsep.join([str(inject), *filter(None, [os.environ.get("PYTHONPATH")])])
+        env["TEST_SLOW"] = slow
     return subprocess.Popen(
         [sys.executable, "-m", "autotrain.cli.main", *map(str, args)],
-        env={**clean, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", **(env or {})},
+        env={**clean, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", **env},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -124,7 +152,166 @@ def test_sigkill_of_the_launcher_stops_every_rank_and_the_folder_stays_locked_un
                 ProjectFolder(tmp_path / "run").claim("latest", overwrite=False)
             time.sleep(0.05)
         assert not any(alive(pid) for pid in ranks), "a rank outlived its launcher by 10 s"
+        from autotrain.training.folder import run_status
+
+        assert run_status(tmp_path / "run") == "died"
     finally:
         for pid in [launcher.pid, *locals().get("ranks", [])]:
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+# --- run.json tells the truth ---------------------------------------------------------------------------
+
+
+def dead_process() -> dict:
+    """The identity record of a process that has ended."""
+    from autotrain.training.lifetime import identity
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    record = identity(child.pid)
+    child.kill()
+    child.wait()
+    return record
+
+
+def test_a_running_record_whose_process_is_gone_reads_as_died(tmp_path):
+    from autotrain.training.folder import run_record, run_status
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    process = dead_process()
+    (folder / "run.json").write_text(json.dumps({"status": "running", "process": process}))
+    assert run_status(folder) == "died"
+    assert f"pid {process['pid']}" in run_record(folder)["how"]
+    from autotrain.training.lifetime import identity
+
+    (folder / "run.json").write_text(json.dumps({"status": "running", "process": identity()}))
+    assert run_status(folder) == "running"  # this process is alive
+
+
+def test_a_failed_resume_of_a_finished_run_leaves_it_completed(cli, tmp_path, monkeypatch):
+    config = llm_config(tmp_path, max_steps=2, save_steps=2)
+    assert cli("llm", "--config", config).exit_code == 0
+    import transformers
+
+    def broken(self, *args, **kwargs):
+        raise RuntimeError("the machine broke")
+
+    monkeypatch.setattr(transformers.Trainer, "training_step", broken)
+    config.write_text(config.read_text().replace("max_steps: 2", "max_steps: 4"))
+    result = cli("llm", "--config", config, "--resume", "latest")
+    assert result.exit_code == 1, result.output
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert record["status"] == "completed", record
+    assert record["failed_resumes"][0]["status"] == "failed"
+    assert "the machine broke" in record["failed_resumes"][0]["error"]
+    from autotrain.export.source import check_run
+
+    assert check_run(tmp_path / "run").task == "llm"  # export still takes the intact model
+
+
+def test_metrics_after_a_resume_repeat_no_step(cli, tmp_path):
+    config = llm_config(tmp_path, max_steps=4, save_steps=2)
+    assert cli("llm", "--config", config).exit_code == 0
+    run = tmp_path / "run"
+    # as if the process died after logging step 4, before checkpoint-4 was complete
+    (run / "checkpoint-4" / ".autotrain-complete").unlink()
+    (run / "run.json").write_text(json.dumps({"status": "running", "process": dead_process()}))
+    result = cli("llm", "--config", config, "--resume", "latest")
+    assert result.exit_code == 0, result.output
+    assert "resuming from" in result.output and "checkpoint-2" in result.output
+    lines = [json.loads(line) for line in (run / "logs" / "metrics.jsonl").read_text().splitlines()]
+    steps = [line["step"] for line in lines if "loss" in line]
+    assert steps == [1, 2, 3, 4], steps
+
+
+def test_the_app_stops_a_run_it_finds_running_after_a_restart(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from autotrain.app.server import create_app
+    from autotrain.training.lifetime import identity
+
+    runs = tmp_path / "runs"
+    (runs / "found" / "logs").mkdir(parents=True)
+    training = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        record = {"status": "running", "process": identity(training.pid)}
+        (runs / "found" / "run.json").write_text(json.dumps(record))
+        client = TestClient(create_app(runs, tmp_path), base_url="http://127.0.0.1")
+        shown = client.get("/api/runs/found").json()
+        assert shown["status"] == "running" and shown["pid"] == training.pid
+        stopped = client.post("/api/runs/found/stop")
+        assert stopped.status_code == 200, stopped.text
+        assert training.wait(timeout=30) == -signal.SIGTERM
+        shown = client.get("/api/runs/found").json()
+        assert shown["status"] == "died" and f"pid {training.pid}" in shown["how"]
+        assert client.post("/api/runs/found/stop").status_code == 409
+    finally:
+        training.kill()
+
+
+def rank_pid(launcher: int, rank: int) -> int:
+    for pid in children(launcher):
+        if f"RANK={rank}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+            return pid
+    raise LookupError(f"no rank {rank} among the launcher's children")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not LINUX, reason="finds the ranks through /proc")
+def test_a_killed_rank_0_leaves_a_record_of_how_the_run_ended(tmp_path):
+    config = llm_config(tmp_path, max_steps=100000, distributed={"num_processes": 2})
+    launcher = spawn("llm", "--config", config)
+    try:
+        wait_for_line(launcher, "step 2/")
+        os.kill(rank_pid(launcher.pid, 0), signal.SIGKILL)
+        out = launcher.communicate(timeout=120)[0]
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+    assert launcher.returncode == 1, out
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert record["status"] == "failed" and record["exit_code"] == 1, record
+    assert record["how"].startswith("rank ") and record["ended"], record
+
+
+@pytest.mark.slow
+def test_a_second_sigterm_exits_at_once_and_says_so_in_run_json(tmp_path):
+    config = llm_config(tmp_path, max_steps=100000)
+    process = spawn("llm", "--config", config, slow="_save_checkpoint=20", tmp_path=tmp_path)
+    try:
+        wait_for_line(process, "step 2/")
+        process.send_signal(signal.SIGTERM)
+        wait_for_line(process, "slow _save_checkpoint")  # the first SIGTERM's save is under way
+        process.send_signal(signal.SIGTERM)
+        out = process.communicate(timeout=60)[0]
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 143, out
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert record["status"] == "interrupted" and record["exit_code"] == 143, record
+    assert record["how"] == "a second SIGTERM ended it at once, without saving"
+    assert not any((p / ".autotrain-complete").exists() for p in (tmp_path / "run").glob("checkpoint-*"))
+
+
+@pytest.mark.slow
+def test_a_sigkilled_run_reads_as_died_and_resumes(tmp_path):
+    from autotrain.training.folder import run_record
+
+    config = llm_config(tmp_path, max_steps=8, save_steps=2)
+    process = spawn("llm", "--config", config)
+    try:
+        wait_for_line(process, "step 5/")
+        process.kill()
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert run_record(tmp_path / "run")["status"] == "died"
+    resumed = spawn("llm", "--config", config, "--resume")
+    out = resumed.communicate(timeout=300)[0]
+    assert resumed.returncode == 0, out
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert record["status"] == "completed" and record["attempts"][-1]["status"] == "died", record

@@ -72,6 +72,7 @@ class Run:
         self.started = False  # trainer.train() was entered
         self.plan = None  # RunPlan, once resolved
         self.rendezvous = None  # the multi-node check-in store (machine 0 serves it while the run lasts)
+        self.checkpoint = None  # the checkpoint this run resumes from
 
     def say(self, message: str, every_rank: bool = False) -> None:
         """Progress messages come from the main process only; errors from every rank that has one."""
@@ -81,11 +82,21 @@ class Run:
             prefix = "" if self.main_process or not self.launched else f"[rank {os.environ.get('RANK')}] "
             eprint(prefix + redact(message, self.loaded.secrets))
 
-    def finish(self, status: str, code: int, last: str | None) -> int:
+    def finish(self, status: str, code: int, last: str | None, how: str | None = None, error: str | None = None) -> int:
         if self.manifest is not None:
             with contextlib.suppress(OSError):
-                self.manifest.finish(status, code, last)
+                self.manifest.finish(status, code, last, how, error)
         return code
+
+    def on_second_signal(self, signum: int) -> None:
+        """A second SIGTERM / SIGINT ends the process at once: run.json says so first."""
+        import signal
+
+        from autotrain.training.signals import EXIT_CODES
+
+        name = signal.Signals(signum).name
+        how = f"a second {name} ended it at once, without saving"
+        self.finish("interrupted", EXIT_CODES[signum], last_checkpoint(self.folder), how=how)
 
 
 def resolve(this: Run):
@@ -110,6 +121,8 @@ def train(this: Run, resume: str | None, stop) -> int:
 
     cfg, folder = this.cfg, this.folder
     checkpoint = find_resume_checkpoint(folder, resume, warn=this.say) if resume else None
+    this.checkpoint = checkpoint
+    stop.before_exit = this.on_second_signal
     if checkpoint:
         this.say(f"resuming from {checkpoint}")
     quiet_libraries()
@@ -174,9 +187,11 @@ def _start_manifest(this: Run, memory: dict | None = None) -> None:
         return
     from autotrain.config.interpolate import redact
     from autotrain.run.manifest import RunManifest
+    from autotrain.training.lifetime import from_env
 
     argv = [redact(a, this.loaded.secrets) for a in sys.argv]
-    this.manifest = RunManifest(this.loaded, this.plan, this.folder, argv)
+    parent = from_env(os.environ.get(PARENT_ENV))  # the launcher of the ranks: the run's own process
+    this.manifest = RunManifest(this.loaded, this.plan, this.folder, argv, this.checkpoint, parent)
     if memory is not None:
         this.manifest.data["memory"] = memory
     this.manifest.write()
@@ -262,7 +277,7 @@ def failure_code(this: Run, exc: BaseException) -> int:
         if debug_enabled():
             traceback.print_exc()
         this.say(f"error: {exc}", every_rank=True)
-        return this.finish("bad input", EXIT_BAD_INPUT, None)
+        return this.finish("bad input", EXIT_BAD_INPUT, None, error=str(exc))
     if not isinstance(exc, Exception):  # SystemExit, KeyboardInterrupt: not ours to map
         raise exc
     from autotrain.training.guards import Diverged
@@ -274,7 +289,7 @@ def failure_code(this: Run, exc: BaseException) -> int:
     last = last_checkpoint(this.folder)
     if isinstance(exc, Diverged):
         this.say(f"error: {exc}" + (f"; the last good checkpoint is {last}" if last else ""), every_rank=True)
-        return this.finish("diverged", EXIT_DIVERGED, last)
+        return this.finish("diverged", EXIT_DIVERGED, last, error=str(exc))
     from autotrain.training.verify import refused_pickle
 
     if refused_pickle(exc):  # torch refused to unpickle a model file: the input, not the run (and no advice)
@@ -287,7 +302,7 @@ def failure_code(this: Run, exc: BaseException) -> int:
     this.say(f"error: training failed: {type(exc).__name__}: {first}", every_rank=True)
     if log is not None:
         this.say(f"full traceback: {log}", every_rank=True)
-    return this.finish("failed", EXIT_FAILURE, last)
+    return this.finish("failed", EXIT_FAILURE, last, error=f"{type(exc).__name__}: {first}")
 
 
 def last_checkpoint(folder: Path) -> str | None:

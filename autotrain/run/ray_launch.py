@@ -108,6 +108,8 @@ def _stop_handler(stop_file: Path):
 
 def worker_payload(loaded: LoadedConfig, argv_sets: list[str], resume: str | None, stop_file: Path) -> dict:
     """What each Ray worker is given to load the run's config as the driver did (``worker_config``)."""
+    from autotrain.training.lifetime import identity, to_env
+
     return {
         "source": os.path.abspath(loaded.source),
         "task": loaded.config.task,  # the command's, where the config leaves `task:` out
@@ -115,6 +117,7 @@ def worker_payload(loaded: LoadedConfig, argv_sets: list[str], resume: str | Non
         "resume": resume,
         "cwd": os.getcwd(),  # relative paths in the config mean the same in every worker (shared or local disk)
         "stop_file": str(stop_file),
+        "parent": to_env(identity()),  # the driver: run.json names it as the run's process
     }
 
 
@@ -129,11 +132,12 @@ def _worker(payload: dict[str, Any]) -> None:
     """One Ray Train worker: the rank path of run/rank.py; reports its exit code to the driver."""
     import ray.train
 
-    from autotrain.run.rank import LAUNCHED_ENV, RAY_LAUNCHED, run_rank
+    from autotrain.run.rank import LAUNCHED_ENV, PARENT_ENV, RAY_LAUNCHED, run_rank
     from autotrain.training.signals import STOP_FILE_ENV
 
     os.chdir(payload["cwd"])
     os.environ[LAUNCHED_ENV] = RAY_LAUNCHED
+    os.environ[PARENT_ENV] = payload["parent"]
     os.environ[STOP_FILE_ENV] = payload["stop_file"]
     loaded = worker_config(payload)
     code = run_rank(loaded, resume=payload["resume"], argv_sets=payload["sets"])

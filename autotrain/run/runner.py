@@ -41,15 +41,8 @@ def run(loaded: LoadedConfig, resume: str | None = None, overwrite: bool = False
         stop = GracefulStop()
         stop.install()
         this.plan = resolve(this)
-        if ray:
-            from autotrain.run.ray_launch import run_on_ray
-
-            return run_on_ray(loaded, this.plan, resume=resume, argv_sets=this.argv_sets)
-        if this.plan.world_size > 1:
-            from autotrain.run.launch import relaunch
-
-            held = this.rendezvous is not None
-            return relaunch(loaded, this.plan, resume=resume, argv_sets=this.argv_sets, port_held=held)
+        if ray or this.plan.world_size > 1:
+            return _launch(this, resume, ray)
         return train(this, resume, stop)
     except BaseException as exc:
         code = failure_code(this, exc)
@@ -61,6 +54,25 @@ def run(loaded: LoadedConfig, resume: str | None = None, overwrite: bool = False
             stop.uninstall()
         if project is not None:
             project.release()
+
+
+def _launch(this: Run, resume: str | None, ray: bool) -> int:
+    """Start the ranks (Ray or accelerate), wait for them, and settle the record of a run they left `running`
+    (a rank killed before it could write how the run ended)."""
+    from autotrain.run.manifest import settle
+
+    if ray:
+        from autotrain.run.ray_launch import run_on_ray
+
+        code, how = run_on_ray(this.loaded, this.plan, resume=resume, argv_sets=this.argv_sets), None
+    else:
+        from autotrain.run.launch import relaunch
+
+        held = this.rendezvous is not None
+        code, how = relaunch(this.loaded, this.plan, resume=resume, argv_sets=this.argv_sets, port_held=held)
+    if this.cfg.distributed.machine_rank == 0:
+        settle(this.folder, code, how)
+    return code
 
 
 def _finished(this: Run) -> bool:

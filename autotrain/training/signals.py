@@ -10,6 +10,7 @@ in different steps, or only some of them (a signal sent to one process, not to t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -45,6 +46,7 @@ class GracefulStop(TrainerCallback):
         self.training = False
         self._previous = {}
         self._group = None
+        self.before_exit = None  # called with the signal number before a second signal ends the process
 
     def install(self) -> None:
         import threading
@@ -70,6 +72,9 @@ class GracefulStop(TrainerCallback):
                 file=sys.stderr,
                 flush=True,
             )
+            if self.before_exit is not None:
+                with contextlib.suppress(Exception):  # the record is a courtesy; exiting now is what was asked
+                    self.before_exit(signum)
             os._exit(EXIT_CODES[signum])
         self.received = signum
         if not self.training:
