@@ -315,3 +315,107 @@ def test_a_sigkilled_run_reads_as_died_and_resumes(tmp_path):
     assert resumed.returncode == 0, out
     record = json.loads((tmp_path / "run" / "run.json").read_text())
     assert record["status"] == "completed" and record["attempts"][-1]["status"] == "died", record
+
+
+# --- a resume knows what it resumes ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> tuple[Path, Path]:
+    """A 2-step run with one checkpoint (config, folder); the tests below only read it."""
+    from typer.testing import CliRunner
+
+    from autotrain.cli.main import app
+
+    tmp_path = tmp_path_factory.mktemp("finished")
+    config = llm_config(tmp_path, max_steps=2, save_steps=2)
+    result = CliRunner().invoke(app, ["llm", "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    return config, tmp_path / "run"
+
+
+def changed_copy(config: Path, tmp_path: Path, change) -> Path:
+    data = yaml.safe_load(config.read_text())
+    data["training_args"]["max_steps"] = 4  # longer: a change a resume takes without being told
+    change(data, tmp_path)
+    path = tmp_path / "changed.yml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def other_data(data: dict, tmp_path: Path) -> None:
+    rows = (ASSETS / "data" / "text.jsonl").read_text().splitlines()
+    (tmp_path / "text.jsonl").write_text("\n".join(rows[1:]) + "\n")
+    data["data"]["path"] = str(tmp_path / "text.jsonl")
+
+
+def copied_base_model(data: dict, tmp_path: Path) -> None:
+    import shutil
+
+    shutil.copytree(ASSETS / "tiny-llama", tmp_path / "same-shape")
+    data["base_model"] = str(tmp_path / "same-shape")
+
+
+CHANGES = {
+    "training_args.lr: 0.001 -> 0.0005": lambda d, _: d["training_args"].update(lr=5e-4),
+    "training_args.max_length: 48 -> 32": lambda d, _: d["training_args"].update(max_length=32),
+    "training_args.batch_size: 2 -> 4": lambda d, _: d["training_args"].update(batch_size=4),
+    "trainer: sft -> clm": lambda d, _: d.update(trainer="clm"),
+    "base_model.name: ": copied_base_model,
+    "data: text.jsonl (sha256 ": other_data,
+}
+
+
+@pytest.mark.parametrize("listed", list(CHANGES))
+def test_a_resume_with_a_changed_config_is_refused_listing_the_change(cli, finished_run, tmp_path, listed):
+    config, run = finished_run
+    before = (run / "run.json").read_text()
+    result = cli("llm", "--config", changed_copy(config, tmp_path, CHANGES[listed]), "--resume", "latest")
+    assert result.exit_code == 2, result.output
+    assert "the config differs from the run" in result.stderr and listed in result.stderr, result.stderr
+    assert "--accept-changes" in result.stderr
+    assert "note: training_args.max_steps: 2 -> 4" in result.stderr  # listed, not refused
+    assert (run / "run.json").read_text() == before
+
+
+def test_an_accepted_new_lr_applies_from_the_resumed_step_and_is_recorded(cli, tmp_path):
+    config = llm_config(tmp_path, max_steps=2, save_steps=2, warmup_ratio=0.0)
+    assert cli("llm", "--config", config).exit_code == 0
+    changed = yaml.safe_load(config.read_text())
+    changed["training_args"].update(max_steps=4, lr=5e-4)
+    config.write_text(yaml.safe_dump(changed))
+    result = cli("llm", "--config", config, "--resume", "latest", "--accept-changes")
+    assert result.exit_code == 0, result.output
+    assert "training_args.lr: 0.001 -> 0.0005" in result.stderr
+    assert "learning rate: 0.001 -> 0.0005 from step 2 on" in result.stderr
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert {"key": "training_args.lr", "old": 0.001, "new": 0.0005} in record["changes"]
+    # the steps after the resume follow the schedule a run at the new rate has at those steps
+    changed["project_name"] = str(tmp_path / "fresh")
+    fresh = tmp_path / "fresh.yml"
+    fresh.write_text(yaml.safe_dump(changed))
+    assert cli("llm", "--config", fresh).exit_code == 0
+
+    def rates(folder: str) -> dict:
+        state = json.loads((tmp_path / folder / "trainer_state.json").read_text())
+        return {e["step"]: e["learning_rate"] for e in state["log_history"] if "learning_rate" in e}
+
+    resumed, expected = rates("run"), rates("fresh")
+    assert {s: resumed[s] for s in (3, 4)} == pytest.approx({s: expected[s] for s in (3, 4)}, rel=1e-9)
+
+
+def test_a_checkpoint_of_another_shape_is_bad_input_naming_it_and_the_tensor(cli, finished_run, tmp_path):
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    config, run = finished_run
+    shape = LlamaConfig.from_pretrained(ASSETS / "tiny-llama")
+    shape.hidden_size, shape.head_dim, shape.intermediate_size = 32, 8, 64
+    LlamaForCausalLM(shape).save_pretrained(tmp_path / "narrow")
+    AutoTokenizer.from_pretrained(ASSETS / "tiny-llama").save_pretrained(tmp_path / "narrow")
+    other = changed_copy(config, tmp_path, lambda d, t: d.update(base_model=str(t / "narrow")))
+    result = cli("llm", "--config", other, "--resume", "latest", "--accept-changes")
+    assert result.exit_code == 2, result.output
+    error = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and f"checkpoint `{run / 'checkpoint-2'}` does not fit" in error[0], result.stderr
+    assert "tensor `model.embed_tokens.weight` is [320, 64] in the checkpoint and [320, 32] in the model" in error[0]
+    assert "Traceback" not in result.output and "Error(s) in loading" not in result.output

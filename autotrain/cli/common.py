@@ -58,6 +58,12 @@ ResumeOption = typer.Option(
     metavar="[PATH]",
 )
 OverwriteOption = typer.Option(False, "--overwrite", help="Replace an existing run in project_name.")
+AcceptChangesOption = typer.Option(
+    False,
+    "--accept-changes",
+    help="With --resume: continue although the config differs from the run's (each difference is listed); the "
+    "new values apply from the resumed step and run.json records them.",
+)
 PreviewOption = typer.Option(
     None,
     "--preview",

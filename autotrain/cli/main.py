@@ -10,7 +10,16 @@ import typer
 from autotrain import __version__
 from autotrain.cli import app as webapp
 from autotrain.cli import env, export, inference, launch, migrate, templates, train, validate
-from autotrain.cli.common import Command, ConfigOption, DryRunOption, Group, OverwriteOption, ResumeOption, SetOption
+from autotrain.cli.common import (
+    AcceptChangesOption,
+    Command,
+    ConfigOption,
+    DryRunOption,
+    Group,
+    OverwriteOption,
+    ResumeOption,
+    SetOption,
+)
 from autotrain.errors import EXIT_FAILURE, debug_enabled, eprint
 
 app = typer.Typer(
@@ -52,6 +61,7 @@ def root(
     dry_run: bool = DryRunOption,
     resume: str = ResumeOption,
     overwrite: bool = OverwriteOption,
+    accept_changes: bool = AcceptChangesOption,
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
     """Fine-tune LLMs, text and image classifiers from one checked YAML file.
@@ -65,7 +75,7 @@ def root(
     if config is None:
         print(ctx.get_help())
         raise typer.Exit(0)
-    train.run_training(config, set_, dry_run, resume, overwrite, expected_task=None)
+    train.run_training(config, set_, dry_run, resume, overwrite, None, accept_changes=accept_changes)
 
 
 BARE_VALUES = {"--resume": "latest", "--preview": "5"}  # what these options mean standing alone

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from autotrain.config.interpolate import redact
 from autotrain.config.load import LoadedConfig
+from autotrain.run.fingerprint import data_fingerprint, differences, fingerprint
 from autotrain.training.plan import RunPlan
 
 PACKAGES = ("autotrain", "torch", "transformers", "trl", "peft", "accelerate", "datasets", "bitsandbytes")
@@ -61,48 +62,6 @@ def _git_commit() -> str | None:
         return out.stdout.strip() or None if out.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
         return None
-
-
-DATA_SUFFIXES = {".jsonl", ".json", ".csv", ".parquet", ".arrow", ".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp"}
-MAX_FILES = 64
-MAX_ENTRIES = 10_000
-
-
-def data_files(path: Path) -> tuple[list[Path], bool]:
-    """The data files under `path` worth fingerprinting, and whether the list was cut short.
-
-    Only files a dataset is made of (by suffix), at most MAX_FILES, looking at no more than MAX_ENTRIES
-    entries and never following links out of the folder: a misnamed `data.path` costs nothing.
-    """
-    if path.is_file():
-        return ([path] if path.suffix.lower() in DATA_SUFFIXES else []), False
-    found: list[Path] = []
-    seen = 0
-    for root, dirs, files in os.walk(path):
-        dirs.sort()
-        for name in sorted(files):
-            seen += 1
-            if Path(name).suffix.lower() in DATA_SUFFIXES:
-                found.append(Path(root) / name)
-            if len(found) >= MAX_FILES or seen >= MAX_ENTRIES:
-                return found, True
-        seen += len(dirs)
-    return found, False
-
-
-def fingerprint(path: Path) -> dict:
-    """Size and SHA-256 of a local dataset's files (see `data_files` for which)."""
-    files, truncated = data_files(path)
-    out = {}
-    for file in files:
-        digest = hashlib.sha256()
-        with open(file, "rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(chunk)
-        out[str(file)] = {"bytes": file.stat().st_size, "sha256": digest.hexdigest()}
-    if truncated:
-        out["..."] = f"only the first {len(files)} data files are listed"
-    return out
 
 
 # A resume ending so, without a step trained past the checkpoint it resumed, keeps the record it found.
@@ -158,7 +117,6 @@ class RunManifest:
         self.path = folder / "run.json"
         self.secrets = loaded.secrets
         config = loaded.redacted()
-        data_path = Path(loaded.config.data.path).expanduser()
         self.data = {
             "status": "running",
             "command": argv,
@@ -169,7 +127,8 @@ class RunManifest:
             "platform": platform.platform(),
             "hardware": _hardware(),
             "git_commit": _git_commit(),
-            "data": fingerprint(data_path) if data_path.exists() else {"hub": loaded.config.data.path},
+            "data": data_fingerprint(loaded.config),
+            "fingerprint": fingerprint(loaded),  # with `data`: what --resume compares (run/fingerprint.py)
             "process": process or identity(),  # the run's own: the launcher of its ranks, or the one that trains
             "started": _now(),
             "ended": None,
@@ -182,6 +141,11 @@ class RunManifest:
             self.data["resumed_from"] = resumed_from
             earlier = self.previous or {}
             self.data["attempts"] = [*earlier.get("attempts", []), {k: earlier.get(k) for k in _SUMMARY}]
+            if earlier.get("fingerprint"):  # what the resume took on that differs (--accept-changes)
+                changed = differences(
+                    earlier["fingerprint"], earlier.get("data"), self.data["fingerprint"], self.data["data"]
+                )
+                self.data["changes"] = [d.record() for d in changed]
 
     def write(self) -> None:
         # Paths, the command line and fingerprints may hold a secret (`${HF_TOKEN}` in a path, `--set`).

@@ -114,7 +114,7 @@ def train(this: Run, resume: str | None, stop) -> int:
     from transformers.trainer_callback import PrinterCallback
 
     from autotrain.trainers import build_trainer
-    from autotrain.training.checkpoints import AtomicCheckpoints, find_resume_checkpoint
+    from autotrain.training.checkpoints import AtomicCheckpoints, ResumedSchedule, find_resume_checkpoint
     from autotrain.training.guards import install_loss_hooks
     from autotrain.training.metrics_log import MetricsLog
     from autotrain.training.progress import ProgressCallback
@@ -134,6 +134,9 @@ def train(this: Run, resume: str | None, stop) -> int:
     # The builder returns the plan it ran: the resolved one, or one it refined (recorded as such).
     trainer, this.plan = build_trainer(cfg, this.plan, [progress, stop], token=cfg.hub.token)
     trainer.remove_callback(PrinterCallback)  # our progress display replaces its raw dict lines
+    if checkpoint:
+        _check_fits(this, checkpoint, trainer.model)
+        trainer.add_callback(ResumedSchedule(cfg.training_args.lr, this.say))  # the schedule as the config says
     install_loss_hooks(trainer, cfg.training_args.nan_policy)
     AtomicCheckpoints(folder, cfg.training_args.save_total_limit, [checkpoint] if checkpoint else []).attach(trainer)
     progress.trainer = trainer
@@ -154,6 +157,23 @@ def train(this: Run, resume: str | None, stop) -> int:
         code = _completed(this, trainer, dict(result.metrics))
     _leave_process_group()
     return code
+
+
+def _check_fits(this: Run, checkpoint: str, model) -> None:
+    """A checkpoint whose tensors are not the model's shapes (another base model, other LoRA settings) is bad
+    input, said before the Trainer fails on it."""
+    from autotrain.training.verify import shape_problem
+
+    problem = shape_problem(Path(checkpoint), model)
+    if problem:
+        raise UserInputError(_misfit(this, checkpoint, problem))
+
+
+def _misfit(this: Run, checkpoint: str, problem: str) -> str:
+    return (
+        f"--resume: checkpoint `{checkpoint}` does not fit the model being trained: {problem} (base_model "
+        f"`{this.cfg.base_model}`); resume with the model and settings it was trained with, or start without --resume"
+    )
 
 
 def _leave_process_group() -> None:
@@ -290,8 +310,11 @@ def failure_code(this: Run, exc: BaseException) -> int:
     if isinstance(exc, Diverged):
         this.say(f"error: {exc}" + (f"; the last good checkpoint is {last}" if last else ""), every_rank=True)
         return this.finish("diverged", EXIT_DIVERGED, last, error=str(exc))
-    from autotrain.training.verify import refused_pickle
+    from autotrain.training.verify import refused_pickle, size_mismatch
 
+    if this.checkpoint and size_mismatch(exc):  # what _check_fits could not read (a sharded checkpoint)
+        this.say(f"error: {_misfit(this, this.checkpoint, size_mismatch(exc))}", every_rank=True)
+        return this.finish("bad input", EXIT_BAD_INPUT, last, error=size_mismatch(exc))
     if refused_pickle(exc):  # torch refused to unpickle a model file: the input, not the run (and no advice)
         this.say(f"error: the model files (base_model or a checkpoint): {refused_pickle(exc)}", every_rank=True)
         return this.finish("bad input", EXIT_BAD_INPUT, last)

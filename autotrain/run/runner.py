@@ -8,13 +8,18 @@ Exit codes: those of run/rank.py (0 done, 1 failure, 2 bad input, 3 diverged, 13
 from __future__ import annotations
 
 from autotrain.config.load import LoadedConfig
-from autotrain.errors import EXIT_BAD_INPUT, EXIT_OK
+from autotrain.errors import EXIT_BAD_INPUT, EXIT_OK, UserInputError
 from autotrain.run.rank import Run, failure_code, launched, resolve, run_rank, train
 from autotrain.training.quiet import quiet_bars
 
 
-def run(loaded: LoadedConfig, resume: str | None = None, overwrite: bool = False, argv_sets=()) -> int:
-    """Claim the project folder, then train here or in several processes; returns the exit code."""
+def run(
+    loaded: LoadedConfig, resume: str | None = None, overwrite: bool = False, argv_sets=(), accept_changes: bool = False
+) -> int:
+    """Claim the project folder, then train here or in several processes; returns the exit code.
+
+    `accept_changes`: a resume whose config differs from the run's record goes on with the new values
+    (without it, it is refused with the list of differences)."""
     if launched():  # a rank a launcher started: the parent has claimed the folder already
         return run_rank(loaded, resume, argv_sets)
     quiet_bars()  # before anything imports transformers (and tqdm)
@@ -29,6 +34,8 @@ def run(loaded: LoadedConfig, resume: str | None = None, overwrite: bool = False
             project = ProjectFolder(this.folder).claim(resume, overwrite)
             if resume and _finished(this):
                 return EXIT_OK
+            if resume:
+                _check_changes(this, accept_changes)
         else:  # machine 0 claims the (shared) folder; the others only write into it
             this.folder.mkdir(parents=True, exist_ok=True)
         ray = this.cfg.distributed.backend == "ray"  # Ray places the workers: no machines to check in
@@ -73,6 +80,32 @@ def _launch(this: Run, resume: str | None, ray: bool) -> int:
     if this.cfg.distributed.machine_rank == 0:
         settle(this.folder, code, how)
     return code
+
+
+def _check_changes(this: Run, accept: bool) -> None:
+    """`--resume` with a config that differs from the run's record: list every difference; go on only with
+    `accept` (the schedule's length may change without it)."""
+    from autotrain.run.fingerprint import data_fingerprint, differences, fingerprint, is_length
+    from autotrain.training.folder import run_record
+
+    record = run_record(this.folder)
+    if not record.get("fingerprint"):
+        this.say(f"note: {this.folder}/run.json records no fingerprint of the run; the config is taken as it is")
+        return
+    found = differences(record["fingerprint"], record.get("data"), fingerprint(this.loaded), data_fingerprint(this.cfg))
+    for difference in filter(is_length, found):
+        this.say(f"note: {difference.line()} (the schedule now ends there)")
+    changed = [d for d in found if not is_length(d)]
+    if not changed:
+        return
+    listed = "".join(f"\n  {d.line()}" for d in changed)
+    if not accept:
+        raise UserInputError(
+            f"--resume: the config differs from the run in `{this.folder}` (its run.json):{listed}\n"
+            "To continue the run as it was, restore these values; to continue with the new ones from the resumed "
+            "step, add --accept-changes (run.json records them)."
+        )
+    this.say(f"resuming with changes (--accept-changes), applied from the resumed step:{listed}")
 
 
 def _finished(this: Run) -> bool:
