@@ -419,3 +419,44 @@ def test_a_checkpoint_of_another_shape_is_bad_input_naming_it_and_the_tensor(cli
     assert len(error) == 1 and f"checkpoint `{run / 'checkpoint-2'}` does not fit" in error[0], result.stderr
     assert "tensor `model.embed_tokens.weight` is [320, 64] in the checkpoint and [320, 32] in the model" in error[0]
     assert "Traceback" not in result.output and "Error(s) in loading" not in result.output
+
+
+# --- the final save and max_steps -------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_run_killed_during_its_final_save_resumes_to_exactly_max_steps(tmp_path):
+    config = llm_config(tmp_path, max_steps=4, save_steps=2)
+    process = spawn("llm", "--config", config, slow="save_metrics=30", tmp_path=tmp_path)
+    try:
+        wait_for_line(process, "slow save_metrics")  # the final save: the model is written, the rest is not
+        process.kill()
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    run = tmp_path / "run"
+    resumed = spawn("llm", "--config", config, "--resume")
+    out = resumed.communicate(timeout=300)[0]
+    assert resumed.returncode == 0, out
+    assert "is at step 4, the end of the schedule: no step left to train" in out, out
+    assert json.loads((run / "trainer_state.json").read_text())["global_step"] == 4
+    assert max(int(p.name.split("-")[1]) for p in run.glob("checkpoint-*")) == 4  # no checkpoint-5
+    assert json.loads((run / "run.json").read_text())["status"] == "completed"
+
+
+@pytest.mark.slow
+def test_sigterm_during_the_final_save_lets_it_finish(tmp_path):
+    config = llm_config(tmp_path, max_steps=4, save_steps=2)
+    process = spawn("llm", "--config", config, slow="save_metrics=5", tmp_path=tmp_path)
+    try:
+        lines = wait_for_line(process, "slow save_metrics")
+        process.send_signal(signal.SIGTERM)
+        out = "".join(lines) + process.communicate(timeout=120)[0]
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 0, out
+    assert "SIGTERM: saving the final model first" in out and "nothing to save" not in out, out
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "completed"
+    assert json.loads((tmp_path / "run" / "trainer_state.json").read_text())["global_step"] == 4

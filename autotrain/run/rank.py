@@ -73,6 +73,8 @@ class Run:
         self.plan = None  # RunPlan, once resolved
         self.rendezvous = None  # the multi-node check-in store (machine 0 serves it while the run lasts)
         self.checkpoint = None  # the checkpoint this run resumes from
+        self.saved = False  # the final model is saved
+        self.stop = None  # the GracefulStop of this process
 
     def say(self, message: str, every_rank: bool = False) -> None:
         """Progress messages come from the main process only; errors from every rank that has one."""
@@ -111,24 +113,49 @@ def resolve(this: Run):
 
 
 def train(this: Run, resume: str | None, stop) -> int:
+    from autotrain.training.checkpoints import find_resume_checkpoint
+
+    checkpoint = find_resume_checkpoint(this.folder, resume, warn=this.say) if resume else None
+    this.checkpoint = checkpoint
+    this.stop, stop.before_exit = stop, this.on_second_signal
+    if checkpoint:
+        this.say(f"resuming from {checkpoint}")
+    trainer, progress = _build(this, checkpoint, stop)
+    done = _schedule_done(checkpoint, this.cfg) if checkpoint else None
+    if done is not None:  # killed during the final save: train no step past the schedule, save again
+        this.say(f"{checkpoint} is at step {done}, the end of the schedule: no step left to train; saving the model")
+        _load_trained(trainer, checkpoint)
+        stop.finishing = True
+        code = _completed(this, trainer, {}, trained=False)
+        _leave_process_group()
+        return code
+    try:
+        result = trainer.train(resume_from_checkpoint=checkpoint)
+    finally:
+        progress.close()
+    if stop.agreed is not None:  # the same on every rank: all save and stop, or none
+        code = _interrupted(this, trainer, stop.agreed)
+        stop.wait_for_other_ranks()  # none exits while another still writes the checkpoint
+    else:
+        code = _completed(this, trainer, dict(result.metrics))
+    _leave_process_group()
+    return code
+
+
+def _build(this: Run, checkpoint: str | None, stop):
+    """The trainer with autotrain's callbacks, and run.json started; (trainer, progress display)."""
     from transformers.trainer_callback import PrinterCallback
 
     from autotrain.trainers import build_trainer
-    from autotrain.training.checkpoints import AtomicCheckpoints, ResumedSchedule, find_resume_checkpoint
+    from autotrain.training.checkpoints import AtomicCheckpoints, ResumedSchedule
     from autotrain.training.guards import install_loss_hooks
+    from autotrain.training.memory import current_anon, mark_baseline
     from autotrain.training.metrics_log import MetricsLog
     from autotrain.training.progress import ProgressCallback
 
     cfg, folder = this.cfg, this.folder
-    checkpoint = find_resume_checkpoint(folder, resume, warn=this.say) if resume else None
-    this.checkpoint = checkpoint
-    stop.before_exit = this.on_second_signal
-    if checkpoint:
-        this.say(f"resuming from {checkpoint}")
     quiet_libraries()
     memory = _memory_estimate(this)
-    from autotrain.training.memory import current_anon, mark_baseline
-
     before_model = current_anon()
     progress = ProgressCallback()
     # The builder returns the plan it ran: the resolved one, or one it refined (recorded as such).
@@ -146,17 +173,30 @@ def train(this: Run, resume: str | None, stop) -> int:
     _start_manifest(this, memory)
     this.started = True
     mark_baseline(trainer.model, before_model)  # the measured peak leaves out what is not the model's
+    return trainer, progress
+
+
+def _schedule_done(checkpoint: str, cfg) -> int | None:
+    """The checkpoint's step when it already holds the whole schedule (a run killed during its final save),
+    else None: the Trainer would train one step more from it."""
+    import json
+
     try:
-        result = trainer.train(resume_from_checkpoint=checkpoint)
-    finally:
-        progress.close()
-    if stop.agreed is not None:  # the same on every rank: all save and stop, or none
-        code = _interrupted(this, trainer, stop.agreed)
-        stop.wait_for_other_ranks()  # none exits while another still writes the checkpoint
-    else:
-        code = _completed(this, trainer, dict(result.metrics))
-    _leave_process_group()
-    return code
+        state = json.loads((Path(checkpoint) / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    step, epoch, args = state.get("global_step", 0), state.get("epoch") or 0, cfg.training_args
+    if args.max_steps is not None:
+        return step if step >= args.max_steps else None
+    return step if epoch >= args.epochs - 1e-6 else None
+
+
+def _load_trained(trainer, checkpoint: str) -> None:
+    """The checkpoint's weights and state into `trainer`, as `train(resume_from_checkpoint=...)` loads them."""
+    from transformers import TrainerState
+
+    trainer._load_from_checkpoint(checkpoint)
+    trainer.state = TrainerState.load_from_json(str(Path(checkpoint) / "trainer_state.json"))
 
 
 def _check_fits(this: Run, checkpoint: str, model) -> None:
@@ -254,7 +294,7 @@ def _interrupted(this: Run, trainer, signum: int) -> int:
     return this.finish("interrupted", code, last)
 
 
-def _completed(this: Run, trainer, metrics: dict) -> int:
+def _completed(this: Run, trainer, metrics: dict, trained: bool = True) -> int:
     from autotrain.run.outputs import save_final
 
     if getattr(trainer, "skipped_batches", 0):
@@ -263,14 +303,19 @@ def _completed(this: Run, trainer, metrics: dict) -> int:
     if getattr(trainer, "skipped_tensors", 0):
         metrics["skipped_tensors"] = trainer.skipped_tensors
         this.say(f"warning: the optimizer skipped {trainer.skipped_tensors} parameter update(s): non-finite gradient")
-    _record_compile_choices(this, trainer)
-    _record_memory(this)  # before saving: the peak of training, not of writing the model
+    if trained:
+        _record_compile_choices(this, trainer)
+        _record_memory(this)  # before saving: the peak of training, not of writing the model
     save_final(trainer, this.loaded, this.plan, metrics)
     if this.manifest is not None and "memory" in this.manifest.data:
         from autotrain.run.outputs import add_memory_to_card
 
         add_memory_to_card(this.folder, this.manifest.data["memory"])
+    this.saved = True
     this.say(f"done: model saved to {this.folder}/ ({_losses(trainer, metrics)})")
+    stopped = _stop_after_saving(this)
+    if stopped is not None:
+        return stopped
     code, exported = EXIT_OK, []
     if getattr(this.cfg, "export", None) is not None and trainer.is_world_process_zero():
         from autotrain.run.outputs import export_after_training
@@ -281,6 +326,28 @@ def _completed(this: Run, trainer, metrics: dict) -> int:
 
         this.say(f"pushed to {push_to_hub(this.loaded, exported)}")
     return this.finish("completed", code, last_checkpoint(this.folder))
+
+
+def _stop_after_saving(this: Run) -> int | None:
+    """A signal that came during the final save waited for it; the export and upload that would follow are
+    skipped (the exit code says so). A signal from here on interrupts them at once."""
+    from autotrain.training.signals import EXIT_CODES
+
+    stop = this.stop
+    if stop is None:
+        return None
+    stop.finishing = False
+    after = [what for what, asked in (("export", this.cfg.export), ("upload", this.cfg.hub.push_to_hub)) if asked]
+    if stop.received is None or not after:
+        return None
+    this.say(f"stopped on {signal_name(stop.received)} before the {' and '.join(after)} (the model is saved)")
+    return this.finish("completed", EXIT_CODES[stop.received], last_checkpoint(this.folder))
+
+
+def signal_name(signum: int) -> str:
+    import signal
+
+    return signal.Signals(signum).name
 
 
 def _losses(trainer, metrics: dict) -> str:
@@ -304,8 +371,12 @@ def failure_code(this: Run, exc: BaseException) -> int:
     from autotrain.training.signals import Interrupted
 
     if isinstance(exc, Interrupted):
+        last = last_checkpoint(this.folder)
+        if this.saved:  # during the export or the upload: what was trained is saved whole
+            this.say(f"interrupted by {exc} after the final model was saved to {this.folder}/")
+            return this.finish("completed", exc.exit_code, last)
         this.say(f"interrupted by {exc} before training started; nothing to save")
-        return this.finish("interrupted", exc.exit_code, last_checkpoint(this.folder))
+        return this.finish("interrupted", exc.exit_code, last)
     last = last_checkpoint(this.folder)
     if isinstance(exc, Diverged):
         this.say(f"error: {exc}" + (f"; the last good checkpoint is {last}" if last else ""), every_rank=True)
