@@ -44,23 +44,29 @@ def llm_config(tmp_path: Path, name: str = "run", distributed: dict | None = Non
     return path
 
 
-# Loaded by the processes `spawn(..., slow=...)` starts: `Trainer.<method>` prints `slow <method>` and waits
-# that many seconds before it runs, so that a signal or a kill can land while it is under way.
+# Loaded by the processes `spawn(..., slow=...)` starts: each `module:Class.method=seconds` (or
+# `module:function=seconds`) prints `slow NAME` (rank 0 only) and waits that long before it runs, so that a
+# signal, a kill or a second process can land while it is under way.
 SLOW = """
 import os
 if os.environ.get("TEST_SLOW"):
-    import time, transformers
-    def _slowed(name, seconds):
-        real = getattr(transformers.Trainer, name)
-        def slowed(self, *args, **kwargs):
-            if self.is_world_process_zero():
+    import importlib, time
+    def _slowed(target, seconds):
+        module, _, path = target.partition(":")
+        owner = importlib.import_module(module)
+        *parents, name = path.split(".")
+        for parent in parents:
+            owner = getattr(owner, parent)
+        real = getattr(owner, name)
+        def slowed(*args, **kwargs):
+            if os.environ.get("RANK", "0") == "0":
                 print(f"slow {name}", flush=True)
                 time.sleep(seconds)
-            return real(self, *args, **kwargs)
-        setattr(transformers.Trainer, name, slowed)
+            return real(*args, **kwargs)
+        setattr(owner, name, slowed)
     for item in os.environ["TEST_SLOW"].split(","):
-        name, seconds = item.split("=")
-        _slowed(name, float(seconds))
+        target, seconds = item.split("=")
+        _slowed(target, float(seconds))
 """
 
 
@@ -279,7 +285,7 @@ def test_a_killed_rank_0_leaves_a_record_of_how_the_run_ended(tmp_path):
 @pytest.mark.slow
 def test_a_second_sigterm_exits_at_once_and_says_so_in_run_json(tmp_path):
     config = llm_config(tmp_path, max_steps=100000)
-    process = spawn("llm", "--config", config, slow="_save_checkpoint=20", tmp_path=tmp_path)
+    process = spawn("llm", "--config", config, slow="transformers:Trainer._save_checkpoint=20", tmp_path=tmp_path)
     try:
         wait_for_line(process, "step 2/")
         process.send_signal(signal.SIGTERM)
@@ -427,7 +433,7 @@ def test_a_checkpoint_of_another_shape_is_bad_input_naming_it_and_the_tensor(cli
 @pytest.mark.slow
 def test_a_run_killed_during_its_final_save_resumes_to_exactly_max_steps(tmp_path):
     config = llm_config(tmp_path, max_steps=4, save_steps=2)
-    process = spawn("llm", "--config", config, slow="save_metrics=30", tmp_path=tmp_path)
+    process = spawn("llm", "--config", config, slow="transformers:Trainer.save_metrics=30", tmp_path=tmp_path)
     try:
         wait_for_line(process, "slow save_metrics")  # the final save: the model is written, the rest is not
         process.kill()
@@ -448,7 +454,7 @@ def test_a_run_killed_during_its_final_save_resumes_to_exactly_max_steps(tmp_pat
 @pytest.mark.slow
 def test_sigterm_during_the_final_save_lets_it_finish(tmp_path):
     config = llm_config(tmp_path, max_steps=4, save_steps=2)
-    process = spawn("llm", "--config", config, slow="save_metrics=5", tmp_path=tmp_path)
+    process = spawn("llm", "--config", config, slow="transformers:Trainer.save_metrics=5", tmp_path=tmp_path)
     try:
         lines = wait_for_line(process, "slow save_metrics")
         process.send_signal(signal.SIGTERM)
@@ -460,3 +466,209 @@ def test_sigterm_during_the_final_save_lets_it_finish(tmp_path):
     assert "SIGTERM: saving the final model first" in out and "nothing to save" not in out, out
     assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "completed"
     assert json.loads((tmp_path / "run" / "trainer_state.json").read_text())["global_step"] == 4
+
+
+# --- full disks and bad files ---------------------------------------------------------------------------
+
+
+def test_a_full_disk_during_a_checkpoint_is_one_line_and_keeps_the_last_complete_one(cli, tmp_path, monkeypatch):
+    import torch
+
+    real = torch.save
+
+    def full_at_the_second(obj, f, *args, **kwargs):
+        if str(f).endswith(os.path.join("checkpoint-4", "optimizer.pt")):  # torch's writer on a full device
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 4160 vs 4054")
+        return real(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", full_at_the_second)
+    result = cli("llm", "--config", llm_config(tmp_path, max_steps=6, save_steps=2))
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in result.output, result.stderr
+    run = tmp_path / "run"
+    assert errors[0].startswith(f"error: no space left on the device writing checkpoint `checkpoint-4` in `{run}`: ")
+    assert (
+        "it needs about " in errors[0] and f"the last complete checkpoint, {run / 'checkpoint-2'}, is kept" in errors[0]
+    )
+    assert "--resume" in result.stderr
+    assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-2"]  # the cut one is gone
+    assert (run / "checkpoint-2" / ".autotrain-complete").is_file()
+    record = json.loads((run / "run.json").read_text())
+    assert record["status"] == "failed" and record["exit_code"] == 2 and "no space left" in record["error"]
+
+
+def finished_copy(folder: Path) -> Path:
+    """The tiny model as a finished run's folder (model, its config, a completed run.json)."""
+    import shutil
+
+    shutil.copytree(ASSETS / "tiny-llama", folder)
+    config = yaml.safe_load(llm_config(folder.parent, "unused").read_text())
+    (folder / "autotrain.yaml").write_text(yaml.safe_dump({**config, "project_name": "runs/tiny"}))
+    (folder / "run.json").write_text(json.dumps({"status": "completed"}))
+    return folder
+
+
+@pytest.mark.parametrize("command", ["export", "predict"])
+def test_a_truncated_weights_file_is_bad_input_naming_it(cli, tmp_path, command):
+    run = finished_copy(tmp_path / "run")
+    weights = run / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:5000])
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"text": "hello"}\n')
+    args = ["-o", tmp_path / "out"] if command == "export" else ["-i", rows, "-o", tmp_path / "out.jsonl"]
+    result = cli(command, run, *args)
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"{weights} is cut short or damaged" in errors[0], result.stderr
+    assert "Traceback" not in result.output and "SafetensorError" not in result.output
+
+
+def hold(code: str) -> subprocess.Popen:
+    """A process that runs `code` (which takes a lock), prints `held`, and waits until its stdin closes."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", f"import sys\n{code}\nprint('held', flush=True)\nsys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert process.stdout.readline().strip() == "held"
+    return process
+
+
+def test_a_second_export_to_the_same_output_is_refused(cli, tmp_path):
+    run = finished_copy(tmp_path / "run")
+    out = tmp_path / "out"
+    take = "from pathlib import Path\nfrom autotrain.export.output import locked\n"
+    other = hold(take + f"held = locked(Path({str(out)!r}))\nheld.__enter__()")
+    try:
+        result = cli("export", run, "-o", out)
+    finally:
+        other.communicate("")
+    assert result.exit_code == 2, result.output
+    assert f"error: another export to `{out}` is under way (pid {other.pid})" in result.stderr
+    assert not out.exists()
+
+
+def test_a_killed_predicts_partial_file_is_removed_by_the_next(tmp_path):
+    from autotrain.inference.predict import jsonl_writer
+
+    out = tmp_path / "out.jsonl"
+    dead = dead_process()["pid"]
+    stale = tmp_path / f".out.jsonl.{dead}-0123abcd.partial"
+    stale.write_text('{"row": 0}\n')
+    mine = tmp_path / ".out.jsonl.notours.partial"  # not a name predict makes: left alone
+    mine.write_text("the user's\n")
+    with jsonl_writer(out, rows=1) as write:
+        write({"row": 0, "label": "a"})
+    assert not stale.exists() and mine.read_text() == "the user's\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.jsonl.notours.partial", "out.jsonl"]
+
+
+def test_predictions_on_a_full_disk_are_one_line_with_the_space_needed(tmp_path, monkeypatch):
+    import builtins
+    import errno
+
+    from autotrain.errors import UserInputError
+    from autotrain.inference.predict import jsonl_writer
+
+    out = tmp_path / "out.jsonl"
+    real_open = builtins.open
+
+    class Full:
+        def __init__(self, handle):
+            self.handle, self.lines = handle, 0
+
+        def write(self, text):
+            self.lines += 1
+            if self.lines > 2:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return self.handle.write(text)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+    monkeypatch.setattr(
+        builtins,
+        "open",
+        lambda f, *a, **k: Full(real_open(f, *a, **k)) if isinstance(f, int) else real_open(f, *a, **k),
+    )
+    with pytest.raises(UserInputError) as refused, jsonl_writer(out, rows=1000) as write:
+        for row in range(1000):
+            write({"row": row, "label": "positive", "score": 0.5})
+    assert str(refused.value).startswith(f"no space left on the device writing `out.jsonl` in `{tmp_path}`: ")
+    assert "it needs about 4" in str(refused.value)  # 1000 rows of about 45 bytes
+    assert list(tmp_path.iterdir()) == []  # nothing half written is left
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """`small_disk(size)`: a folder on a tmpfs of `size` (e.g. "2m"), unmounted afterwards; skipped where
+    mounting is not allowed (it needs root)."""
+    mounted = []
+
+    def make(size: str) -> Path:
+        folder = tmp_path / f"disk-{len(mounted)}"
+        folder.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.decode().strip() or done.returncode}")
+        mounted.append(folder)
+        return folder
+
+    yield make
+    for folder in mounted:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not LINUX, reason="mounts a tmpfs")
+def test_a_device_that_fills_during_training_is_one_line_and_keeps_the_last_checkpoint(tmp_path, small_disk):
+    disk = small_disk("2m")  # room for one checkpoint of the tiny model (1.2 MB), not two
+    config = llm_config(disk, max_steps=4, save_steps=1)
+    process = spawn("llm", "--config", config)
+    out = process.communicate(timeout=300)[0]
+    assert process.returncode == 2, out
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in out, out
+    assert errors[0].startswith(
+        f"error: no space left on the device writing checkpoint `checkpoint-2` in `{disk / 'run'}`"
+    )
+    assert f"the last complete checkpoint, {disk / 'run' / 'checkpoint-1'}, is kept" in errors[0]
+    assert sorted(p.name for p in (disk / "run").glob("checkpoint-*")) == ["checkpoint-1"]
+    record = json.loads((disk / "run" / "run.json").read_text())
+    assert record["status"] == "failed" and record["exit_code"] == 2 and "no space left" in record["error"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not LINUX, reason="mounts a tmpfs")
+def test_an_export_onto_a_full_device_is_one_line_and_leaves_nothing(cli, tmp_path, small_disk):
+    run = finished_copy(tmp_path / "run")
+    disk = small_disk("64k")  # the f16 file of the tiny model takes about 190 KB
+    result = cli("export", run, "-o", disk / "out")
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in result.output, result.output
+    assert errors[0].startswith(f"error: no space left on the device writing `out` in `{disk}`: it needs about ")
+    assert [p.name for p in disk.iterdir()] == [".out.lock"]  # no staging folder, nothing under `out`
+
+
+@pytest.mark.slow
+def test_an_export_started_while_another_writes_the_same_output_is_refused(tmp_path):
+    run = finished_copy(tmp_path / "run")
+    out = tmp_path / "out"
+    first = spawn("export", run, "-o", out, slow="autotrain.export.output:publish=15", tmp_path=tmp_path)
+    try:
+        wait_for_line(first, "slow publish")  # written, checked, about to be renamed into place
+        second = spawn("export", run, "-o", out)
+        refused = second.communicate(timeout=120)[0]
+        out_first = first.communicate(timeout=120)[0]
+    finally:
+        for process in (first, locals().get("second")):
+            if process is not None and process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+    assert second.returncode == 2, refused
+    assert f"error: another export to `{out}` is under way (pid {first.pid})" in refused
+    assert first.returncode == 0, out_first
+    assert len(list(out.glob("*.gguf"))) == 1

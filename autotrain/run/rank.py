@@ -74,6 +74,8 @@ class Run:
         self.rendezvous = None  # the multi-node check-in store (machine 0 serves it while the run lasts)
         self.checkpoint = None  # the checkpoint this run resumes from
         self.saved = False  # the final model is saved
+        self.trainer = None  # once built
+        self.writing = None  # what is being written outside the Trainer's checkpoints, for a full disk's message
         self.stop = None  # the GracefulStop of this process
 
     def say(self, message: str, every_rank: bool = False) -> None:
@@ -171,7 +173,7 @@ def _build(this: Run, checkpoint: str | None, stop):
     if trainer.args.world_size > 1:
         this.say(f"processes: {trainer.args.world_size} (world size)")
     _start_manifest(this, memory)
-    this.started = True
+    this.started, this.trainer = True, trainer
     mark_baseline(trainer.model, before_model)  # the measured peak leaves out what is not the model's
     return trainer, progress
 
@@ -306,7 +308,9 @@ def _completed(this: Run, trainer, metrics: dict, trained: bool = True) -> int:
     if trained:
         _record_compile_choices(this, trainer)
         _record_memory(this)  # before saving: the peak of training, not of writing the model
+    this.writing = "the final model"
     save_final(trainer, this.loaded, this.plan, metrics)
+    this.writing = None
     if this.manifest is not None and "memory" in this.manifest.data:
         from autotrain.run.outputs import add_memory_to_card
 
@@ -337,7 +341,8 @@ def _stop_after_saving(this: Run) -> int | None:
     if stop is None:
         return None
     stop.finishing = False
-    after = [what for what, asked in (("export", this.cfg.export), ("upload", this.cfg.hub.push_to_hub)) if asked]
+    asked = (("export", getattr(this.cfg, "export", None)), ("upload", this.cfg.hub.push_to_hub))
+    after = [what for what, wanted in asked if wanted]
     if stop.received is None or not after:
         return None
     this.say(f"stopped on {signal_name(stop.received)} before the {' and '.join(after)} (the model is saved)")
@@ -360,6 +365,10 @@ def _losses(trainer, metrics: dict) -> str:
 
 def failure_code(this: Run, exc: BaseException) -> int:
     """Report an exception that ended the run and return its exit code (re-raise what is not ours)."""
+    from autotrain.training.disk import is_disk_full
+
+    if is_disk_full(exc):  # checked first: a full disk may also be behind a UserInputError (DiskFull)
+        return _disk_full(this, exc)
     if isinstance(exc, UserInputError):
         if debug_enabled():
             traceback.print_exc()
@@ -397,6 +406,34 @@ def failure_code(this: Run, exc: BaseException) -> int:
     if log is not None:
         this.say(f"full traceback: {log}", every_rank=True)
     return this.finish("failed", EXIT_FAILURE, last, error=f"{type(exc).__name__}: {first}")
+
+
+def _disk_full(this: Run, exc: BaseException) -> int:
+    """The device filled up: one line saying what was written where and the space a checkpoint takes; the
+    checkpoint cut short is removed (never complete, it frees space), the last complete one is kept."""
+    import shutil
+
+    from autotrain.training.disk import DiskFull, no_space, size_of
+    from autotrain.training.folder import is_complete
+
+    step = this.trainer.state.global_step if this.trainer is not None else None
+    partial = this.folder / f"checkpoint-{step}" if step else None
+    if partial is not None and partial.is_dir() and not is_complete(partial) and this.writing is None:
+        if this.main_process:
+            shutil.rmtree(partial, ignore_errors=True)
+        writing = f"checkpoint `{partial.name}`"
+    else:
+        writing = this.writing or (f"`{exc.filename}`" if getattr(exc, "filename", None) else "the run's files")
+    last = last_checkpoint(this.folder)
+    error = exc if isinstance(exc, DiskFull) else no_space(this.folder, writing, size_of(last) if last else None)
+    if debug_enabled():
+        traceback.print_exc()
+    if last:
+        this.say(f"error: {error}; the last complete checkpoint, {last}, is kept: then resume with")
+        this.say(f"  {resume_command(this.loaded, this.argv_sets)}")
+    else:
+        this.say(f"error: {error}; no checkpoint was complete yet")
+    return this.finish("failed", EXIT_BAD_INPUT, last, error=str(error))
 
 
 def last_checkpoint(folder: Path) -> str | None:

@@ -58,6 +58,17 @@ def send(record: object, signum: int) -> bool:
     return True
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process `pid` exists (a reused pid counts: callers only leave its files alone then)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def to_env(record: dict) -> str:
     return json.dumps(record, separators=(",", ":"))
 

@@ -77,6 +77,13 @@ class MetricsLog(TrainerCallback):
         record = {"step": state.global_step, "max_steps": state.max_steps, **logs, **self._rates(state)}
         record = {k: _finite(v) for k, v in record.items()}
         record["time"] = time.time()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record, default=str) + "\n")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(record, default=str) + "\n")
+        except OSError as exc:
+            from autotrain.training.disk import is_disk_full, no_space
+
+            if is_disk_full(exc):
+                raise no_space(self.path.parent, self.path.name, None) from exc
+            raise
