@@ -672,3 +672,54 @@ def test_an_export_started_while_another_writes_the_same_output_is_refused(tmp_p
     assert f"error: another export to `{out}` is under way (pid {first.pid})" in refused
     assert first.returncode == 0, out_first
     assert len(list(out.glob("*.gguf"))) == 1
+
+
+# --- SIGKILL at seeded random moments ---------------------------------------------------------------------
+
+KILLED_STEPS = 8
+
+
+@pytest.fixture(scope="module")
+def unbroken(tmp_path_factory) -> dict:
+    """The weights of the run the killed ones are compared with, trained without a break."""
+    from safetensors.torch import load_file
+
+    tmp_path = tmp_path_factory.mktemp("unbroken")
+    process = spawn("llm", "--config", llm_config(tmp_path, max_steps=KILLED_STEPS, save_steps=1))
+    out = process.communicate(timeout=300)[0]
+    assert process.returncode == 0, out
+    return load_file(tmp_path / "run" / "model.safetensors")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_run_sigkilled_at_a_random_moment_resumes_to_the_unbroken_runs_weights(tmp_path, unbroken, seed):
+    """Killed somewhere in steps 2 to 8 (a checkpoint every step, so often while one is written), then
+    resumed: exactly max_steps trained, one line per step in metrics.jsonl, the weights of the unbroken run."""
+    import random
+
+    from safetensors.torch import load_file
+
+    config = llm_config(tmp_path, max_steps=KILLED_STEPS, save_steps=1)
+    process = spawn("llm", "--config", config)
+    try:
+        lines = wait_for_line(process, "step 2/")
+        time.sleep(random.Random(seed).uniform(0.0, 3.0))
+        process.kill()
+        lines += process.communicate(timeout=30)[0].splitlines(keepends=True)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    run = tmp_path / "run"
+    resumed = spawn("llm", "--config", config, "--resume")
+    out = resumed.communicate(timeout=300)[0]
+    assert resumed.returncode == 0, "".join(lines) + out
+    assert json.loads((run / "trainer_state.json").read_text())["global_step"] == KILLED_STEPS
+    assert max(int(p.name.split("-")[1]) for p in run.glob("checkpoint-*")) == KILLED_STEPS
+    assert json.loads((run / "run.json").read_text())["status"] == "completed"
+    logged = [json.loads(line) for line in (run / "logs" / "metrics.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in logged if "loss" in e] == list(range(1, KILLED_STEPS + 1))
+    got = load_file(run / "model.safetensors")
+    for name, tensor in unbroken.items():
+        scale = tensor.abs().max().clamp_min(1e-12)
+        assert ((got[name] - tensor).abs().max() / scale) <= 1e-5, name
