@@ -115,7 +115,7 @@ def _launched_rank() -> bool:
     which failed a run that had trained; so a rank ends as the read-only commands do (`_exit_now`)."""
     import os
 
-    from autotrain.run.rank import ACCELERATE_LAUNCHED, LAUNCHED_ENV
+    from autotrain.run.process import ACCELERATE_LAUNCHED, LAUNCHED_ENV
 
     return os.environ.get(LAUNCHED_ENV) == ACCELERATE_LAUNCHED
 

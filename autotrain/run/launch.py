@@ -31,7 +31,7 @@ from autotrain.errors import (
     eprint,
 )
 from autotrain.run.distributed import check_hardware, strategy_flags, write_launch_files
-from autotrain.run.rank import ACCELERATE_LAUNCHED, LAUNCHED_ENV, PARENT_ENV
+from autotrain.run.process import ACCELERATE_LAUNCHED, LAUNCHED_ENV, PARENT_ENV
 from autotrain.training.plan import RunPlan, visible_gpus
 
 LAUNCHER = ("-m", "accelerate.commands.launch")

@@ -132,7 +132,8 @@ def _worker(payload: dict[str, Any]) -> None:
     """One Ray Train worker: the rank path of run/rank.py; reports its exit code to the driver."""
     import ray.train
 
-    from autotrain.run.rank import LAUNCHED_ENV, PARENT_ENV, RAY_LAUNCHED, run_rank
+    from autotrain.run.process import LAUNCHED_ENV, PARENT_ENV, RAY_LAUNCHED
+    from autotrain.run.rank import run_rank
     from autotrain.training.signals import STOP_FILE_ENV
 
     os.chdir(payload["cwd"])

@@ -1,6 +1,6 @@
-"""The parent: claim the project folder, resolve the plan, then train here (one process) or launch the ranks
-(accelerate, Ray) and wait for them. What a rank does is in run/rank.py; a process started as a rank goes
-straight there.
+"""The parent: claim the project folder, resolve the plan, then train here (one process, run/train.py) or
+launch the ranks (accelerate, Ray) and wait for them. What a rank does is in run/rank.py; a process started
+as a rank goes straight there.
 
 Exit codes: those of run/rank.py (0 done, 1 failure, 2 bad input, 3 diverged, 130 / 143 interrupted).
 """
@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from autotrain.config.load import LoadedConfig
 from autotrain.errors import EXIT_BAD_INPUT, EXIT_OK, UserInputError
-from autotrain.run.rank import Run, failure_code, launched, resolve, run_rank, train
+from autotrain.run.process import Run, launched
+from autotrain.run.rank import failure_code, run_rank
+from autotrain.run.train import resolve, train
 from autotrain.training.quiet import quiet_bars
 
 

@@ -1,4 +1,4 @@
-"""Which process a record names, and whether it still runs (no torch).
+"""Which process a record names, whether it still runs, and ending with one's parent (no torch).
 
 A pid alone is not enough to tell: pids are reused, so a record holds the pid with the process's start time
 and the host it runs on. `run.json` records the run's process this way; whoever reads it later (the app
@@ -8,13 +8,16 @@ process that really is the run's.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
+import sys
 
 ALIVE, GONE, UNKNOWN = "alive", "gone", "unknown"
 # Start times are read back from the kernel's tick count: the same process reads the same to well within this.
 _SAME_START = 0.5
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def identity(pid: int | None = None) -> dict:
@@ -80,3 +83,38 @@ def from_env(value: str | None) -> dict | None:
     except ValueError:
         return None
     return record if isinstance(record, dict) and isinstance(record.get("pid"), int) else None
+
+
+def die_with(parent: dict | None) -> None:
+    """End this process when `parent` (the process that started it) ends, however it ends, SIGKILL included:
+    on Linux the kernel sends SIGKILL the moment the parent exits (PR_SET_PDEATHSIG); elsewhere a thread looks
+    every second. A parent already gone ends this process here."""
+    if parent is None:
+        return
+    watch = True
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        with contextlib.suppress(OSError, AttributeError):
+            watch = ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0
+    if state(parent) == GONE:  # it ended before the line above took effect
+        _orphaned(parent)
+    if watch:
+        import threading
+
+        threading.Thread(target=_watch, args=(parent,), daemon=True, name="autotrain-parent").start()
+
+
+def _watch(parent: dict) -> None:
+    import time
+
+    while state(parent) != GONE:
+        time.sleep(1.0)
+    _orphaned(parent)
+
+
+def _orphaned(parent: dict) -> None:
+    print(f"error: the process that started this one (pid {parent['pid']}) has ended; stopping", file=sys.stderr)
+    sys.stderr.flush()
+    os._exit(1)
