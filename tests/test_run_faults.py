@@ -384,6 +384,17 @@ def test_a_resume_with_a_changed_config_is_refused_listing_the_change(cli, finis
     assert (run / "run.json").read_text() == before
 
 
+@pytest.mark.parametrize("path", sorted((ASSETS.parents[1] / "configs").rglob("*.yml")), ids=lambda p: p.name)
+def test_a_fingerprint_read_back_from_run_json_equals_the_configs(path):
+    """No false difference: what run.json holds (JSON) compares equal to the same config loaded again."""
+    from autotrain.config.load import load_config
+    from autotrain.run.fingerprint import differences, fingerprint
+
+    loaded = load_config(path, [])
+    recorded = json.loads(json.dumps(fingerprint(loaded)))
+    assert differences(recorded, None, fingerprint(load_config(path, [])), None) == []
+
+
 def test_an_accepted_new_lr_applies_from_the_resumed_step_and_is_recorded(cli, tmp_path):
     config = llm_config(tmp_path, max_steps=2, save_steps=2, warmup_ratio=0.0)
     assert cli("llm", "--config", config).exit_code == 0
