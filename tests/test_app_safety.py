@@ -204,6 +204,9 @@ def odd(runs) -> TestClient:
 
 
 DEEP = "a: " + "[" * 2000 + "]" * 2000 + "\n"
+DEEP_VALUE: list = []
+for _ in range(500):
+    DEEP_VALUE = [DEEP_VALUE]
 ODD = [
     ("POST", "/api/runs", {"yaml": "task: llm\n", "save_as": 5}, 400, "save_as must be"),
     ("POST", "/api/runs", {"yaml": "task: llm\n", "save_as": ["x.yml"]}, 400, "save_as must be"),
@@ -212,6 +215,10 @@ ODD = [
     ("PUT", "/api/configs/adir.yml", "task: llm\n", 409, "is a folder"),
     ("GET", "/api/configs/" + "n" * 300 + ".yml", None, 400, "characters long"),
     ("POST", "/api/yaml/set", {"text": DEEP, "path": ["a"], "value": 1}, 400, "nested too deeply"),
+    ("POST", "/api/yaml/set", {"text": "a: 1\n", "path": ["a"] * 2000, "value": 1}, 400, "nested too deeply"),
+    ("POST", "/api/yaml/set", {"text": "a: 1\n", "path": ["a"], "value": DEEP_VALUE}, 400, "nested too deeply"),
+    ("PUT", "/api/configs/" + "a/" * 3000 + "x.yml", "task: llm\n", 400, "has 3001 parts"),
+    ("GET", "/api/configs/" + "a/" * 3000 + "x.yml", None, 400, "has 3001 parts"),
     ("POST", "/api/yaml/set", {"text": 5, "path": ["a"], "value": 1}, 400, "text must be"),
     ("POST", "/api/validate", DEEP, 200, "nesting depth"),
     ("GET", "/api/runs/" + "n" * 300, None, 400, "not a run name"),

@@ -55,9 +55,7 @@ DYNAMIC_IMPORTS = {
 # Imports from one file to another that close a cycle between files (an import statement, lazy or not, or an
 # import call with its target written out): the importing file and the imported one, and why. Each must
 # still be there.
-ALLOWED_CYCLE_IMPORTS = {
-    ("run/ray_launch.py", "run/runner.py"): "removed by the parent/rank split: each Ray worker calls runner.run",
-}
+ALLOWED_CYCLE_IMPORTS: dict[tuple[str, str], str] = {}
 _EXEMPT = {("string", key) for key in ALLOWED_STRINGS}
 MODULE_STRING = re.compile(r"\bautotrain(?:\.\w+)+")
 DYNAMIC = "<computed>"

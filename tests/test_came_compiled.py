@@ -583,7 +583,7 @@ def test_the_run_records_what_auto_measured():
     run.json (``optimizer_compile``), through accelerate's optimizer wrapper; nothing for other optimizers."""
     from types import SimpleNamespace
 
-    from autotrain.run.runner import _record_compile_choices
+    from autotrain.run.train import _record_compile_choices
 
     choice = {"shape": [48, 40], "params": 2, "eager_ms": 2.0, "compiled_ms": 1.0, "kept": "compiled"}
     eager = {**choice, "shape": [64], "kept": "eager", "compiled_ms": 3.0}

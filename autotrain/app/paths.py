@@ -11,6 +11,7 @@ CONFIG_SUFFIXES = (".yml", ".yaml")
 
 
 MAX_NAME = 128  # characters in one part of a path (file systems stop at 255 bytes)
+MAX_PARTS = 16  # parts of a path inside the runs dir (file systems stop a whole path at 4096 bytes)
 
 
 class PathRejected(ValueError):
@@ -27,16 +28,24 @@ def confine(root: Path, relative: str) -> Path:
         raise PathRejected(f"a path must be a string, not {type(relative).__name__}")
     if not relative or "\x00" in relative:
         raise PathRejected("empty path")
-    long = next((part for part in relative.replace("\\", "/").split("/") if len(part) > MAX_NAME), None)
+    parts = [part for part in relative.replace("\\", "/").split("/") if part]
+    long = next((part for part in parts if len(part) > MAX_NAME), None)
     if long is not None:
         raise PathRejected(f"`{long[:40]}...` is {len(long)} characters long; a name has at most {MAX_NAME}")
+    if len(parts) > MAX_PARTS:
+        raise PathRejected(
+            f"`{relative[:40]}...` has {len(parts)} parts; a path in the runs dir has at most {MAX_PARTS}"
+        )
     posix, windows = PurePosixPath(relative), PureWindowsPath(relative)
     if posix.is_absolute() or windows.is_absolute() or windows.drive or relative.startswith(("/", "\\")):
         raise PathRejected(f"`{relative}`: absolute paths are not allowed; give a path inside the runs dir")
     if ".." in posix.parts or ".." in windows.parts:
         raise PathRejected(f"`{relative}`: `..` is not allowed")
     base = root.resolve()
-    target = (base / posix).resolve()  # follows symlinks: one pointing outside is caught below
+    try:
+        target = (base / posix).resolve()  # follows symlinks: one pointing outside is caught below
+    except OSError as exc:  # a link loop, a name the file system refuses
+        raise PathRejected(f"`{relative[:80]}`: {exc.strerror or exc}") from None
     if not target.is_relative_to(base):
         raise PathRejected(f"`{relative}` leads outside the runs dir")
     return target

@@ -23,9 +23,17 @@ def read_json(path: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
+def manifest(folder: Path) -> dict:
+    """`run.json` as it stands, a `running` run whose process is gone shown as `died` (with `how`)."""
+    from autotrain.training.folder import run_record
+
+    return run_record(folder)
+
+
 def manifest_status(folder: Path) -> str | None:
-    """`run.json`'s status (running, completed, interrupted, failed, diverged, bad input)."""
-    return read_json(folder / "run.json").get("status")
+    """`run.json`'s status (running, completed, interrupted, failed, diverged, bad input, died)."""
+    status = manifest(folder).get("status")
+    return status if isinstance(status, str) else None
 
 
 def task(folder: Path) -> str | None:

@@ -3,6 +3,10 @@
 A run is started exactly as `autotrain --config FILE` starts it: a child `python -m autotrain.cli.main
 --config FILE [--resume]`, in its own process group (so Ctrl-C on the app does not reach it), its output in
 `<project>/logs/app.log`. Stopping sends it SIGTERM: the CLI saves a checkpoint and exits 143.
+
+A run outlives the app: after a restart the app finds it by the process that `run.json` (or, before training
+starts, `logs/app.json`) records, a pid with its start time, so it shows it running and can still stop it;
+a run whose process is gone without recording an end is shown as `died`.
 """
 
 from __future__ import annotations
@@ -20,16 +24,15 @@ from pathlib import Path
 
 from autotrain.app import runinfo
 from autotrain.app.paths import PathRejected, config_file, run_folder
+from autotrain.training.folder import EXIT_STATUS  # how a child that wrote no final run.json ended
 
 
 class RunConflict(Exception):
     """The run is not in a state for what was asked (running already, nothing to resume, ...)."""
 
 
-# How a child that wrote no final run.json ended, by its exit code (the CLI's documented codes).
-EXIT_STATUS = {0: "completed", 1: "failed", 2: "bad input", 3: "diverged", 130: "interrupted", 143: "interrupted"}
 # What the CLI leaves in a folder of a run refused before training, besides `logs/`.
-CLI_FILES = {".autotrain-run", ".autotrain.lock"}
+CLI_FILES = {".autotrain-run", ".autotrain.lock", ".autotrain-ranks.lock"}
 
 
 @dataclass
@@ -63,11 +66,27 @@ class Runs:
         code = None if child is None else child.poll()
         if child is not None and code is None:
             return {"status": "running", "exit_code": None, "pid": child.pid}
-        manifest = runinfo.manifest_status(run_folder(self.root, name))
-        if child is not None and (manifest in (None, "running")):
+        folder = run_folder(self.root, name)
+        record = runinfo.manifest(folder)
+        manifest = record.get("status")
+        if child is not None and (manifest in (None, "running", "died")):
             # ended before writing its final run.json (bad input found before training, killed, ...)
             return {"status": EXIT_STATUS.get(code, "failed"), "exit_code": code, "pid": None}
-        return {"status": manifest or "new", "exit_code": code, "pid": None}
+        found = self._found_process(folder, record)
+        if child is None and found is not None:  # started before this app did, and still running
+            return {"status": "running", "exit_code": None, "pid": found["pid"]}
+        out = {"status": manifest or "new", "exit_code": record.get("exit_code", code), "pid": None}
+        return {**out, "how": record["how"]} if record.get("how") and manifest != "completed" else out
+
+    def _found_process(self, folder: Path, record: dict) -> dict | None:
+        """The live process of a run this app did not start (or started before a restart): the one run.json
+        records while it says `running`, else the child an earlier app started (logs/app.json)."""
+        from autotrain.training.lifetime import ALIVE, state
+
+        candidates = [record.get("process")] if record.get("status") == "running" else []
+        if record.get("status") in (None, "running"):
+            candidates.append(runinfo.read_json(folder / runinfo.APP_STATE).get("process"))
+        return next((p for p in candidates if state(p) == ALIVE), None)
 
     def summary(self, name: str) -> dict:
         folder = run_folder(self.root, name)
@@ -100,12 +119,16 @@ class Runs:
         except PathRejected:
             return None
 
+    def running(self, name: str) -> bool:
+        """Running, whether this app started it or found it running (after a restart)."""
+        return self.status(name)["status"] == "running"
+
     def claim(self, folder: Path) -> None:
         """Refuse a new run in `folder` unless it is new, empty, or holds only what an earlier start from
         this app wrote (a start refused before training). Call with `lock` held, then `start`."""
         from autotrain.training.folder import holds_run
 
-        if self.alive(folder.name):
+        if self.running(folder.name):
             raise RunConflict(f"run `{folder.name}` is already running")
         if holds_run(folder):
             raise RunConflict(f"`{folder.name}` already holds a run: resume it, or change project_name")
@@ -125,7 +148,7 @@ class Runs:
     def start(self, name: str, config: Path, resume: bool = False) -> dict:
         """Start training run `name` from `config` (a file inside the runs dir)."""
         with self.lock:
-            if self.alive(name):
+            if self.running(name):
                 raise RunConflict(f"run `{name}` is already running")
             return self._spawn(name, config, resume)
 
@@ -151,21 +174,34 @@ class Runs:
                 start_new_session=True,
             )
         self.children[name] = child
+        from autotrain.training.lifetime import identity
+
+        state["process"] = identity(child.pid)  # how the app knows its child again after a restart
+        (folder / runinfo.APP_STATE).write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
         return {"name": name, "pid": child.pid, "config": rel, "resume": resume}
 
     def stop(self, name: str) -> dict:
-        """SIGTERM to the run's process: it saves a checkpoint and exits 143."""
-        if not self.alive(name):
-            raise RunConflict(f"run `{name}` is not running (or was not started by this app)")
-        child = self.children[name]
-        os.kill(child.pid, signal.SIGTERM)
-        return {"name": name, "pid": child.pid, "signal": "SIGTERM"}
+        """SIGTERM to the run's process: it saves a checkpoint and exits 143. A run found running after a
+        restart is signalled by its recorded pid, once its start time shows it is still that process."""
+        from autotrain.training.lifetime import send
+
+        if self.alive(name):
+            child = self.children[name]
+            os.kill(child.pid, signal.SIGTERM)
+            return {"name": name, "pid": child.pid, "signal": "SIGTERM"}
+        folder = run_folder(self.root, name)
+        found = self._found_process(folder, runinfo.manifest(folder))
+        if found is None or not send(found, signal.SIGTERM):
+            raise RunConflict(f"run `{name}` is not running")
+        return {"name": name, "pid": found["pid"], "signal": "SIGTERM"}
 
     def resume(self, name: str) -> dict:
         from autotrain.training.folder import is_complete, list_checkpoints
 
         folder = run_folder(self.root, name)
-        if runinfo.manifest_status(folder) == "completed" and not self.alive(name):
+        if self.running(name):
+            raise RunConflict(f"run `{name}` is already running")
+        if runinfo.manifest_status(folder) == "completed":
             raise RunConflict(f"run `{name}` completed: there is nothing to resume")
         if not any(is_complete(p) for p in list_checkpoints(folder)):
             raise RunConflict(f"run `{name}` has no complete checkpoint to resume from")

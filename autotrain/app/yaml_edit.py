@@ -54,8 +54,23 @@ def _compose(text: str) -> yaml.Node | None:
     return root
 
 
+def _depth(value: Any) -> int:
+    """How deeply `value` nests lists and mappings (counted without recursion)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, depth)
+            if depth <= MAX_DEPTH:
+                stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
 def set_value(text: str, path: Path_, value: Any = None, unset: bool = False) -> str:
-    """`text` with `path` set to `value` (or removed with `unset`); raises yaml.YAMLError on bad YAML."""
+    """`text` with `path` set to `value` (or removed with `unset`); raises yaml.YAMLError on bad YAML, or on
+    a path or value nested deeper than a config ever is (writing them would exhaust the YAML writer)."""
+    if len(path) + _depth(value) > MAX_DEPTH:
+        raise yaml.YAMLError(f"the path and value are nested too deeply (over {MAX_DEPTH} levels; a config never is)")
     root = _compose(text)
     node, depth, pair = _walk(root, path)
     if unset:

@@ -57,6 +57,12 @@ ResumeOption = _valued(
     metavar="[PATH]",
 )
 OverwriteOption = typer.Option(False, "--overwrite", help="Replace an existing run in project_name.")
+AcceptChangesOption = typer.Option(
+    False,
+    "--accept-changes",
+    help="With --resume: continue although the config differs from the run's (each difference is listed); the "
+    "new values apply from the resumed step and run.json records them.",
+)
 PreviewOption = _valued(
     "--preview",
     help="Print the first N training examples as the trainer sees them (loss marks, truncation) and exit "

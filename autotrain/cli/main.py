@@ -10,7 +10,16 @@ import typer
 from autotrain import __version__
 from autotrain.cli import app as webapp
 from autotrain.cli import env, export, inference, launch, migrate, templates, train, validate
-from autotrain.cli.common import Command, ConfigOption, DryRunOption, Group, OverwriteOption, ResumeOption, SetOption
+from autotrain.cli.common import (
+    AcceptChangesOption,
+    Command,
+    ConfigOption,
+    DryRunOption,
+    Group,
+    OverwriteOption,
+    ResumeOption,
+    SetOption,
+)
 from autotrain.errors import EXIT_FAILURE, debug_enabled, eprint
 
 app = typer.Typer(
@@ -52,6 +61,7 @@ def root(
     dry_run: bool = DryRunOption,
     resume: str = ResumeOption,
     overwrite: bool = OverwriteOption,
+    accept_changes: bool = AcceptChangesOption,
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
     """Fine-tune LLMs, text and image classifiers from one checked YAML file.
@@ -65,7 +75,7 @@ def root(
     if config is None:
         print(ctx.get_help())
         raise typer.Exit(0)
-    train.run_training(config, set_, dry_run, resume, overwrite, expected_task=None)
+    train.run_training(config, set_, dry_run, resume, overwrite, None, accept_changes=accept_changes)
 
 
 BARE_VALUES = {"--resume": "latest", "--preview": "5"}  # what these options mean standing alone
@@ -105,9 +115,9 @@ def _launched_rank() -> bool:
     which failed a run that had trained; so a rank ends as the read-only commands do (`_exit_now`)."""
     import os
 
-    from autotrain.run.launch import LAUNCHED_ENV
+    from autotrain.run.process import ACCELERATE_LAUNCHED, LAUNCHED_ENV
 
-    return os.environ.get(LAUNCHED_ENV) == "1"
+    return os.environ.get(LAUNCHED_ENV) == ACCELERATE_LAUNCHED
 
 
 def _resume_value(argv: list[str]) -> list[str]:

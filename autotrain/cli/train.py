@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from autotrain.cli.common import (
+    AcceptChangesOption,
     ConfigOption,
     DryRunOption,
     OverwriteOption,
@@ -28,6 +29,7 @@ def run_training(
     overwrite: bool = False,
     expected_task: str | None = None,
     preview: int | None = None,
+    accept_changes: bool = False,
 ) -> None:
     """Shared body of every training command; raises typer.Exit with the documented code."""
     from autotrain.config.load import load_config
@@ -35,6 +37,8 @@ def run_training(
 
     if config_path is None:
         raise fail("missing --config FILE (try `autotrain init llm` for a template)", EXIT_BAD_INPUT)
+    if accept_changes and not resume:
+        raise fail("--accept-changes goes with --resume: it accepts a resumed run's changed config", EXIT_BAD_INPUT)
     try:
         loaded = load_config(config_path, sets or [], expected_task=expected_task)
     except ConfigError as exc:
@@ -49,7 +53,7 @@ def run_training(
 
     from autotrain.run.runner import run
 
-    code = run(loaded, resume=resume, overwrite=overwrite, argv_sets=sets or [])
+    code = run(loaded, resume=resume, overwrite=overwrite, argv_sets=sets or [], accept_changes=accept_changes)
     # Exempt the (large) heap of torch/transformers objects from the collector's final passes: it saves
     # about a second of interpreter shutdown. Exit handlers still run.
     import gc
@@ -66,8 +70,9 @@ def make_command(task: str):
         resume: str = ResumeOption,
         overwrite: bool = OverwriteOption,
         preview: int = PreviewOption,
+        accept_changes: bool = AcceptChangesOption,
     ) -> None:
-        run_training(config, set_, dry_run, resume, overwrite, expected_task=task, preview=preview)
+        run_training(config, set_, dry_run, resume, overwrite, task, preview, accept_changes)
 
     command.__doc__ = {
         "llm": f"Fine-tune a causal language model (trainer: {', '.join(TRAINERS)}).",

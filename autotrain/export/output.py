@@ -1,19 +1,28 @@
 """Where an export goes and how it gets there whole: written into a hidden staging folder beside the final
 one, renamed into place at the end (a rename in one folder is atomic), so a crash, a full disk or a failed
 parity check never leaves a half-written export under the final name. Only folders autotrain wrote (they
-hold `export_report.json`) are ever replaced, and only with `--force`."""
+hold `export_report.json`) are ever replaced, and only with `--force`. One export at a time writes to an
+output: each holds a lock beside it (`.NAME.lock`) from its checks to its rename."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 from autotrain.errors import UserInputError
+from autotrain.training.disk import is_disk_full, no_space
+from autotrain.training.lifetime import pid_alive
 
 REPORT = "export_report.json"
 FAILED_SUFFIX = ".failed"
+# Bytes a weight takes in each output type (GGUF blocks: 32 weights with their scale, and offset); for the
+# space an export needs.
+BYTES_PER_WEIGHT = {"f32": 4, "f16": 2, "bf16": 2, "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32}
+BYTES_PER_WEIGHT |= {"q4_1": 20 / 32, "q4_0": 18 / 32}
 
 
 def default_output(run: Path, fmt: str, quant: str) -> Path:
@@ -41,26 +50,41 @@ def check_output(out: Path, force: bool) -> None:
             )
 
 
+@contextlib.contextmanager
+def locked(out: Path) -> Iterator[None]:
+    """Hold the output's lock while exporting to it; a second export to the same output is refused at once."""
+    try:
+        import fcntl
+    except ImportError:  # no advisory locks here: exports are not serialised
+        yield
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out.parent / f".{out.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            raise UserInputError(
+                f"another export to `{out}` is under way (pid {holder}); wait for it to end, or choose another -o"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        os.close(fd)  # drops the lock
+
+
 def staging(out: Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     for stale in [*out.parent.glob(f".{out.name}.partial-*"), *out.parent.glob(f".{out.name}*.old-*")]:
         pid = stale.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _alive(int(pid)):  # left by an export that was killed: ours, and dead
+        if pid.isdigit() and not pid_alive(int(pid)):  # left by an export that was killed: ours, and dead
             shutil.rmtree(stale, ignore_errors=True)
     folder = out.parent / f".{out.name}.partial-{os.getpid()}"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir()
     return folder
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def publish(stage: Path, final: Path) -> Path:
@@ -75,10 +99,21 @@ def publish(stage: Path, final: Path) -> Path:
     return final
 
 
-def writing_error(exc: OSError, out: Path) -> UserInputError:
-    """A full disk or an unwritable output as one line (the staging folder is removed by the caller)."""
-    if exc.errno == errno.ENOSPC:
-        return UserInputError(f"no space left on the device writing `{out}`; free some space or choose another -o")
+def writing_error(exc: BaseException, out: Path, needed: int | None = None) -> UserInputError | None:
+    """A full disk or an unwritable output as one line (the staging folder is removed by the caller); None
+    for another error than an OSError (not ours to explain)."""
+    if is_disk_full(exc):
+        return no_space(out.parent, f"`{out.name}`", needed, "free some space there or choose another -o")
+    if not isinstance(exc, OSError):
+        return None
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return UserInputError(f"cannot write `{out}`: {exc.strerror}; choose another -o")
     return UserInputError(f"writing `{out}` failed: {exc.strerror or exc}")
+
+
+def size_needed(model, quant: str) -> int | None:
+    """About how many bytes the export of `model` takes (its weights at the output's type)."""
+    per_weight = BYTES_PER_WEIGHT.get(quant)
+    if per_weight is None:
+        return None
+    return int(sum(p.numel() for p in model.parameters()) * per_weight)

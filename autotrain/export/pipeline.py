@@ -42,7 +42,7 @@ class ExportResult:
 
 def export_run(request: ExportRequest, say: Callable[[str], None] = print) -> ExportResult:
     """Export, check, publish. Raises UserInputError (bad input, exit 2) or ParityError (exit 4)."""
-    from autotrain.export.source import check_run, load_source
+    from autotrain.export.source import check_run
 
     cfg = check_run(request.run, request.running_ok)
     quant, out = request.resolved()
@@ -51,12 +51,19 @@ def export_run(request: ExportRequest, say: Callable[[str], None] = print) -> Ex
             f"`{request.run}` holds a {cfg.task} model: it exports as `--format merged` only "
             "(GGUF and Ollama are for LLMs)"
         )
-    output.check_output(out, request.force)
-    if request.format != "merged":
-        import importlib.util
+    with output.locked(out):  # from here to the rename, no other export writes to `out`
+        output.check_output(out, request.force)
+        if request.format != "merged":
+            import importlib.util
 
-        if importlib.util.find_spec("gguf") is None:
-            raise UserInputError("GGUF export needs the gguf package: pip install 'autotrain[export]'")
+            if importlib.util.find_spec("gguf") is None:
+                raise UserInputError("GGUF export needs the gguf package: pip install 'autotrain[export]'")
+        return _export(request, cfg, quant, out, say)
+
+
+def _export(request: ExportRequest, cfg, quant: str, out: Path, say: Callable[[str], None]) -> ExportResult:
+    from autotrain.export.source import load_source
+
     say(f"loading the run in {request.run} ...")
     source = load_source(request.run, cfg)
     family = _check_exportable(source, request.format)
@@ -72,12 +79,12 @@ def export_run(request: ExportRequest, say: Callable[[str], None] = print) -> Ex
         write_report(report, stage, source.folder)
         if family is not None:
             _write_modelfile(stage, files[0].name, family, report)
-    except OSError as exc:
+    except BaseException as exc:
         shutil.rmtree(stage, ignore_errors=True)
-        raise output.writing_error(exc, out) from None
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
+        explained = output.writing_error(exc, out, output.size_needed(source.model, quant))
+        if explained is None:
+            raise
+        raise explained from None
     return _publish(stage, out, report, files, request.format)
 
 

@@ -72,6 +72,11 @@ def load_source(folder: Path, cfg: TaskConfig) -> Source:
 
 
 def _from(loader, path: Path, what: str, **kwargs):
+    from autotrain.training.verify import weights_problem
+
+    problem = weights_problem(path)  # a file cut short is named here, not as the library's own error
+    if problem:
+        raise UserInputError(f"cannot load the {what} saved in `{path}`: {problem}")
     try:
         return loader.from_pretrained(str(path), **kwargs)
     except (OSError, ValueError) as exc:
@@ -97,6 +102,10 @@ def _load_llm(folder: Path, cfg) -> Source:
 
     # A QLoRA adapter goes onto its base loaded unquantized: the merged weights a GGUF or a merged folder holds.
     base = load_pretrained(AutoModelForCausalLM, cfg, "weights", cfg.hub.token, dtype=torch.float32)
+    from autotrain.training.verify import weights_problem
+
+    if weights_problem(folder):
+        raise UserInputError(f"cannot load the LoRA adapter saved in `{folder}`: {weights_problem(folder)}")
     try:
         model = PeftModel.from_pretrained(base, str(folder)).merge_and_unload()
     except (OSError, ValueError) as exc:

@@ -114,6 +114,11 @@ def _max_tokens(cfg, model, processor) -> int:
 
 
 def _from_run(loader, folder: Path, what: str, **kwargs):
+    from autotrain.training.verify import weights_problem
+
+    problem = weights_problem(folder)  # a file cut short is named here, not as the library's own error
+    if problem:
+        raise UserInputError(f"cannot load the {what} saved in `{folder}`: {problem}")
     try:
         return loader.from_pretrained(str(folder), **kwargs)
     except (OSError, ValueError, pickle.UnpicklingError) as exc:
@@ -211,6 +216,10 @@ def _adapter_on_base(folder: Path, cfg, device: str, kwargs: dict):
         kwargs["quantization_config"] = quantization_config(cfg, Precision(resolved, device))
     kwargs = {k: v for k, v in kwargs.items() if k != "trust_remote_code"}  # load_pretrained takes it from cfg
     base = load_pretrained(AutoModelForCausalLM, cfg, "weights", None, **kwargs)
+    from autotrain.training.verify import weights_problem
+
+    if weights_problem(folder):
+        raise UserInputError(f"cannot load the LoRA adapter saved in `{folder}`: {weights_problem(folder)}")
     try:
         model = PeftModel.from_pretrained(base, str(folder))
     except (OSError, ValueError, pickle.UnpicklingError) as exc:

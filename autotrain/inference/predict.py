@@ -36,31 +36,62 @@ def check_output(output: Path | None, force: bool) -> None:
 
 
 @contextlib.contextmanager
-def jsonl_writer(output: Path | None, force: bool = False) -> Iterator[Callable[[dict], None]]:
+def jsonl_writer(output: Path | None, force: bool = False, rows: int | None = None) -> Iterator[Callable[[dict], None]]:
     """Write to stdout, or to `output` through a temporary file of its own, renamed when every row is written.
 
     The temporary file gets a fresh name, created exclusively (`O_EXCL`) beside `output`, so no file that
     autotrain did not create is ever written to or deleted; without `force`, an `output` that appeared
-    while predicting is not replaced either."""
+    while predicting is not replaced either. The temporary files of a predict that was killed (their names
+    hold its pid) are removed first. A full device is one line, with the space the `rows` need."""
     if output is None:
         yield lambda row: sys.stdout.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
         sys.stdout.flush()
         return
+    _clear_killed(output)
     partial, fd = _exclusive_partial(output)
+    written = [0, 0]  # rows, bytes
+
+    def write(row: dict) -> None:
+        line = json.dumps(row, ensure_ascii=False, default=str) + "\n"
+        handle.write(line)
+        written[0], written[1] = written[0] + 1, written[1] + len(line.encode("utf-8"))
+
     try:
         with open(fd, "w", encoding="utf-8") as handle:
-            yield lambda row: handle.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+            yield write
         _publish(partial, output, force)
+    except OSError as exc:
+        from autotrain.training.disk import is_disk_full, no_space
+
+        if not is_disk_full(exc):
+            raise
+        needed = int(written[1] / written[0] * rows) if written[0] and rows else None
+        raise no_space(
+            output.parent, f"`{output.name}`", needed, "free some space or choose another --output"
+        ) from None
     finally:
         partial.unlink(missing_ok=True)
 
 
+def _clear_killed(output: Path) -> None:
+    """Remove `.NAME.PID-RANDOM.partial` files beside `output` whose predict (PID) is no longer running."""
+    import re
+
+    from autotrain.training.lifetime import pid_alive
+
+    ours = re.compile(rf"^\.{re.escape(output.name)}\.(\d+)-[0-9a-f]{{8}}\.partial$")
+    for path in output.parent.glob(f".{output.name}.*.partial"):
+        found = ours.match(path.name)
+        if found and int(found.group(1)) != os.getpid() and not pid_alive(int(found.group(1))):
+            path.unlink(missing_ok=True)
+
+
 def _exclusive_partial(output: Path) -> tuple[Path, int]:
-    """A new file `.NAME.RANDOM.partial` beside `output`, created here and nowhere else."""
+    """A new file `.NAME.PID-RANDOM.partial` beside `output`, created here and nowhere else."""
     import secrets
 
     while True:
-        partial = output.with_name(f".{output.name}.{secrets.token_hex(4)}.partial")
+        partial = output.with_name(f".{output.name}.{os.getpid()}-{secrets.token_hex(4)}.partial")
         try:
             return partial, os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except FileExistsError:
@@ -176,7 +207,7 @@ def run_predict(
     run = load_run(run_dir, device)
     size = batch_size_of(run, batch_size)
     start = time.perf_counter()
-    with jsonl_writer(output, force) as write:
+    with jsonl_writer(output, force, len(rows)) as write:
         predict_rows(run, rows, write, size, settings)
     elapsed = time.perf_counter() - start
     where = f" to {output}" if output else ""

@@ -31,12 +31,11 @@ from autotrain.errors import (
     eprint,
 )
 from autotrain.run.distributed import check_hardware, strategy_flags, write_launch_files
+from autotrain.run.process import ACCELERATE_LAUNCHED, LAUNCHED_ENV, PARENT_ENV
 from autotrain.training.plan import RunPlan, visible_gpus
 
 LAUNCHER = ("-m", "accelerate.commands.launch")
 RANK_ENTRY = ("-m", "autotrain.cli.main")
-# Set in the environment of the processes the launcher starts (one per rank): they train, not launch.
-LAUNCHED_ENV = "AUTOTRAIN_LAUNCHED"
 _KEPT_CODES = (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_SIGINT, EXIT_SIGTERM)
 
 
@@ -149,7 +148,8 @@ def _port_held_by_check_in(held: bool):
         accelerate_launch_utils.is_port_in_use = original
 
 
-def _run_launcher(args: list[str], world: int, port_held: bool = False) -> int:
+def _run_launcher(args: list[str], world: int, port_held: bool = False) -> tuple[int, str | None]:
+    """Start the ranks and wait for them: (the run's exit code, how it ended when a rank failed)."""
     import subprocess
 
     import torch.distributed.run  # noqa: F401  (imported here so that _quiet_agent reaches its loggers)
@@ -158,44 +158,55 @@ def _run_launcher(args: list[str], world: int, port_held: bool = False) -> int:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
+    from autotrain.training.lifetime import identity, to_env
+
     parsed = launch_command_parser().parse_args(args)
     _quiet_agent()
-    previous = os.environ.get(LAUNCHED_ENV)
-    os.environ[LAUNCHED_ENV] = "1"  # inherited by every rank
+    previous = {name: os.environ.get(name) for name in (LAUNCHED_ENV, PARENT_ENV)}
+    os.environ[LAUNCHED_ENV] = ACCELERATE_LAUNCHED  # inherited by every rank: they train, not launch
+    os.environ[PARENT_ENV] = to_env(identity())  # ... and end with this process (run/rank.py)
     try:
         with _port_held_by_check_in(port_held):
             accelerate_launch(parsed)
-        return EXIT_OK
+        return EXIT_OK, None
     except ChildFailedError as exc:
-        codes = {rank: failure.exitcode for rank, failure in exc.failures.items()}
-        first, failure = exc.get_first_failure()
-        code = run_exit_code(codes, first)
-        if code in (EXIT_SIGINT, EXIT_SIGTERM):  # a signal sent to a rank rather than to this process
-            eprint(f"interrupted: rank {first} of {world} stopped on a signal (exit code {code})")
-        else:
-            eprint(
-                f"error: rank {first} of {world} exited with code {failure.exitcode}; the run was stopped "
-                f"(exit code {code})"
-            )
-        return code
+        return _failed_ranks(exc, world)
     except ConnectionError as exc:  # accelerate: the port on machine 0 is taken
         raise UserInputError(f"{exc} (distributed.main_process_port)") from None
     except SignalException as exc:
         eprint("interrupted: every rank was told to stop")
-        return EXIT_SIGINT if exc.sigval == signal.SIGINT else EXIT_SIGTERM
+        return (EXIT_SIGINT if exc.sigval == signal.SIGINT else EXIT_SIGTERM), "the launcher was told to stop"
     except KeyboardInterrupt:
         eprint("interrupted")
-        return EXIT_SIGINT
+        return EXIT_SIGINT, "the launcher was interrupted"
     except subprocess.CalledProcessError as exc:  # accelerate's single-process and DeepSpeed ssh launchers
         eprint(f"error: the launched run exited with code {exc.returncode}")
-        return rank_exit_code(exc.returncode)
+        return rank_exit_code(exc.returncode), f"the launched run exited with code {exc.returncode}"
     except SystemExit as exc:
-        return EXIT_OK if not exc.code else rank_exit_code(exc.code if isinstance(exc.code, int) else 1)
+        return (EXIT_OK if not exc.code else rank_exit_code(exc.code if isinstance(exc.code, int) else 1)), None
     finally:
-        if previous is None:
-            os.environ.pop(LAUNCHED_ENV, None)
-        else:
-            os.environ[LAUNCHED_ENV] = previous
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _failed_ranks(exc, world: int) -> tuple[int, str]:
+    """The run's exit code from the ranks' failures, and how the first one ended (said, and recorded)."""
+    codes = {rank: failure.exitcode for rank, failure in exc.failures.items()}
+    first, failure = exc.get_first_failure()
+    code = run_exit_code(codes, first)
+    ended = failure.exitcode
+    how = f"rank {first} of {world} " + (
+        f"was killed by {signal.Signals(-ended).name}" if ended < 0 and -ended in signal.valid_signals() else
+        f"exited with code {ended}"
+    )  # fmt: skip
+    if code in (EXIT_SIGINT, EXIT_SIGTERM):  # a signal sent to a rank rather than to this process
+        eprint(f"interrupted: rank {first} of {world} stopped on a signal (exit code {code})")
+    else:
+        eprint(f"error: {how}; the run was stopped (exit code {code})")
+    return code, how
 
 
 def relaunch(
@@ -204,8 +215,9 @@ def relaunch(
     resume: str | None = None,
     argv_sets: Sequence[str] = (),
     port_held: bool = False,
-) -> int:
-    """Run the config in `plan.world_size` processes; returns the run's exit code.
+) -> tuple[int, str | None]:
+    """Run the config in `plan.world_size` processes; returns the run's exit code and, when a rank failed,
+    how (for run.json).
 
     Raises UserInputError (exit 2 in the runner) for what can be refused before any process starts.
     """

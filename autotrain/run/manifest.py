@@ -1,4 +1,10 @@
-"""`project_name/run.json`: what ran, on what, from which data, and how it ended."""
+"""`project_name/run.json`: what ran, on what, from which data, by which process, and how it ended.
+
+Written atomically (a temporary file renamed over it). The rank that trains writes it when training starts
+and when it ends; the parent that launched the ranks settles a record they left `running` (a rank killed);
+a record still `running` whose process is gone reads as `died` (training/folder.py). A resume that fails
+before it trained a step further leaves the record it found, noting the failed attempt.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ from pathlib import Path
 
 from autotrain.config.interpolate import redact
 from autotrain.config.load import LoadedConfig
+from autotrain.run.fingerprint import data_fingerprint, differences, fingerprint
 from autotrain.training.plan import RunPlan
 
 PACKAGES = ("autotrain", "torch", "transformers", "trl", "peft", "accelerate", "datasets", "bitsandbytes")
@@ -57,54 +64,59 @@ def _git_commit() -> str | None:
         return None
 
 
-DATA_SUFFIXES = {".jsonl", ".json", ".csv", ".parquet", ".arrow", ".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp"}
-MAX_FILES = 64
-MAX_ENTRIES = 10_000
+# A resume ending so, without a step trained past the checkpoint it resumed, keeps the record it found.
+FAILED = ("failed", "bad input", "diverged")
+_SUMMARY = ("status", "started", "ended", "exit_code", "how", "error", "last_checkpoint")
 
 
-def data_files(path: Path) -> tuple[list[Path], bool]:
-    """The data files under `path` worth fingerprinting, and whether the list was cut short.
-
-    Only files a dataset is made of (by suffix), at most MAX_FILES, looking at no more than MAX_ENTRIES
-    entries and never following links out of the folder: a misnamed `data.path` costs nothing.
-    """
-    if path.is_file():
-        return ([path] if path.suffix.lower() in DATA_SUFFIXES else []), False
-    found: list[Path] = []
-    seen = 0
-    for root, dirs, files in os.walk(path):
-        dirs.sort()
-        for name in sorted(files):
-            seen += 1
-            if Path(name).suffix.lower() in DATA_SUFFIXES:
-                found.append(Path(root) / name)
-            if len(found) >= MAX_FILES or seen >= MAX_ENTRIES:
-                return found, True
-        seen += len(dirs)
-    return found, False
+def write_record(path: Path, data: dict) -> None:
+    """`data` as `path`, atomically: a reader sees the old record or the new one, never half of one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(json.dumps(data, indent=2) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
-def fingerprint(path: Path) -> dict:
-    """Size and SHA-256 of a local dataset's files (see `data_files` for which)."""
-    files, truncated = data_files(path)
-    out = {}
-    for file in files:
-        digest = hashlib.sha256()
-        with open(file, "rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(chunk)
-        out[str(file)] = {"bytes": file.stat().st_size, "sha256": digest.hexdigest()}
-    if truncated:
-        out["..."] = f"only the first {len(files)} data files are listed"
-    return out
+def settle(folder: Path, exit_code: int, how: str | None) -> bool:
+    """After the ranks ended: the record they left `running` (this process launched them) gets how the run
+    ended; True if it needed it."""
+    from autotrain.training.folder import EXIT_STATUS
+
+    path = folder / "run.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    process = data.get("process") if isinstance(data, dict) else None
+    if data.get("status") != "running" or not isinstance(process, dict) or process.get("pid") != os.getpid():
+        return False
+    data.update(status=EXIT_STATUS.get(exit_code, "failed"), exit_code=exit_code, ended=_now())
+    data["how"] = how or f"a training process ended before recording the end of the run (exit code {exit_code})"
+    write_record(path, data)
+    return True
 
 
 class RunManifest:
-    def __init__(self, loaded: LoadedConfig, plan: RunPlan, folder: Path, argv: list[str]):
+    def __init__(
+        self,
+        loaded: LoadedConfig,
+        plan: RunPlan,
+        folder: Path,
+        argv: list[str],
+        resumed_from: str | None = None,
+        process: dict | None = None,
+    ):
+        from autotrain.training.folder import run_record
+        from autotrain.training.lifetime import identity
+
         self.path = folder / "run.json"
         self.secrets = loaded.secrets
         config = loaded.redacted()
-        data_path = Path(loaded.config.data.path).expanduser()
         self.data = {
             "status": "running",
             "command": argv,
@@ -115,19 +127,44 @@ class RunManifest:
             "platform": platform.platform(),
             "hardware": _hardware(),
             "git_commit": _git_commit(),
-            "data": fingerprint(data_path) if data_path.exists() else {"hub": loaded.config.data.path},
+            "data": data_fingerprint(loaded.config),
+            "fingerprint": fingerprint(loaded),  # with `data`: what --resume compares (run/fingerprint.py)
+            "process": process or identity(),  # the run's own: the launcher of its ranks, or the one that trains
             "started": _now(),
             "ended": None,
             "exit_code": None,
             "last_checkpoint": None,
         }
+        self.resumed_from = resumed_from
+        self.previous = (run_record(folder) or None) if resumed_from else None
+        if resumed_from:
+            self.data["resumed_from"] = resumed_from
+            earlier = self.previous or {}
+            self.data["attempts"] = [*earlier.get("attempts", []), {k: earlier.get(k) for k in _SUMMARY}]
+            if earlier.get("fingerprint"):  # what the resume took on that differs (--accept-changes)
+                changed = differences(
+                    earlier["fingerprint"], earlier.get("data"), self.data["fingerprint"], self.data["data"]
+                )
+                self.data["changes"] = [d.record() for d in changed]
 
     def write(self) -> None:
-        tmp = self.path.with_suffix(".json.tmp")
         # Paths, the command line and fingerprints may hold a secret (`${HF_TOKEN}` in a path, `--set`).
-        tmp.write_text(json.dumps(redact(self.data, self.secrets), indent=2) + "\n", encoding="utf-8")
-        tmp.replace(self.path)
+        write_record(self.path, redact(self.data, self.secrets))
 
-    def finish(self, status: str, exit_code: int, last_checkpoint: str | None) -> None:
-        self.data.update(status=status, exit_code=exit_code, ended=_now(), last_checkpoint=last_checkpoint)
+    def finish(
+        self, status: str, exit_code: int, last_checkpoint: str | None, how: str | None = None, error: str | None = None
+    ) -> None:
+        ended = {"status": status, "exit_code": exit_code, "ended": _now()}
+        ended.update({k: v for k, v in (("how", how), ("error", error)) if v})
+        if self._keeps_previous(status, last_checkpoint):
+            failed = {"started": self.data["started"], **ended}
+            self.data = {**self.previous, "failed_resumes": [*self.previous.get("failed_resumes", []), failed]}
+        else:
+            self.data.update(ended, last_checkpoint=last_checkpoint)
         self.write()
+
+    def _keeps_previous(self, status: str, last_checkpoint: str | None) -> bool:
+        """A resume that failed before it saved a checkpoint past the one it resumed from changed nothing."""
+        if self.previous is None or status not in FAILED:
+            return False
+        return last_checkpoint is None or Path(last_checkpoint).resolve() == Path(self.resumed_from).resolve()

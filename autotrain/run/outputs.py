@@ -180,6 +180,8 @@ def push_to_hub(loaded: LoadedConfig, extra_files: list[Path] = ()) -> str:
             "training_args.bin",
             "export-*/**",
             "*.failed/**",
+            ".autotrain*",  # the folder's marker and locks
+            ".*.lock",  # exports' locks
         ],
         commit_message="Upload model trained with autotrain",
     )

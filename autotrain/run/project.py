@@ -3,7 +3,9 @@
 - A folder autotrain writes a run into gets a marker file (`.autotrain-run`). `--overwrite` empties a
   folder only when the marker is there: a folder autotrain did not make is never deleted.
 - One run per folder at a time: an exclusive lock on `.autotrain.lock` (released by the OS when the
-  process ends, however it ends), with the holder's pid inside so the second run can name it.
+  process ends, however it ends), with the holder's pid inside so the second run can name it. The ranks a
+  launcher starts hold a shared lock on `.autotrain-ranks.lock` while they train, and a claim needs that one
+  free too: the folder is never free while any process of a run may still write to it.
 - A run refused before training (bad data, a missing column, ...) takes back what it created, so the
   corrected rerun is not refused as "already holds a run".
 """
@@ -22,8 +24,9 @@ from autotrain.training.folder import holds_run
 
 MARKER = RUN_MARKER
 LOCK = ".autotrain.lock"
+RANKS_LOCK = ".autotrain-ranks.lock"
 # What autotrain writes before training starts; it does not make a folder a run.
-OWN_FILES = {MARKER, LOCK, "logs"}
+OWN_FILES = {MARKER, LOCK, RANKS_LOCK, "logs"}
 
 
 class ProjectFolder:
@@ -34,7 +37,8 @@ class ProjectFolder:
         self.created = False  # this run made the folder
         self.fresh = False  # the folder held no run when this one started
         self._lock_fd: int | None = None
-        self._lock_made = False  # this run made the lock file (so it takes it away on abandon)
+        self._lock_made = False  # this run made the lock files (so it takes them away on abandon)
+        self._ranks_made = False
 
     def claim(self, resume: str | None, overwrite: bool) -> ProjectFolder:
         try:
@@ -91,6 +95,22 @@ class ProjectFolder:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._lock_fd = fd
+        self._no_ranks_left(fcntl)
+
+    def _no_ranks_left(self, fcntl) -> None:
+        """Refuse while a rank of an earlier run still holds the ranks' lock (its launcher ended first)."""
+        path = self.folder / RANKS_LOCK
+        self._ranks_made = not path.exists()
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserInputError(
+                f"project folder `{self.folder}` is still written to by the processes of an earlier run whose "
+                "launcher has ended; wait a moment for them to stop, or choose another project_name"
+            ) from None
+        finally:
+            os.close(fd)  # closing drops the probe's lock at once
 
     def _check(self, resume: str | None, overwrite: bool) -> None:
         folder = self.folder
@@ -149,11 +169,27 @@ class ProjectFolder:
             if self._lock_made and self._lock_fd is not None:
                 with contextlib.suppress(OSError):
                     (self.folder / LOCK).unlink()
+                if self._ranks_made:
+                    with contextlib.suppress(OSError):
+                        (self.folder / RANKS_LOCK).unlink()
             if self.created:
                 with contextlib.suppress(OSError):
                     self.folder.rmdir()  # only if nothing else is left
         finally:
             self.release()
+
+
+def hold_for_rank(folder: Path) -> int | None:
+    """A rank's shared lock on the folder's ranks' lock, held until the descriptor is closed (or the process
+    ends): a claim of the folder is refused meanwhile. Waits only while a claim looks (a moment)."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    folder.mkdir(parents=True, exist_ok=True)  # a Ray worker on a machine of its own disk
+    fd = os.open(folder / RANKS_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    return fd
 
 
 def _holder_pid(fd: int, wait: float = 2.0) -> str:

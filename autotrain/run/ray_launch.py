@@ -3,7 +3,7 @@
 The parent `autotrain` process (the Ray driver) claims the project folder as for any run, starts a local
 Ray for the run or joins `distributed.ray_address`, and starts `num_processes x num_machines` workers.
 Ray forms the torch process group (gloo on CPUs, NCCL on GPUs) and sets RANK / WORLD_SIZE / LOCAL_RANK in
-each worker, so each worker runs the very path an accelerate rank runs (run/runner.py): the same plan, the
+each worker, so each worker runs the very path an accelerate rank runs (run/rank.py): the same plan, the
 same Trainer, checkpoints written by the Trainer into the project folder, `--resume` from the newest
 complete one. Ray keeps only its own run records, in `project_name/logs/ray`.
 
@@ -22,7 +22,6 @@ from typing import Any
 from autotrain.config.load import LoadedConfig
 from autotrain.errors import EXIT_FAILURE, EXIT_SIGINT, EXIT_SIGTERM, UserInputError, eprint
 
-RAY_LAUNCHED = "ray"  # the value of AUTOTRAIN_LAUNCHED in a Ray worker
 STOP_FILE = ".autotrain-stop"
 EXIT_CODES = {signal.SIGINT: EXIT_SIGINT, signal.SIGTERM: EXIT_SIGTERM}
 
@@ -109,6 +108,8 @@ def _stop_handler(stop_file: Path):
 
 def worker_payload(loaded: LoadedConfig, argv_sets: list[str], resume: str | None, stop_file: Path) -> dict:
     """What each Ray worker is given to load the run's config as the driver did (``worker_config``)."""
+    from autotrain.training.lifetime import identity, to_env
+
     return {
         "source": os.path.abspath(loaded.source),
         "task": loaded.config.task,  # the command's, where the config leaves `task:` out
@@ -116,6 +117,7 @@ def worker_payload(loaded: LoadedConfig, argv_sets: list[str], resume: str | Non
         "resume": resume,
         "cwd": os.getcwd(),  # relative paths in the config mean the same in every worker (shared or local disk)
         "stop_file": str(stop_file),
+        "parent": to_env(identity()),  # the driver: run.json names it as the run's process
     }
 
 
@@ -127,18 +129,19 @@ def worker_config(payload: dict[str, Any]) -> LoadedConfig:
 
 
 def _worker(payload: dict[str, Any]) -> None:
-    """One Ray Train worker: the rank path of run/runner.py; reports its exit code to the driver."""
+    """One Ray Train worker: the rank path of run/rank.py; reports its exit code to the driver."""
     import ray.train
 
-    from autotrain.run.launch import LAUNCHED_ENV
-    from autotrain.run.runner import run
+    from autotrain.run.process import LAUNCHED_ENV, PARENT_ENV, RAY_LAUNCHED
+    from autotrain.run.rank import run_rank
     from autotrain.training.signals import STOP_FILE_ENV
 
     os.chdir(payload["cwd"])
     os.environ[LAUNCHED_ENV] = RAY_LAUNCHED
+    os.environ[PARENT_ENV] = payload["parent"]
     os.environ[STOP_FILE_ENV] = payload["stop_file"]
     loaded = worker_config(payload)
-    code = run(loaded, resume=payload["resume"], argv_sets=payload["sets"])
+    code = run_rank(loaded, resume=payload["resume"], argv_sets=payload["sets"])
     # Ray Train keeps only metrics that come with a checkpoint: rank 0 sends a one-line one (its exit code).
     if ray.train.get_context().get_world_rank() != 0:
         ray.train.report({"exit_code": code})

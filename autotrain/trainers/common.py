@@ -4,6 +4,7 @@ padding, and handing the planned optimizer to the Trainer."""
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 from typing import Any
 
 from autotrain.config.base import TaskConfig
@@ -19,6 +20,12 @@ def load_pretrained(loader, cfg: TaskConfig, what: str, token: str | None = None
     checkpoint that cannot be loaded is bad input (exit 2) named with the library's first line.
     """
     source = cfg.base_model
+    if loader.__name__.startswith("AutoModel") and Path(source).expanduser().is_dir():
+        from autotrain.training.verify import weights_problem
+
+        problem = weights_problem(Path(source).expanduser())  # cut short: named here, not by the library
+        if problem:
+            raise UserInputError(f"cannot load the {what} of base_model `{cfg.base_model}`: {problem}")
     gguf = getattr(cfg, "gguf", None)
     if gguf is not None:
         source, kwargs["gguf_file"] = gguf

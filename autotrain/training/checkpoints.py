@@ -137,3 +137,35 @@ def _rotate(project: Path, limit: int | None, keep: set[Path]) -> None:
     for old in complete[: max(0, len(complete) - limit)]:
         if old.resolve() not in keep:
             shutil.rmtree(old, ignore_errors=True)
+
+
+class ResumedSchedule(TrainerCallback):
+    """A resumed run's learning-rate schedule continues as the config now defines it, from the resumed step.
+
+    The Trainer builds the schedule from the config, then loads the checkpoint's scheduler state, which holds
+    the old base rate and the old schedule's last rate: a new `lr` would be ignored and the first step after
+    the resume would run at the old schedule's rate. Here the base rate becomes the config's (groups at a
+    fraction of it keep their fraction) and the rate of the resumed step is taken from the schedule as now
+    defined (a longer `max_steps` stretches it): the same rates a run with this config has at those steps.
+    """
+
+    def __init__(self, lr: float, say=print):
+        self.lr = lr
+        self.say = say
+
+    def on_train_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
+        scheduler = getattr(lr_scheduler, "scheduler", lr_scheduler)  # under accelerate's wrapper, if any
+        bases = getattr(scheduler, "base_lrs", None)
+        if not state.global_step or optimizer is None or not bases or not hasattr(scheduler, "lr_lambdas"):
+            return
+        ratio = self.lr / max(bases) if max(bases) else 1.0
+        if abs(ratio - 1) > 1e-9:
+            scheduler.base_lrs = [base * ratio for base in bases]
+            for group in optimizer.param_groups:
+                group["initial_lr"] = group.get("initial_lr", group["lr"]) * ratio
+            self.say(f"learning rate: {max(bases):g} -> {self.lr:g} from step {state.global_step} on")
+        step = scheduler.last_epoch
+        rates = [base * rule(step) for rule, base in zip(scheduler.lr_lambdas, scheduler.base_lrs, strict=True)]
+        for group, rate in zip(optimizer.param_groups, rates, strict=True):
+            group["lr"] = rate
+        scheduler._last_lr = rates  # what get_last_lr() (the logged rate) reads

@@ -8,6 +8,8 @@ from pathlib import Path
 
 # What a finished or interrupted run leaves; a folder holding any of them is not silently reused.
 RUN_FILES = ("autotrain.yaml", "run.json", "trainer_state.json")
+# How a run that ended before it could write its record ended, by its exit code (the documented codes).
+EXIT_STATUS = {0: "completed", 1: "failed", 2: "bad input", 3: "diverged", 130: "interrupted", 143: "interrupted"}
 
 
 def holds_run(folder: Path) -> bool:
@@ -16,12 +18,32 @@ def holds_run(folder: Path) -> bool:
     return any((folder / name).exists() for name in RUN_FILES) or any(folder.glob("checkpoint-*"))
 
 
-def run_status(folder: Path) -> str | None:
-    """`status` from the folder's run.json (completed, interrupted, failed, ...), if it has one."""
+def run_record(folder: Path) -> dict:
+    """The folder's run.json as it stands ({} without one), with a `running` run whose process is gone shown
+    as `died` (and `how`): the record of a process killed before it could write its end."""
     try:
-        return json.loads((folder / "run.json").read_text(encoding="utf-8")).get("status")
-    except (OSError, ValueError, AttributeError):
-        return None
+        record = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(record, dict):
+        return {}
+    if record.get("status") == "running":
+        from autotrain.training.lifetime import GONE, state
+
+        process = record.get("process")
+        if state(process) == GONE:
+            record["status"] = "died"
+            record["how"] = (
+                f"its process (pid {process['pid']}) ended without recording how the run ended: it was killed "
+                "(SIGKILL, out of memory) or its machine stopped"
+            )
+    return record
+
+
+def run_status(folder: Path) -> str | None:
+    """`status` of the folder's run (completed, interrupted, failed, died, ...), if it has a run.json."""
+    status = run_record(folder).get("status")
+    return status if isinstance(status, str) else None
 
 
 COMPLETE_MARKER = ".autotrain-complete"

@@ -10,6 +10,7 @@ in different steps, or only some of them (a signal sent to one process, not to t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -43,8 +44,10 @@ class GracefulStop(TrainerCallback):
         self.received: int | None = None
         self.agreed: int | None = None
         self.training = False
+        self.finishing = False  # training ended at its schedule's end; the final save is under way
         self._previous = {}
         self._group = None
+        self.before_exit = None  # called with the signal number before a second signal ends the process
 
     def install(self) -> None:
         import threading
@@ -70,13 +73,16 @@ class GracefulStop(TrainerCallback):
                 file=sys.stderr,
                 flush=True,
             )
+            if self.before_exit is not None:
+                with contextlib.suppress(Exception):  # the record is a courtesy; exiting now is what was asked
+                    self.before_exit(signum)
             os._exit(EXIT_CODES[signum])
         self.received = signum
-        if not self.training:
+        if not self.training and not self.finishing:
             raise Interrupted(signum)
+        doing = "saving the final model first" if self.finishing else "finishing this step and saving a checkpoint"
         print(
-            f"\n{signal.Signals(signum).name}: finishing this step and saving a checkpoint "
-            "(send it again to exit at once)",
+            f"\n{signal.Signals(signum).name}: {doing} (send it again to exit at once)",
             file=sys.stderr,
             flush=True,
         )
@@ -99,6 +105,7 @@ class GracefulStop(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         self._agree()  # a signal after the last step: every rank skips the final save, or none does
         self.training = False
+        self.finishing = self.agreed is None  # a signal from here on waits for the final save
 
     def wait_for_other_ranks(self) -> None:
         """Return once every rank is here: after an agreed stop, none exits while another still writes."""

@@ -47,22 +47,88 @@ def _index_problem(path: Path) -> str | None:
     return f"{path} names {missing[0]}, which is missing" if missing else None
 
 
+def _header(path: Path) -> tuple[dict, int]:
+    """A safetensors file's JSON header and its length (ValueError when there is not even a header)."""
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        length = int.from_bytes(handle.read(8), "little") if size >= 8 else -1
+        if length < 2 or length > size - 8:
+            raise ValueError(f"{size} bytes: not even its header")
+        header = json.loads(handle.read(length))
+    if not isinstance(header, dict):
+        raise ValueError("the header is not a table of tensors")
+    return header, length
+
+
 def _safetensors_problem(path: Path) -> str | None:
     """The file is 8 bytes of header length, the JSON header, then exactly the bytes its tensors span."""
     size = path.stat().st_size
     try:
-        with open(path, "rb") as handle:
-            length = int.from_bytes(handle.read(8), "little") if size >= 8 else -1
-            if length < 2 or length > size - 8:
-                return f"{path} is cut short ({size} bytes: not even its header)"
-            header = json.loads(handle.read(length))
+        header, length = _header(path)
         ends = [entry["data_offsets"][1] for name, entry in header.items() if name != "__metadata__"]
         needed = 8 + length + max(ends, default=0)
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+    except ValueError as exc:
+        if str(exc).endswith("not even its header"):
+            return f"{path} is cut short ({exc})"
+        return f"{path} is damaged (unreadable header: {_first_line(exc)})"
+    except (OSError, UnicodeDecodeError, KeyError, TypeError, IndexError, AttributeError) as exc:
         return f"{path} is damaged (unreadable header: {_first_line(exc)})"
     if size != needed:
         return f"{path} is cut short or damaged ({size} bytes where its header needs {needed})"
     return None
+
+
+def weights_problem(folder: Path) -> str | None:
+    """The first `.safetensors` file directly in `folder` that is cut short or damaged, and why; None if whole."""
+    files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
+    return next((problem for problem in map(_safetensors_problem, files) if problem), None)
+
+
+def shape_problem(checkpoint: Path, model) -> str | None:
+    """The first tensor of the checkpoint's weights whose shape is not the model's, said with both shapes;
+    None when every tensor they share fits (or the checkpoint's weights are in no file read here)."""
+    saved: dict[str, list] = {}
+    for path in sorted(checkpoint.glob("*.safetensors")):
+        try:
+            header, _ = _header(path)
+        except (OSError, ValueError):
+            continue  # whether it is whole is checkpoint_problem's to say
+        saved.update({k: v.get("shape") for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)})
+    if not saved:
+        return None
+    adapters = list(getattr(model, "peft_config", {}) or {})
+    current = {_without_adapter(name, adapters): list(t.shape) for name, t in model.state_dict().items()}
+    shared = [name for name in saved if name in current]
+    if not shared:
+        first = next(iter(saved))
+        return f"its tensors are not the model's (the first, `{first}`, is no tensor of the model)"
+    for name in shared:
+        if saved[name] != current[name]:
+            return f"tensor `{name}` is {saved[name]} in the checkpoint and {current[name]} in the model"
+    return None
+
+
+def _without_adapter(name: str, adapters: list[str]) -> str:
+    """A PEFT model's parameter name as its saved adapter names it (without the adapter's name)."""
+    for adapter in adapters:
+        name = name.replace(f".{adapter}.", ".")
+    return name
+
+
+_SHAPE = r"(torch\.Size\(\[[\d, ]*\]\))"
+_SIZE_MISMATCH = re.compile(
+    rf"size mismatch for ([\w.]+): copying a param with shape {_SHAPE} from checkpoint, "
+    rf"the shape in current model is {_SHAPE}"
+)
+
+
+def size_mismatch(exc: BaseException) -> str | None:
+    """torch's `Error(s) in loading state_dict ... size mismatch for NAME` as one line, or None."""
+    found = _SIZE_MISMATCH.search(str(exc))
+    if not found:
+        return None
+    name, saved, current = found.groups()
+    return f"tensor `{name}` is {saved} in the checkpoint and {current} in the model"
 
 
 def _torch_problem(path: Path) -> str | None:
