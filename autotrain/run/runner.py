@@ -182,6 +182,10 @@ def _train(this: _Run, resume: str | None, stop) -> int:
     progress = ProgressCallback()
     # The builder returns the plan it ran: the resolved one, or one it refined (recorded as such).
     trainer, this.plan = build_trainer(cfg, this.plan, [progress, stop], token=cfg.hub.token)
+    if resume:  # each rank looked in its own view of the folder: every rank resumes where rank 0 does
+        from autotrain.training.checkpoints import same_checkpoint_on_every_rank
+
+        checkpoint = same_checkpoint_on_every_rank(checkpoint)
     trainer.remove_callback(PrinterCallback)  # our progress display replaces its raw dict lines
     install_loss_hooks(trainer, cfg.training_args.nan_policy)
     AtomicCheckpoints(folder, cfg.training_args.save_total_limit, [checkpoint] if checkpoint else []).attach(trainer)
