@@ -102,7 +102,8 @@ def run(loaded: LoadedConfig, resume: str | None = None, overwrite: bool = False
         if os.environ.get(LAUNCHED_ENV) == "1" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
             from autotrain.run.rendezvous import check_ranks
 
-            check_ranks(this.cfg.distributed.rendezvous_timeout)  # before the model loads
+            # before the model loads; every rank's plan compared (decisions that change the collectives)
+            check_ranks(this.cfg.distributed.rendezvous_timeout, plan=this.plan.record())
         if not this.launched and this.cfg.distributed.backend == "ray":
             from autotrain.run.ray_launch import run_on_ray
 
