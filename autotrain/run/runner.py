@@ -152,13 +152,18 @@ def _finished(this: _Run) -> bool:
 
 
 def _resolve(this: _Run):
-    """The plan, decided once in this process, and the checks that need no weights (one error for all ranks)."""
-    from autotrain.training.plan import preflight, resolve_plan
+    """The plan, decided once in this process, and the checks that need no weights (one error for all ranks);
+    the preflight's notes are said once, by the process the user started."""
+    from autotrain.run.preflight import preflight
+    from autotrain.training.plan import resolve_plan
 
     plan = resolve_plan(this.cfg)
-    problems = preflight(this.cfg, plan)
-    if problems:
-        raise UserInputError("; ".join(problems))
+    found = preflight(this.cfg, plan)
+    if found.problems:
+        raise UserInputError("; ".join(found.problems))
+    if not this.launched:
+        for note in found.notes:
+            this.say(f"note: {note}")
     return plan
 
 
