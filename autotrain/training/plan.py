@@ -69,7 +69,7 @@ class RunPlan:
     effective_batch_size: int
     optimizer: OptimizerPlan
     training_args: dict[str, Any]  # TrainingArguments fields; a builder adds only its trainer's own
-    problems: tuple[str, ...] = ()  # what this machine cannot do as asked (see `preflight`)
+    problems: tuple[str, ...] = ()  # what this machine cannot do as asked (autotrain.run.preflight says it)
     length_grouped: bool = False  # batches of similar length in random order (see `groups_by_length`)
     padding_free: str = ""  # "rows", "one sequence" or "" (padded; see `padding_free`)
     load_dtype: str = "float32"  # the torch dtype the model's weights are loaded in (see `load_dtype`)
@@ -122,7 +122,7 @@ def resolve_plan(cfg: TaskConfig, device: str | None = None) -> RunPlan:
     """Decide precision, topology, optimizer and TrainingArguments for `cfg` on this machine.
 
     What this machine cannot do as asked (fp16 without CUDA, ...) is kept in `problems` (the plan then
-    falls back to fp32), so that `preflight` reports it with every other problem at once.
+    falls back to fp32), so that the preflight (autotrain.run.preflight) reports it with every other problem at once.
     """
     args = cfg.training_args
     problems: tuple[str, ...] = ()
