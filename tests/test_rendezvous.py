@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import socket
 import time
+from pathlib import Path
 
 import pytest
 from test_distributed import finish, free_port, start, write_config
@@ -171,3 +172,111 @@ def test_another_service_on_the_port_is_named(tmp_path):
         check_in(dist)
     server.close()
     assert time.monotonic() - began < 60
+
+
+# --- every transport of the run, on a GPU host: the check-in's own processes, a store the test serves ------
+
+# One rank's check-in (run.rendezvous.check_ranks), as a launched rank runs it before the model loads.
+# FAKE_GPU=1 stands for a GPU host: CUDA reported present and the NCCL all-reduce taken as done, so what is
+# left is what the check-in does beside it.
+RANK_SCRIPT = """
+import json, os, sys
+import torch
+from autotrain.run import rendezvous
+
+if os.environ.get("FAKE_GPU") == "1":
+    torch.cuda.is_available = lambda: True
+    real = rendezvous._all_reduce_once
+
+    def nccl_done(store, rank, world, timeout, cuda, environ, *rest):
+        return True if cuda else real(store, rank, world, timeout, cuda, environ, *rest)
+
+    rendezvous._all_reduce_once = nccl_done
+plan = {"plan": json.loads(os.environ["PLAN"])} if "PLAN" in os.environ else {}
+try:
+    rendezvous.check_ranks(int(os.environ["CHECK_TIMEOUT"]), **plan)
+except rendezvous.RendezvousError as exc:
+    print(f"error: {exc}", file=sys.stderr)
+    sys.exit(2)
+print("checked in", file=sys.stderr)
+"""
+
+
+def check_in_ranks(ranks: list[dict[str, str]], world: int = 2, timeout: int = TIMEOUT):
+    """Run `check_ranks` in one process per entry of `ranks` (its extra environment) against a store this
+    test serves as the launcher would; returns (exit code, stderr, seconds) per process."""
+    import datetime
+    import os
+    import subprocess
+    import sys
+
+    from test_distributed import cli_env
+    from torch.distributed import TCPStore
+
+    port = free_port()
+    store = TCPStore("127.0.0.1", port, None, True, datetime.timedelta(seconds=60), wait_for_workers=False)
+    base = {**cli_env(), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    began = time.monotonic()
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", RANK_SCRIPT],
+            env={**base, "RANK": str(rank), "CHECK_TIMEOUT": str(timeout), **extra},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=os.fspath(Path(__file__).resolve().parents[1]),
+        )
+        for rank, extra in enumerate(ranks)
+    ]
+    results = []
+    for process in processes:
+        try:
+            _, err = process.communicate(timeout=timeout + 120)
+        except subprocess.TimeoutExpired:
+            for other in processes:
+                other.kill()
+            raise AssertionError(f"a rank's check-in still ran {timeout + 120} s after it started") from None
+        results.append((process.returncode, err, time.monotonic() - began))
+    del store
+    return results
+
+
+@pytest.mark.slow
+def test_a_wrong_gloo_interface_on_a_gpu_host_is_named_on_every_rank():
+    # The stop flag and the ranks' agreed decisions use a gloo group beside NCCL: a check-in that tested
+    # NCCL alone let a wrong GLOO_SOCKET_IFNAME through, to hang for gloo's 30 minutes once training began.
+    wrong = {"FAKE_GPU": "1", "GLOO_SOCKET_IFNAME": "nosuch0"}
+    for code, err, seconds in check_in_ranks([wrong, wrong]):
+        assert code == 2, err
+        line = next(x for x in err.splitlines() if x.startswith("error: rank"))
+        assert "the gloo group could not form" in line and "nosuch0" in line, line
+        assert "GLOO_SOCKET_IFNAME=nosuch0" in line and "Traceback" not in err, err
+        assert seconds < TIMEOUT + 60, f"the named error took {seconds:.1f} s"
+
+
+@pytest.mark.slow
+def test_a_rank_that_never_joins_gloo_on_a_gpu_host_is_named_within_the_timeout():
+    # Rank 1 never comes: rank 0 waits in the gloo group's forming until the check-in's deadline.
+    [(code, err, seconds)] = check_in_ranks([{"FAKE_GPU": "1"}], timeout=10)
+    assert code == 2, err
+    line = next(x for x in err.splitlines() if x.startswith("error: rank 0 of 2"))
+    assert "the gloo all-reduce over 2 processes did not finish within 10 s" in line, line
+    assert "missing 1" in line, line
+    assert 10 <= seconds < 10 + 60, f"the named error took {seconds:.1f} s"
+
+
+@pytest.mark.slow
+def test_ranks_whose_plans_differ_stop_with_the_fields_named():
+    # A machine without flash-attn would batch rows where the others batch one sequence: other collectives.
+    import json
+
+    plan = {"padding_free": "one sequence", "precision": {"device": "cuda"}, "world_size": 2}
+    other = {**plan, "padding_free": "rows"}
+    first, second = check_in_ranks([{"PLAN": json.dumps(plan)}, {"PLAN": json.dumps(other)}])
+    for code, err, _ in (first, second):
+        assert code == 2 and "Traceback" not in err, err
+        assert "the processes resolved different run plans" in err, err
+    assert "another rank's does not" in first[1], first[1]
+    assert "padding_free: 'rows' here, 'one sequence' on rank 0" in second[1], second[1]
+    same = check_in_ranks([{"PLAN": json.dumps(plan)}, {"PLAN": json.dumps(plan)}])
+    assert [code for code, _, _ in same] == [0, 0], same

@@ -86,13 +86,17 @@ def _dry_run(loaded, sets: list[str]) -> None:
     """Resolve the plan and run every check that needs no weights; print the plan, then every problem (exit 2)."""
     from autotrain.errors import UserInputError
     from autotrain.run.dry_run import print_plan
-    from autotrain.training.plan import preflight, resolve_plan
+    from autotrain.run.preflight import preflight
+    from autotrain.training.plan import resolve_plan
 
     try:
         plan = resolve_plan(loaded.config)
     except UserInputError as exc:  # early stopping without evaluations, ...
         raise fail(str(exc), EXIT_BAD_INPUT) from None
-    problems = preflight(loaded.config, plan)
+    found = preflight(loaded.config, plan)
+    problems = found.problems
+    for note in found.notes:
+        eprint(f"note: {note}")
     print_plan(loaded, plan, sets, problems)
     for problem in problems:
         eprint(f"error: {problem}")

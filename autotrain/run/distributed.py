@@ -140,15 +140,24 @@ def strategy_flags(cfg: TaskConfig) -> list[str]:
 
 def check_hardware(cfg: TaskConfig, gpus: int, per_machine: int) -> None:
     """Refuse, before starting any process, what accelerate would run differently from what was asked."""
-    dist = cfg.distributed
+    problems = hardware_problems(cfg, gpus, per_machine)
+    if problems:
+        raise UserInputError("; ".join(problems))
+
+
+def hardware_problems(cfg: TaskConfig, gpus: int, per_machine: int, why_no_gpu: str = "") -> list[str]:
+    """What several processes of `cfg` need from this machine and it lacks, one line each (the preflight
+    reads them too; `why_no_gpu` says why torch sees none)."""
+    dist, problems = cfg.distributed, []
     if dist.strategy in ("fsdp", "deepspeed") and gpus == 0:
         # Accelerate silently drops FSDP on CPU processes (they would train as plain DDP copies).
-        raise UserInputError(
-            f"distributed.strategy: {dist.strategy} needs CUDA GPUs and none is visible; "
-            "use `strategy: ddp` to train with several CPU processes"
+        problems.append(
+            f"distributed.strategy: {dist.strategy} needs CUDA GPUs and none is visible"
+            + (f" ({why_no_gpu})" if why_no_gpu else "")
+            + "; use `strategy: ddp` to train with several CPU processes"
         )
     if gpus and per_machine > gpus:
-        raise UserInputError(
+        problems.append(
             f"distributed.num_processes ({per_machine}) is more than the {gpus} visible GPU(s); "
             "use `num_processes: auto` (one process per GPU) or a smaller number"
         )
@@ -156,12 +165,11 @@ def check_hardware(cfg: TaskConfig, gpus: int, per_machine: int) -> None:
         import importlib.util
 
         if importlib.util.find_spec("deepspeed") is None:
-            raise UserInputError(
-                "distributed.strategy: deepspeed needs the `deepspeed` package (pip install deepspeed)"
-            )
+            problems.append("distributed.strategy: deepspeed needs the `deepspeed` package (pip install deepspeed)")
         ds = dist.deepspeed or DeepSpeedConfig()
         if ds.config_file and not Path(ds.config_file).is_file():
-            raise UserInputError(f"distributed.deepspeed.config_file `{ds.config_file}` does not exist")
+            problems.append(f"distributed.deepspeed.config_file `{ds.config_file}` does not exist")
+    return problems
 
 
 def write_launch_files(cfg: TaskConfig) -> list[Path]:

@@ -43,7 +43,8 @@ def run_rank(loaded: LoadedConfig, resume: str | None = None, argv_sets: Sequenc
         if launched() == ACCELERATE_LAUNCHED and int(os.environ.get("WORLD_SIZE", "1")) > 1:
             from autotrain.run.rendezvous import check_ranks
 
-            check_ranks(this.cfg.distributed.rendezvous_timeout)  # before the model loads
+            # before the model loads; every rank's plan compared (decisions that change the collectives)
+            check_ranks(this.cfg.distributed.rendezvous_timeout, plan=this.plan.record())
         return train(this, resume, stop)
     except BaseException as exc:
         return failure_code(this, exc)

@@ -214,12 +214,18 @@ def _failure(
 # --- every process: one all-reduce over the transport training will use ---------------------------------
 
 
-def check_ranks(timeout: int, environ=os.environ) -> None:
+def check_ranks(timeout: int, environ=os.environ, plan: dict | None = None) -> None:
     """In each process the launcher started (WORLD_SIZE > 1), before the model loads: write who this rank
-    is to the launcher's store, then all-reduce one number over NCCL (CUDA) or gloo (CPU) in a group of
-    its own (the default group stays accelerate's to make). A transport that cannot connect (a wrong
-    NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME, InfiniBand that is not there, a blocked port range) ends the
-    process with exit code 2 and one line within `timeout` seconds, instead of a watchdog after 30 min.
+    is to the launcher's store, then all-reduce one number over every transport the run will use, each in a
+    group of its own (the default group stays accelerate's to make): gloo always (the stop flag and the
+    ranks' agreed decisions use a gloo group whatever the training backend), then NCCL on CUDA. A transport
+    that cannot connect (a wrong GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME, InfiniBand that is not there, a
+    blocked port range) ends the process with exit code 2 and one line within `timeout` seconds, instead
+    of a watchdog after 30 min.
+
+    `plan` (the run plan's record): the gloo all-reduce also compares a digest of every rank's plan, so
+    that machines which resolved it differently (other packages, another kind of GPU, another config)
+    stop here with RendezvousError naming what differs, before they run different collectives.
     """
     import threading
 
@@ -231,15 +237,12 @@ def check_ranks(timeout: int, environ=os.environ) -> None:
     prefix = (
         f"autotrain/ranks/{environ.get('TORCHELASTIC_RUN_ID', '')}/{environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
     )
-    me = {
-        "node": int(environ.get("GROUP_RANK", "0")),
-        "host": socket.gethostname(),
-        "address": local_address(host, port),
-    }
+    me = {"node": int(environ.get("GROUP_RANK", "0")), "host": socket.gethostname()}
+    me["address"] = local_address(host, port)
     store = dist.TCPStore(host, port, None, False, datetime.timedelta(seconds=timeout))
-    store.set(f"{prefix}{rank}", json.dumps(me))
-    cuda = torch.cuda.is_available()
-    backend = "nccl" if cuda else "gloo"
+    store.set(f"{prefix}{rank}", json.dumps({**me, "plan": plan}, default=str))
+    transports = ("gloo", "nccl") if torch.cuda.is_available() else ("gloo",)
+    stage = [transports[0]]
 
     def give_up(problem: str) -> None:
         came = _ranks_seen(host, port, prefix, world)
@@ -251,25 +254,28 @@ def check_ranks(timeout: int, environ=os.environ) -> None:
         )
         os._exit(2)  # a thread cannot interrupt a collective: the process ends, the launcher reports code 2
 
-    watchdog = threading.Timer(
-        timeout,
-        give_up,
-        [
-            f"the {backend} all-reduce over {world} processes did not finish "
-            f"within {timeout} s (distributed.rendezvous_timeout)"
-        ],
-    )
+    late = f"did not finish within {timeout} s (distributed.rendezvous_timeout)"
+    watchdog = threading.Timer(timeout, lambda: give_up(f"the {stage[0]} all-reduce over {world} processes {late}"))
     watchdog.daemon = True
-    watchdog.start()
+    watchdog.start()  # one deadline for every transport together
+    same = True
     try:
-        _all_reduce_once(dist.PrefixStore(prefix + "group", store), rank, world, timeout, cuda, environ)
+        for backend in transports:
+            stage[0] = backend
+            cuda, digest = backend == "nccl", None if backend == "nccl" else _digest(plan)
+            group_store = dist.PrefixStore(f"{prefix}{backend}/", store)
+            same = _all_reduce_once(group_store, rank, world, timeout, cuda, environ, digest) and same
     except RuntimeError as exc:
         watchdog.cancel()
-        give_up(f"the {backend} group could not form: {str(exc).strip().splitlines()[0]}")
+        give_up(f"the {stage[0]} group could not form: {str(exc).strip().splitlines()[0]}")
     watchdog.cancel()
+    if not same:
+        raise _plans_differ(rank, world, me, plan, json.loads(store.get(f"{prefix}0")).get("plan"))
 
 
-def _all_reduce_once(store, rank: int, world: int, timeout: int, cuda: bool, environ) -> None:
+def _all_reduce_once(store, rank: int, world: int, timeout: int, cuda: bool, environ, digest: int | None = None):
+    """One all-reduce over NCCL (`cuda`) or gloo; with `digest`, a second one that compares it across the
+    ranks. Returns whether every rank gave the same digest (True without one)."""
     import torch
     import torch.distributed as dist
 
@@ -282,12 +288,61 @@ def _all_reduce_once(store, rank: int, world: int, timeout: int, cuda: bool, env
         group = dist.ProcessGroupGloo(store, rank, world, datetime.timedelta(seconds=timeout))
     value = torch.ones(1, device=device)
     group.allreduce([value]).wait()
+    same = True
+    if digest is not None:
+        extremes = torch.tensor([digest, -digest], dtype=torch.int64, device=device)
+        group.allreduce([extremes], _max_options()).wait()
+        same = int(extremes[0]) == -int(extremes[1])  # the largest digest is also the smallest
     if cuda:
         torch.cuda.synchronize(device)
     if int(value.item()) != world:
         raise RuntimeError(f"the all-reduce summed to {int(value.item())}, not {world}")
     with contextlib.suppress(Exception):
         group.shutdown()  # frees the NCCL communicator; the run makes its own group
+    return same
+
+
+def _max_options():
+    import torch.distributed as dist
+
+    options = dist.AllreduceOptions()
+    options.reduceOp = dist.ReduceOp.MAX
+    return options
+
+
+def _digest(plan: dict | None) -> int | None:
+    """56 bits of the plan record's SHA-256 (an int64 all-reduce carries it and its negation exactly)."""
+    import hashlib
+
+    if plan is None:
+        return None
+    text = json.dumps(plan, sort_keys=True, default=str)
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:7], "big")
+
+
+def _flat(record: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in record.items():
+        if isinstance(value, dict):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _plans_differ(rank: int, world: int, me: dict, mine: dict | None, main: dict | None) -> RendezvousError:
+    """The error every rank raises when the ranks' plans differ: what this rank's differs in from rank 0's."""
+    ours, theirs = _flat(json.loads(json.dumps(mine or {}, default=str))), _flat(main or {})
+    fields = [key for key in sorted(set(ours) | set(theirs)) if ours.get(key) != theirs.get(key)]
+    if fields:
+        shown = "; ".join(f"{key}: {ours.get(key)!r} here, {theirs.get(key)!r} on rank 0" for key in fields[:4])
+        what = f"this rank's plan differs from rank 0's in {shown}"
+    else:
+        what = "this rank's plan matches rank 0's, another rank's does not (its error names the fields)"
+    return RendezvousError(
+        f"rank {rank} of {world} (node {me['node']}, {me['host']}): the processes resolved different run plans: "
+        f"{what}. Every machine needs the same config, the same packages and the same kind of GPU"
+    )
 
 
 def _ranks_seen(host: str, port: int, prefix: str, world: int) -> str:

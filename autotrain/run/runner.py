@@ -40,16 +40,18 @@ def run(
                 _check_changes(this, accept_changes)
         else:  # machine 0 claims the (shared) folder; the others only write into it
             this.folder.mkdir(parents=True, exist_ok=True)
-        ray = this.cfg.distributed.backend == "ray"  # Ray places the workers: no machines to check in
-        if this.cfg.distributed.num_machines > 1 and not ray:  # before the training stack loads: fail in seconds
-            from autotrain.run.rendezvous import check_in
-
-            this.rendezvous = check_in(this.cfg.distributed)  # kept: the launcher reuses its server
         from autotrain.training.signals import GracefulStop
 
         stop = GracefulStop()
         stop.install()
+        # The preflight before the check-in: a machine that lacks a package says so and leaves, and the
+        # others' check-in names it as missing within rendezvous_timeout, instead of waiting in the launcher.
         this.plan = resolve(this)
+        ray = this.cfg.distributed.backend == "ray"  # Ray places the workers: no machines to check in
+        if this.cfg.distributed.num_machines > 1 and not ray:  # before the model loads: fail in seconds
+            from autotrain.run.rendezvous import check_in
+
+            this.rendezvous = check_in(this.cfg.distributed)  # kept: the launcher reuses its server
         if ray or this.plan.world_size > 1:
             return _launch(this, resume, ray)
         return train(this, resume, stop)

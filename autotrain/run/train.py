@@ -16,13 +16,18 @@ from autotrain.training.quiet import quiet_libraries
 
 
 def resolve(this: Run):
-    """The plan, decided once in this process, and the checks that need no weights (one error for all ranks)."""
-    from autotrain.training.plan import preflight, resolve_plan
+    """The plan, decided once in this process, and the checks that need no weights (one error for all ranks);
+    the preflight's notes are said once, by the process the user started."""
+    from autotrain.run.preflight import preflight
+    from autotrain.training.plan import resolve_plan
 
     plan = resolve_plan(this.cfg)
-    problems = preflight(this.cfg, plan)
-    if problems:
-        raise UserInputError("; ".join(problems))
+    found = preflight(this.cfg, plan)
+    if found.problems:
+        raise UserInputError("; ".join(found.problems))
+    if not launched():
+        for note in found.notes:
+            this.say(f"note: {note}")
     return plan
 
 
@@ -34,7 +39,8 @@ def train(this: Run, resume: str | None, stop) -> int:
     this.stop, stop.before_exit = stop, this.on_second_signal
     if checkpoint:
         this.say(f"resuming from {checkpoint}")
-    trainer, progress = _build(this, checkpoint, stop)
+    trainer, progress, checkpoint = _build(this, checkpoint, stop, resume)
+    this.checkpoint = checkpoint
     done = _schedule_done(checkpoint, this.cfg) if checkpoint else None
     if done is not None:  # killed during the final save: train no step past the schedule, save again
         this.say(f"{checkpoint} is at step {done}, the end of the schedule: no step left to train; saving the model")
@@ -56,8 +62,9 @@ def train(this: Run, resume: str | None, stop) -> int:
     return code
 
 
-def _build(this: Run, checkpoint: str | None, stop):
-    """The trainer with autotrain's callbacks, and run.json started; (trainer, progress display)."""
+def _build(this: Run, checkpoint: str | None, stop, resume: str | None):
+    """The trainer with autotrain's callbacks, and run.json started; (trainer, progress display, the
+    checkpoint every rank resumes from)."""
     from transformers.trainer_callback import PrinterCallback
 
     from autotrain.trainers import build_trainer
@@ -74,6 +81,10 @@ def _build(this: Run, checkpoint: str | None, stop):
     progress = ProgressCallback()
     # The builder returns the plan it ran: the resolved one, or one it refined (recorded as such).
     trainer, this.plan = build_trainer(cfg, this.plan, [progress, stop], token=cfg.hub.token)
+    if resume:  # each rank looked in its own view of the folder: every rank resumes where rank 0 does
+        from autotrain.training.checkpoints import same_checkpoint_on_every_rank
+
+        checkpoint = same_checkpoint_on_every_rank(checkpoint)
     trainer.remove_callback(PrinterCallback)  # our progress display replaces its raw dict lines
     if checkpoint:
         _check_fits(this, checkpoint, trainer.model)
@@ -87,7 +98,7 @@ def _build(this: Run, checkpoint: str | None, stop):
     _start_manifest(this, memory)
     this.started, this.trainer = True, trainer
     mark_baseline(trainer.model, before_model)  # the measured peak leaves out what is not the model's
-    return trainer, progress
+    return trainer, progress, checkpoint
 
 
 def _schedule_done(checkpoint: str, cfg) -> int | None:

@@ -82,6 +82,25 @@ def find_resume_checkpoint(project: Path, resume: str, warn=print) -> str:
     )
 
 
+def same_checkpoint_on_every_rank(checkpoint: str | None) -> str | None:
+    """Rank 0's checkpoint to resume from, on every rank (call once the process group exists).
+
+    Each rank finds `--resume latest` in its own view of the project folder; ranks resuming from different
+    steps would take different numbers of steps (the first to finish leaving the others waiting in their
+    next all-reduce) from different weights. Refused on every rank where some rank does not see that
+    checkpoint complete (a project folder that is not on storage every machine shares).
+    """
+    from autotrain.training.ranks import main_rank_value, on_every_rank
+
+    chosen = main_rank_value(checkpoint)
+    if not on_every_rank(chosen is None or is_complete(Path(chosen))):
+        raise UserInputError(
+            f"--resume: rank 0 resumes from {chosen}, which is not complete on every machine; keep "
+            "project_name on storage that every machine shares"
+        )
+    return chosen
+
+
 class AtomicCheckpoints(TrainerCallback):
     """Marks each checkpoint complete once all of it is on disk, and rotates complete checkpoints only.
 

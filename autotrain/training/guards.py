@@ -4,9 +4,10 @@ from __future__ import annotations
 
 
 class Diverged(Exception):
-    def __init__(self, step: int, loss: float):
+    def __init__(self, step: int, loss: float, elsewhere: bool = False):
+        where = "on another rank" if elsewhere else f"({loss})"
         super().__init__(
-            f"training diverged: non-finite loss ({loss}) at step {step + 1}; "
+            f"training diverged: non-finite loss {where} at step {step + 1}; "
             "lower training_args.lr, check the data, or set training_args.nan_policy: skip_batch"
         )
         self.step = step
@@ -47,8 +48,13 @@ def _unwrapped(optimizer, attribute: str):
 
 def skip_guard(trainer, limit: int = 10):
     """A callback that stops the run once the optimizer skipped tensors on ``limit`` consecutive steps, and
-    leaves the total in ``trainer.skipped_tensors`` (the run reports it)."""
+    leaves the total in ``trainer.skipped_tensors`` (the run reports it).
+
+    Every rank stops, or none: under FSDP each rank steps its own shards and counts its own skips, so the
+    ranks agree on the longest run of skips at each step end (autotrain.training.ranks)."""
     from transformers import TrainerCallback
+
+    from autotrain.training.ranks import largest
 
     class SkipGuard(TrainerCallback):
         seen, consecutive = 0, 0
@@ -59,8 +65,9 @@ def skip_guard(trainer, limit: int = 10):
                 return
             self.consecutive = self.consecutive + 1 if count > self.seen else 0
             self.seen = trainer.skipped_tensors = count
-            if self.consecutive >= limit:
-                raise RepeatedSkips(state.global_step, self.consecutive, count)
+            longest = largest(self.consecutive)
+            if longest >= limit:
+                raise RepeatedSkips(state.global_step, longest, count)
 
     trainer.skipped_tensors = 0
     return SkipGuard()
@@ -93,9 +100,14 @@ def install_loss_hooks(trainer, policy: str) -> None:
 
     Checking before backward means a bad batch never touches the weights or the optimizer state:
     `halt` raises (the last saved checkpoint stays the newest), `skip_batch` replaces the loss by a zero
-    that still reaches every trainable parameter, so the step's gradients simply omit that batch.
+    that still reaches every trainable parameter, so the step's gradients simply omit that batch. Under
+    `halt` with several processes the ranks agree on each micro-batch's check before backward (a rank
+    that raised alone would leave the others waiting in backward's all-reduce): all raise, or none.
+    `skip_batch` needs no agreement, since the zero loss runs the same backward.
     """
     import torch
+
+    from autotrain.training.ranks import on_every_rank
 
     original = trainer.compute_loss
     trainer.skipped_batches = 0
@@ -108,10 +120,11 @@ def install_loss_hooks(trainer, policy: str) -> None:
             trainer.samples_seen += _count_samples(inputs)
         result = original(model, inputs, return_outputs=return_outputs, **kwargs)
         loss = result[0] if return_outputs else result
-        if bool(torch.isfinite(loss.detach()).all()):
+        finite = bool(torch.isfinite(loss.detach()).all())
+        if policy == "halt" and not on_every_rank(finite):
+            raise Diverged(trainer.state.global_step, float(loss.detach().float().mean()), elsewhere=finite)
+        if finite:
             return result
-        if policy == "halt":
-            raise Diverged(trainer.state.global_step, float(loss.detach().float().mean()))
         trainer.skipped_batches += 1
         zero = sum((p.sum() * 0.0 for p in model.parameters() if p.requires_grad), loss.new_zeros(()))
         return (zero, result[1]) if return_outputs else zero

@@ -69,10 +69,12 @@ class RunPlan:
     effective_batch_size: int
     optimizer: OptimizerPlan
     training_args: dict[str, Any]  # TrainingArguments fields; a builder adds only its trainer's own
-    problems: tuple[str, ...] = ()  # what this machine cannot do as asked (see `preflight`)
+    problems: tuple[str, ...] = ()  # what this machine cannot do as asked (autotrain.run.preflight says it)
     length_grouped: bool = False  # batches of similar length in random order (see `groups_by_length`)
     padding_free: str = ""  # "rows", "one sequence" or "" (padded; see `padding_free`)
     load_dtype: str = "float32"  # the torch dtype the model's weights are loaded in (see `load_dtype`)
+    attn_implementation: str = ""  # the attention kernel an LLM loads with (see `attention`; "" for classifiers)
+    notes: tuple[str, ...] = ()  # what the plan chose instead of what was asked, and why (said before the run)
     # (field, planned, used, why): what a builder changed once the model was loaded (see `refine`)
     refined: tuple[tuple[str, Any, Any, str], ...] = ()
 
@@ -108,6 +110,8 @@ class RunPlan:
             "length_grouped_batches": self.length_grouped,
             "padding_free": self.padding_free,
             "load_dtype": self.load_dtype,
+            "attn_implementation": self.attn_implementation,
+            "notes": list(self.notes),
             "refined_after_loading": [
                 {"field": key, "planned": planned, "used": used, "why": why} for key, planned, used, why in self.refined
             ],
@@ -118,7 +122,7 @@ def resolve_plan(cfg: TaskConfig, device: str | None = None) -> RunPlan:
     """Decide precision, topology, optimizer and TrainingArguments for `cfg` on this machine.
 
     What this machine cannot do as asked (fp16 without CUDA, ...) is kept in `problems` (the plan then
-    falls back to fp32), so that `preflight` reports it with every other problem at once.
+    falls back to fp32), so that the preflight (autotrain.run.preflight) reports it with every other problem at once.
     """
     args = cfg.training_args
     problems: tuple[str, ...] = ()
@@ -128,6 +132,7 @@ def resolve_plan(cfg: TaskConfig, device: str | None = None) -> RunPlan:
         problems, precision = (str(exc),), resolve_precision("no", device)
     per_machine = processes_per_machine(cfg.distributed.num_processes)
     optimizer = resolve_optimizer(args.optimizer, args.optimizer_args, args.lr, args.max_steps)
+    attn, batching, notes = attention(cfg, precision)
     return RunPlan(
         precision=precision,
         asked_precision=args.mixed_precision,
@@ -138,8 +143,10 @@ def resolve_plan(cfg: TaskConfig, device: str | None = None) -> RunPlan:
         training_args=training_arguments(cfg, precision, optimizer),
         problems=problems,
         length_grouped=groups_by_length(cfg),
-        padding_free=padding_free(cfg, precision),
+        padding_free=batching,
         load_dtype=load_dtype(cfg, precision),
+        attn_implementation=attn,
+        notes=notes,
     )
 
 
@@ -262,6 +269,34 @@ def padding_free(cfg: TaskConfig, precision: Precision) -> str:
     return "one sequence" if precision.device == "cuda" and cfg.attn_implementation == "flash_attention_2" else "rows"
 
 
+def flash_attention_runs(precision: Precision) -> bool:
+    """Whether flash_attention_2 can run here: the flash-attn package (CUDA kernels) and a CUDA device."""
+    import importlib.util
+
+    return precision.device == "cuda" and importlib.util.find_spec("flash_attn") is not None
+
+
+def attention(cfg: TaskConfig, precision: Precision) -> tuple[str, str, tuple[str, ...]]:
+    """(attention kernel, padding-free mode, notes). flash_attention_2 where it cannot run (no flash-attn,
+    no CUDA) falls back to sdpa only in a padding-free run, with a note: its batches then pack rows, the
+    same samples and the same loss without padding (the loaded model is checked to keep them apart). A run
+    with padded batches asked for the kernel itself: the preflight refuses it instead."""
+    asked = getattr(cfg, "attn_implementation", "")
+    batching = padding_free(cfg, precision)
+    if asked != "flash_attention_2" or not batching or flash_attention_runs(precision):
+        return asked, batching, ()
+    why = "no CUDA GPU is visible" if precision.device != "cuda" else "the flash-attn package is not installed"
+    return (
+        "sdpa",
+        "rows",
+        (
+            f"attn_implementation: flash_attention_2 cannot run here ({why}): attention runs sdpa and the "
+            "padding-free batches pack rows instead of one sequence (the same samples and loss); pip install "
+            "flash-attn on a CUDA machine for one sequence",
+        ),
+    )
+
+
 def _keep_best_model(cfg: TaskConfig, kwargs: dict[str, Any]) -> None:
     """Classifiers: what keeping the best model and early stopping need.
 
@@ -286,42 +321,3 @@ def _keep_best_model(cfg: TaskConfig, kwargs: dict[str, Any]) -> None:
             kwargs["save_steps"] = save_steps if save_steps % args.eval_steps == 0 else args.eval_steps
         else:
             kwargs.pop("save_steps", None)
-
-
-def preflight(cfg: TaskConfig, plan: RunPlan) -> list[str]:
-    """Everything that can be refused without weights: missing packages, CUDA-only features elsewhere,
-    and what the run would fetch from a hub it cannot reach."""
-    import importlib.util
-
-    from autotrain.training.hub import hub_problems
-
-    problems = list(plan.problems)
-    if cfg.log != "none" and importlib.util.find_spec(cfg.log) is None:
-        problems.append(f"log: {cfg.log} needs the `{cfg.log}` package: pip install {cfg.log} (or set `log: none`)")
-    problems += _optimizer_problems(cfg.training_args.optimizer, plan.precision.device)
-    if getattr(cfg, "gguf", None) is not None and importlib.util.find_spec("gguf") is None:
-        problems.append("base_model: loading a GGUF file needs the gguf package: pip install gguf")
-    quantization = getattr(getattr(cfg, "peft", None), "quantization", None)
-    if quantization and cfg.peft.enabled and plan.precision.device != "cuda":
-        problems.append(
-            f"peft.quantization: {quantization} loads through bitsandbytes and needs a CUDA GPU; none is "
-            "visible. Remove `peft.quantization` to train on this machine"
-        )
-    return problems + hub_problems(cfg)
-
-
-def _optimizer_problems(name: str, device: str) -> list[str]:
-    """What the optimizer table says this optimizer needs, against what this machine has."""
-    import importlib.util
-
-    from autotrain.optimizers.table import OPTIMIZERS
-
-    spec, problems = OPTIMIZERS[name], []
-    instead = "or use `came_8bit`: it needs nothing extra and runs everywhere"
-    if spec.package and importlib.util.find_spec(spec.import_name) is None:
-        problems.append(
-            f"training_args.optimizer: {name} needs {spec.package}: pip install {spec.package} (or {instead})"
-        )
-    if spec.cuda_only and device != "cuda":
-        problems.append(f"training_args.optimizer: {name} needs a CUDA GPU and none is visible ({instead})")
-    return problems

@@ -126,24 +126,20 @@ def _requested(stop_file: str) -> int:
 
 
 def stop_flag_group():
-    """A gloo group of all ranks for the stop flag, or None for one process.
+    """The gloo group of every rank that the stop flag and the other agreed decisions share
+    (autotrain.training.ranks), or None for one process.
 
     On the CPU whatever the training backend, so agreeing each step costs no device synchronisation.
     """
-    import torch.distributed as dist
+    from autotrain.training import ranks
 
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
-        return None
-    return dist.new_group(backend="gloo")
+    return ranks.group()
 
 
 def signal_on_any_rank(received: int | None, group) -> int | None:
-    """The largest signal number any rank of ``group`` received (SIGTERM 15 over SIGINT 2), or None."""
+    """The largest signal number any rank received (SIGTERM 15 over SIGINT 2), or None."""
     if group is None:
         return received
-    import torch
-    import torch.distributed as dist
+    from autotrain.training import ranks
 
-    flag = torch.tensor([received or 0])
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
-    return int(flag.item()) or None
+    return ranks.largest(received or 0) or None

@@ -64,7 +64,7 @@ def build_model(cfg: LLMConfig, plan: RunPlan, token: str | None = None, scorer:
     quant = quantization_config(cfg, plan.precision)
     import torch
 
-    kwargs = {"dtype": getattr(torch, plan.load_dtype), "attn_implementation": cfg.attn_implementation}
+    kwargs = {"dtype": getattr(torch, plan.load_dtype), "attn_implementation": plan.attn_implementation}
     if quant is not None:
         kwargs["quantization_config"] = quant
     if scorer:

@@ -40,11 +40,13 @@ def sft_arguments(cfg: LLMConfig) -> dict:
 
 def use_row_packed_batches(trainer) -> bool:
     """Pack each batch's samples into rows without padding (autotrain.training.batching.RowPackingCollator)
-    where this model keeps packed samples apart; otherwise keep padded batches and say so once."""
+    where this model keeps packed samples apart; otherwise keep padded batches and say so once. The check
+    runs on every rank and packs only where it passed on all: row-packed batches add a gather each step."""
     from autotrain.errors import eprint
     from autotrain.training.batching import RowPackingCollator, keeps_packed_samples_apart
+    from autotrain.training.ranks import on_every_rank
 
-    if not keeps_packed_samples_apart(trainer.model):
+    if not on_every_rank(keeps_packed_samples_apart(trainer.model)):
         eprint(
             "note: padding_free: this model was not seen to keep samples laid end to end apart (one check "
             "when training starts), so batches stay padded; `padding_free: false` skips the check"
