@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotrain.config.base import TaskConfig
+from autotrain.config.tasks import TASKS
 from autotrain.errors import UserInputError
 from autotrain.training.precision import Precision, resolve_precision
 
@@ -277,7 +278,7 @@ def _keep_best_model(cfg: TaskConfig, kwargs: dict[str, Any]) -> None:
     if args.early_stopping is not None or (args.load_best_model and evaluating):
         metric = args.early_stopping.metric if args.early_stopping is not None else "eval_loss"
         kwargs["metric_for_best_model"] = metric
-        kwargs["greater_is_better"] = metric != "eval_loss"
+        kwargs["greater_is_better"] = metric not in ("eval_loss", *TASKS[cfg.task].lower_is_better)
     if args.load_best_model and evaluating:
         kwargs["load_best_model_at_end"] = True
         kwargs["save_strategy"] = kwargs["eval_strategy"]
@@ -293,9 +294,10 @@ def preflight(cfg: TaskConfig, plan: RunPlan) -> list[str]:
     and what the run would fetch from a hub it cannot reach."""
     import importlib.util
 
+    from autotrain.config.tasks import missing_extra
     from autotrain.training.hub import hub_problems
 
-    problems = list(plan.problems)
+    problems = list(plan.problems) + [p for p in [missing_extra(cfg.task)] if p]
     if cfg.log != "none" and importlib.util.find_spec(cfg.log) is None:
         problems.append(f"log: {cfg.log} needs the `{cfg.log}` package: pip install {cfg.log} (or set `log: none`)")
     problems += _optimizer_problems(cfg.training_args.optimizer, plan.precision.device)
