@@ -21,6 +21,15 @@ def task_builder(task: str):
     return _function(TASKS[task].builder, f"task `{task}`")
 
 
+def task_preview(cfg, count: int, token=None) -> dict:
+    """The first `count` training rows as the task's builder module reads them (its `preview`), for
+    `--preview` and the dry run: {"kind": "rows", "examples", "summary", "warnings"}."""
+    from importlib import import_module
+
+    builder = task_builder(cfg.task)
+    return import_module(builder.__module__).preview(cfg, count, token)
+
+
 def llm_builder(trainer: str):
     """The builder function the trainer table names for `trainer` (imports its module, and torch with it)."""
     from autotrain.config.trainers import TRAINERS
