@@ -71,7 +71,7 @@ def word_tags(run, rows: list[list[str]], batch_size: int, advance=lambda n: Non
     for start in range(0, len(rows), batch_size):
         batch = rows[start : start + batch_size]
         encoded = aligned(run.processor, batch, None, run.max_tokens)
-        padded = run.processor.pad({k: encoded[k] for k in encoded.keys()}, return_tensors="pt").to(run.device)
+        padded = run.processor.pad(dict(encoded), return_tensors="pt").to(run.device)
         with torch.inference_mode():
             ids = run.model(**padded).logits.argmax(dim=-1).cpu().tolist()
         for i, words in enumerate(batch):
