@@ -126,7 +126,8 @@ def window_stride(doc_stride: int, length: int, say=None) -> int:
     stride = max(1, length // 4)
     if say is not None:
         say(
-            f"note: training_args.doc_stride {doc_stride} is not below half of the {length}-token window base_model takes; using {stride}"
+            f"note: training_args.doc_stride {doc_stride} is not below half of the {length}-token window "
+            f"base_model takes; using {stride}"
         )
     return stride
 
