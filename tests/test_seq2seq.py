@@ -102,6 +102,8 @@ def test_lora_adapter_learns_and_is_merged(cli, tmp_path_factory, tmp_path):
     result = cli("evaluate", run, "-i", root / "seq2seq-data" / "valid.jsonl", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["rouge1"] == pytest.approx(results(run)["eval_rouge1"], abs=1e-6)
+    result = cli("export", run, "-o", tmp_path / "out")
+    assert result.exit_code == 2 and "merged/ holds the LoRA adapter merged in" in result.output, result.output
 
 
 @pytest.mark.slow
