@@ -44,12 +44,16 @@ ALLOWED_STRINGS = {
     ("app/runs.py", "cli"): "each run the app starts is a child `python -m autotrain.cli.main`, as from a shell",
     ("app/export_api.py", "cli"): "each export the app starts is a child `python -m autotrain.cli.main export`",
     ("config/trainers.py", "trainers"): "the trainer table names each builder; autotrain.trainers imports it",
+    ("config/tasks.py", "trainers"): "the task table names each builder; autotrain.trainers imports it",
+    ("config/tasks.py", "inference"): "the task table names each inference module; autotrain.inference imports it",
 }
 # Imports whose target is computed: where, and why the target stays in bounds.
 DYNAMIC_IMPORTS = {
     "optimizers/__init__.py": "lazy exports, each named by a string in the same module (checked as strings)",
     "optimizers/table.py": "bundled optimizer classes, named by the table's strings (checked as strings)",
-    "trainers/__init__.py": "the trainer table's builders; llm_builder refuses one outside autotrain.trainers",
+    "trainers/__init__.py": "the trainer and task tables' builders; each is refused outside autotrain.trainers",
+    "config/tasks.py": "the task table's schemas; schema_of refuses one outside autotrain.config",
+    "inference/tasks.py": "the task table's inference modules; task_module refuses one outside autotrain.inference",
     "trainers/llm/rewards.py": "a user's own reward function (`module:function` in the config)",
 }
 # Imports from one file to another that close a cycle between files (an import statement, lazy or not, or an

@@ -20,6 +20,7 @@ from autotrain.cli.common import (
     ResumeOption,
     SetOption,
 )
+from autotrain.config.tasks import TASKS
 from autotrain.errors import EXIT_FAILURE, debug_enabled, eprint
 
 app = typer.Typer(
@@ -32,7 +33,7 @@ app = typer.Typer(
     cls=Group,
 )
 
-for _task in ("llm", "text-classification", "image-classification"):
+for _task in TASKS:  # one training command per task of the task table
     app.command(_task, cls=Command)(train.make_command(_task))
 app.command("validate", cls=Command)(validate.validate)
 app.command("init", cls=Command)(templates.init)

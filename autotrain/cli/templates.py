@@ -25,7 +25,7 @@ def _check_task(task: str) -> None:
 
 
 def init(
-    task: str = typer.Argument(..., help="llm | text-classification | image-classification", show_default=False),
+    task: str = typer.Argument(..., help=" | ".join(TASKS), show_default=False),
     trainer: str = typer.Option(None, "--trainer", "-t", help=f"llm only: {' | '.join(TRAINERS)}."),
     output: Path = typer.Option(None, "--output", "-o", help="Where to write it (default: ./TASK[-TRAINER].yml)."),
     force: bool = typer.Option(False, "--force", help="Overwrite OUTPUT if it exists."),
@@ -58,7 +58,7 @@ def init(
 
 
 def schema(
-    task: str = typer.Argument(..., help="llm | text-classification | image-classification", show_default=False),
+    task: str = typer.Argument(..., help=" | ".join(TASKS), show_default=False),
     output: Path = typer.Option(None, "--output", "-o", help="Write to a file instead of stdout."),
     force: bool = typer.Option(False, "--force", help="Overwrite OUTPUT if it exists."),
 ) -> None:

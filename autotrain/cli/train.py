@@ -17,6 +17,7 @@ from autotrain.cli.common import (
     fail,
     report_config_error,
 )
+from autotrain.config.tasks import TASKS
 from autotrain.config.trainers import TRAINERS
 from autotrain.errors import EXIT_BAD_INPUT, eprint
 
@@ -74,11 +75,9 @@ def make_command(task: str):
     ) -> None:
         run_training(config, set_, dry_run, resume, overwrite, task, preview, accept_changes)
 
-    command.__doc__ = {
-        "llm": f"Fine-tune a causal language model (trainer: {', '.join(TRAINERS)}).",
-        "text-classification": "Train a text classifier (AutoModelForSequenceClassification).",
-        "image-classification": "Train an image classifier (AutoModelForImageClassification).",
-    }[task]
+    spec = TASKS[task]
+    choices = TRAINERS if task == "llm" else spec.trainers
+    command.__doc__ = spec.help + (f" (trainer: {', '.join(choices)})." if choices else ".")
     return command
 
 

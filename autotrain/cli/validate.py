@@ -29,7 +29,7 @@ def validate(
                 eprint(issue.format())
             continue
         cfg = loaded.config
-        kind = cfg.task + (f" ({cfg.trainer})" if cfg.task == "llm" else "")
+        kind = cfg.task + (f" ({cfg.trainer})" if getattr(cfg, "trainer", None) else "")
         note = " (AutoTrain Advanced format)" if loaded.advanced else ""
         print(f"{path}: ok: {kind}{note}")
         for notice in loaded.notices[1 if loaded.advanced else 0 :]:  # the first one says it was translated

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotrain.config.suggest import did_you_mean
+from autotrain.config.tasks import TASKS, advanced_tasks
 from autotrain.config.trainers import TRAINERS, trainer_fields
 
 Path_ = tuple
@@ -22,14 +23,7 @@ ADVANCED_TASKS = {
     "llm_finetuning": ("llm", None),
     # `llm-<name>`: each trainer of the table that AutoTrain Advanced has, under its first name there
     **{f"llm-{spec.advanced[0]}": ("llm", name) for name, spec in TRAINERS.items() if spec.advanced},
-    "text_classification": ("text-classification", None),
-    "text-classification": ("text-classification", None),
-    "text_binary_classification": ("text-classification", None),
-    "text_multi_class_classification": ("text-classification", None),
-    "image_classification": ("image-classification", None),
-    "image-classification": ("image-classification", None),
-    "image_binary_classification": ("image-classification", None),
-    "image_multi_class_classification": ("image-classification", None),
+    **advanced_tasks(),  # every other task: the names the task table gives it
 }
 ADVANCED_TRAINERS = {advanced: name for name, spec in TRAINERS.items() for advanced in spec.advanced}
 # What an LLM config leaves out of `params.trainer`: AutoTrain Advanced's own default trainer.
@@ -42,7 +36,6 @@ LLM_COLUMNS = {
     "rejected_text_column": "rejected",
     "answer_column": "answer",  # the reference answer that reward functions compare with
 }
-CLASSIFICATION_COLUMNS = {"text_column": "text", "image_column": "image", "target_column": "target"}
 
 # `params:` keys -> native paths. None = accepted and dropped (no native equivalent is needed).
 PARAMS: dict[str, tuple[str, ...] | None] = {
@@ -72,6 +65,8 @@ PARAMS: dict[str, tuple[str, ...] | None] = {
     "disable_gradient_checkpointing": ("training_args", "gradient_checkpointing"),
     "early_stopping_patience": ("training_args", "early_stopping", "patience"),
     "early_stopping_threshold": ("training_args", "early_stopping", "threshold"),
+    "max_target_length": ("training_args", "max_target_length"),
+    "max_doc_stride": ("training_args", "doc_stride"),
     "peft": ("peft", "enabled"),
     "lora_r": ("peft", "r"),
     "lora_alpha": ("peft", "alpha"),
@@ -121,6 +116,8 @@ LLM_ONLY = {
     "unsloth",
     "liger_kernel",
 }
+# Taken by the tasks whose table entry lists them in `advanced_params` only (LLM_ONLY's too, for those tasks).
+TASK_ONLY = {"max_target_length", "max_doc_stride"}
 # Dropped like the None entries above, but when set they asked for something that will not happen: say so.
 NOTED_WHEN_SET = {
     "unsloth": "Unsloth kernels are not used; training runs on plain transformers",
@@ -131,7 +128,7 @@ _TRAINER_FIELDS = set(trainer_fields())
 DATA_KEYS = ("path", "train_split", "valid_split", "chat_template", "column_mapping")
 HUB_KEYS = ("username", "token", "push_to_hub")
 # Task names only AutoTrain Advanced writes begin so; a misspelt one (`llm-sftt`) is still its config.
-ADVANCED_PREFIXES = ("llm-", "llm_", "lm_", "text_", "image_")
+ADVANCED_PREFIXES = ("llm-", "llm_", "lm_", "text_", "image_", "token_", "extractive", "st:", "sentence-transformers:")
 TOP_LEVEL = {"task", "base_model", "project_name", "log", "backend", "data", "params", "hub"}
 
 
@@ -141,7 +138,7 @@ def is_advanced(data: dict) -> bool:
     return "params" in data or (
         isinstance(task, str)
         and (task in ADVANCED_TASKS or task.startswith(ADVANCED_PREFIXES))
-        and task not in ("llm", "text-classification", "image-classification")
+        and task not in TASKS  # a native name (`seq2seq` and `extractive-qa` are both), without `params:`
     )
 
 
@@ -171,8 +168,10 @@ def translate(data: dict) -> tuple[dict, dict[Path_, Path_], list[tuple[Path_, s
     peft_on = _params(data.get("params"), task_name, task == "llm", out)
     if task == "llm" and "trainer" not in out.native:
         out.put(("trainer",), ADVANCED_DEFAULT_TRAINER, ("task",))
-    _data(data.get("data"), task == "llm", out)
+    _data(data.get("data"), task, out)
     _hub(data, out)
+    if task != "llm" and not peft_on and "peft" in out.native:  # seq2seq: LoRA settings off with `peft: false`
+        out.native.pop("peft", None)
     if task == "llm" and not peft_on:
         out.native.pop("peft", None)
     if task == "llm":
@@ -235,13 +234,18 @@ def _params(params: Any, task_name: str, is_llm: bool, out: _Translation) -> boo
             if key in NOTED_WHEN_SET and value:
                 out.notices.append((("params", key), f"ignored: {NOTED_WHEN_SET[key]}"))
             continue
-        if not is_llm and key in LLM_ONLY:
-            out.problems.append((("params", key), f"`{key}` applies to LLM tasks only, not `task: {task_name}`"))
+        refused = _not_for_task(key, ADVANCED_TASKS[task_name][0])
+        if refused:
+            out.problems.append((("params", key), f"`{key}` applies to {refused}, not `task: {task_name}`"))
             continue
         if target == ("training_args", "max_length") and ADVANCED_TASKS[task_name][0] == "image-classification":
             out.notices.append((("params", key), "dropped: image-classification sizes images, not tokens"))
             continue
-        if key == "trainer":
+        if key == "trainer" and not is_llm:
+            value = _task_trainer(value, task_name, out)
+            if value is None:
+                continue
+        elif key == "trainer":
             value = _trainer(value, task_name, out)
             if value is None:
                 continue
@@ -253,6 +257,35 @@ def _params(params: Any, task_name: str, is_llm: bool, out: _Translation) -> boo
             continue  # AutoTrain Advanced ignores LoRA settings when peft is off
         out.put(target, value, ("params", key))
     return peft_on
+
+
+def _not_for_task(key: str, task: str) -> str | None:
+    """Which tasks take the AutoTrain Advanced parameter `key`, when `task` does not (None when it does)."""
+    if key not in LLM_ONLY and key not in TASK_ONLY:
+        return None
+    takers = [name for name, spec in TASKS.items() if key in spec.advanced_params]
+    if key in LLM_ONLY:
+        takers.insert(0, "LLM tasks")
+    if task == "llm" and key in LLM_ONLY or task in takers:
+        return None
+    return " and ".join(takers) if len(takers) > 1 else takers[0] + (" only" if takers[0] == "LLM tasks" else "")
+
+
+def _task_trainer(value: Any, task_name: str, out: _Translation) -> str | None:
+    """`params.trainer` of a task with trainers of its own (sentence-transformers): one of the table's."""
+    task, of_task = ADVANCED_TASKS[task_name]
+    choices = TASKS[task].trainers
+    if not isinstance(value, str) or value not in choices:
+        hint = did_you_mean(str(value), choices) if isinstance(value, str) else ""
+        out.problems.append(
+            (("params", "trainer"), f"unknown trainer `{value}`{hint}; expected one of: {', '.join(choices)}")
+        )
+        return None
+    if of_task is not None and value != of_task:
+        out.notices.append(
+            (("params", "trainer"), f"`trainer: {value}` overrides `task: {task_name}`: this trains `{value}`")
+        )
+    return value
 
 
 def _trainer(value: Any, task_name: str, out: _Translation) -> str | None:
@@ -280,7 +313,8 @@ def _trainer(value: Any, task_name: str, out: _Translation) -> str | None:
     return trainer
 
 
-def _data(source: Any, is_llm: bool, out: _Translation) -> None:
+def _data(source: Any, task: str, out: _Translation) -> None:
+    is_llm = task == "llm"
     if not isinstance(source, dict):
         return
     for key, value in source.items():
@@ -289,15 +323,17 @@ def _data(source: Any, is_llm: bool, out: _Translation) -> None:
                 continue
             out.put(("data", key), "none" if key == "chat_template" and value is None else value, ("data", key))
         elif key == "column_mapping" and isinstance(value, dict):
-            _columns(value, is_llm, source.get("chat_template") not in (None, "none"), out)
+            _columns(value, task, source.get("chat_template") not in (None, "none"), out)
         else:
             out.problems.append((("data", key), f"unknown AutoTrain Advanced data key{did_you_mean(key, DATA_KEYS)}"))
 
 
-def _columns(mapping: dict, is_llm: bool, chat: bool, out: _Translation) -> None:
-    """Column names; an SFT `text_column` under a chat template holds message lists (AutoTrain Advanced
-    applies the template to it), which is a `messages` column here."""
-    names = LLM_COLUMNS if is_llm else CLASSIFICATION_COLUMNS
+def _columns(mapping: dict, task: str, chat: bool, out: _Translation) -> None:
+    """Column names (LLMs': LLM_COLUMNS; every other task's: its table entry's `advanced_columns`); an SFT
+    `text_column` under a chat template holds message lists (AutoTrain Advanced applies the template to it),
+    which is a `messages` column here."""
+    is_llm = task == "llm"
+    names = LLM_COLUMNS if is_llm else dict(TASKS[task].advanced_columns)
     for column, dataset_column in mapping.items():
         if column not in names:
             hint = did_you_mean(column, names)

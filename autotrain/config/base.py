@@ -17,12 +17,13 @@ from pydantic import (
 )
 from pydantic.json_schema import WithJsonSchema
 
+from autotrain.config.tasks import TASKS
 from autotrain.config.trainers import columns_help
 from autotrain.fields import Bool, Float, Int, NoWord
 from autotrain.optimizers.table import DEFAULT as DEFAULT_OPTIMIZER
 from autotrain.optimizers.table import OPTIMIZERS
 
-TaskName = Literal["llm", "text-classification", "image-classification"]
+TaskName = Literal[tuple(TASKS)]  # every task of the task table
 MixedPrecision = Annotated[Literal["auto", "no", "fp16", "bf16"], NoWord]
 OptimizerName = Literal[tuple(OPTIMIZERS)]  # every name in the optimizer table
 Scheduler = Literal[

@@ -11,24 +11,20 @@ from pydantic import ValidationError
 
 from autotrain.config import advanced, messages
 from autotrain.config.base import TaskConfig
-from autotrain.config.classification import ImageClassificationConfig, TextClassificationConfig
 from autotrain.config.interpolate import REDACTED, interpolate, redact, secret_values
-from autotrain.config.llm import LLMConfig
 from autotrain.config.messages import RULE_ERROR
 from autotrain.config.overrides import apply_overrides
 from autotrain.config.paths import check_paths, text_problems
 from autotrain.config.rules import check_rules
 from autotrain.config.suggest import did_you_mean
+from autotrain.config.tasks import TaskModels
 from autotrain.config.yaml_source import Locator, read_yaml
 from autotrain.errors import ConfigError, ConfigIssue
 
 # Unknown keys past this many get no suggestion: so many are not typos, and each search costs.
 SUGGEST_LIMIT = 200
-TASK_MODELS: dict[str, type[TaskConfig]] = {
-    "llm": LLMConfig,
-    "text-classification": TextClassificationConfig,
-    "image-classification": ImageClassificationConfig,
-}
+# Every task of the table (autotrain/config/tasks.py); a task's schema is imported when a config names it.
+TASK_MODELS: TaskModels = TaskModels()
 
 
 @dataclass

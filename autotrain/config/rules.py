@@ -21,15 +21,12 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from autotrain.config.messages import OPTIMIZER_ARGS_ERROR, RULE_ERROR, plain
 from autotrain.config.suggest import did_you_mean
+from autotrain.config.tasks import TASKS
 from autotrain.config.trainers import TRAINERS, trainer_fields, used_by
 from autotrain.optimizers.table import OPTIMIZERS
 
 Path = tuple[str, ...]
 Issue = tuple[tuple, str]
-CLASSIFICATION_COLUMNS = {
-    "text-classification": ("text", "target"),
-    "image-classification": ("image", "target"),
-}
 LLM_ONLY_KEYS = ("trainer", "peft", "attn_implementation")
 
 
@@ -85,7 +82,8 @@ RULES: list[tuple[tuple[Path, ...], str | None, Rule]] = []
 
 
 def rule(*fields: str, task: str | None = None) -> Callable[[Rule], Rule]:
-    """Register a rule that reads `fields` (dotted paths) of configs of `task` (None: every task)."""
+    """Register a rule that reads `fields` (dotted paths) of configs of `task`: a task's name, the `family` the
+    task table gives several tasks (`classification`), or None: every task."""
 
     def register(fn: Rule) -> Rule:
         RULES.append((tuple(tuple(f.split(".")) for f in fields), task, fn))
@@ -95,7 +93,7 @@ def rule(*fields: str, task: str | None = None) -> Callable[[Rule], Rule]:
 
 
 def _applies(for_task: str | None, task: str) -> bool:
-    return for_task in (None, task if task == "llm" else "classification")
+    return for_task in (None, task, TASKS[task].rules)
 
 
 def check_rules(model: type[BaseModel], raw: dict, task: str) -> Iterator[Issue]:
@@ -105,7 +103,7 @@ def check_rules(model: type[BaseModel], raw: dict, task: str) -> Iterator[Issue]
         if _applies(for_task, task) and all(_usable(f, bad) for f in fields):
             yield from fn(cfg)
     if task != "llm":
-        yield from _llm_only_keys(raw, task)
+        yield from _llm_only_keys(model, raw, task)
 
 
 def enforce_rules(cfg: BaseModel) -> None:
@@ -389,19 +387,20 @@ def _reward_reference(name: str) -> bool:
     return all(part.isidentifier() for part in where.split("."))
 
 
-# --- classification ------------------------------------------------------------------------------------
+# --- every task but llm: the columns of the task table ----------------------------------------------------
 
 
-@rule("task", "data.column_mapping", task="classification")
-def _classification_columns(cfg) -> Iterator[Issue]:
-    allowed = CLASSIFICATION_COLUMNS[cfg.task]
-    yield from _mapping_rules(cfg.data.column_mapping, allowed, f"`task: {cfg.task}`")
+@rule("task", "data.column_mapping")
+def _task_columns(cfg) -> Iterator[Issue]:
+    if cfg.task != "llm":  # the LLM's columns depend on its trainer (above)
+        allowed = TASKS[cfg.task].all_columns
+        yield from _mapping_rules(cfg.data.column_mapping, allowed, f"`task: {cfg.task}`")
 
 
-def _llm_only_keys(raw: dict, task: str) -> Iterator[Issue]:
-    """Keys of the LLM config in a classifier's: say which task they belong to, not just "unknown key"."""
+def _llm_only_keys(model: type[BaseModel], raw: dict, task: str) -> Iterator[Issue]:
+    """Keys of the LLM config in another task's: say which task they belong to, not just "unknown key"."""
     for key in LLM_ONLY_KEYS:
-        if key in raw:
+        if key in raw and key not in model.model_fields:  # seq2seq has `peft` too, sentence-transformers `trainer`
             yield (key,), f"`{key}` applies to `task: llm` only, not `task: {task}`"
     data = raw.get("data")
     if isinstance(data, dict) and "chat_template" in data:

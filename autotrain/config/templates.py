@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from autotrain.config.tasks import TASKS as TASK_TABLE
 from autotrain.config.trainers import TRAINERS
 
-TASKS = ("llm", "text-classification", "image-classification")
+TASKS = tuple(TASK_TABLE)
+# (task, trainer) -> the template `autotrain init` writes: LLMs one per trainer, every other task its first.
 TEMPLATES = {
     **{("llm", name): spec.template for name, spec in TRAINERS.items()},
-    ("text-classification", None): "text-classification/imdb.yml",
-    ("image-classification", None): "image-classification/beans.yml",
+    **{(name, None): spec.templates[0] for name, spec in TASK_TABLE.items() if spec.templates},
 }
 
 

@@ -101,11 +101,19 @@ def load_split(path: str, split: str, token: str | None = None, revision: str | 
     - a file: the file itself is the train split; another split may name another file;
     - a folder: `SPLIT.jsonl|json|csv|parquet` (or `SPLIT-*.ext`) inside it, or a `save_to_disk` dataset;
     - anything else: a hub dataset id.
+    `SUBSET:SPLIT` (AutoTrain Advanced's way to name a hub dataset's subset) reads SPLIT of that subset, or of
+    the folder `PATH/SUBSET` when PATH is a local folder.
     """
     local = Path(path).expanduser()
     split_as_file = Path(split).expanduser()
     if split_as_file.suffix.lower() in FORMATS and split_as_file.is_file():
         return _check_rows(_load_file(split_as_file), f"{split_as_file}")
+    subset, _, part = split.rpartition(":")
+    if subset and part:  # `SUBSET:SPLIT`: a hub dataset's subset (config), or locally its folder PATH/SUBSET
+        if local.is_dir():
+            return load_split(str(local / subset), part, token, revision)
+        if not local.exists():
+            return _check_rows(_load_hub(path, part, token, revision, subset), f"{path} [{split}]")
     if local.is_file():
         if split != "train":
             raise UserInputError(
@@ -136,11 +144,11 @@ def load_split(path: str, split: str, token: str | None = None, revision: str | 
     return _check_rows(_load_hub(path, split, token, revision), f"{path} [{split}]")
 
 
-def _load_hub(path: str, split: str, token: str | None, revision: str | None):
+def _load_hub(path: str, split: str, token: str | None, revision: str | None, subset: str | None = None):
     import datasets
 
     try:
-        return datasets.load_dataset(path, split=split, token=token, revision=revision)
+        return datasets.load_dataset(path, subset, split=split, token=token, revision=revision)
     except ValueError as exc:
         if "split" in str(exc).lower():
             raise UserInputError(f"{path}: no split `{split}` ({str(exc).splitlines()[0]})") from None

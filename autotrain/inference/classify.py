@@ -27,6 +27,11 @@ def _forward(run, batch):
         return run.model(**batch.to(run.device)).logits.float().cpu().numpy()
 
 
+def text_logits(run, texts: list[str], batch_size: int, advance=lambda n: None):
+    """float32 outputs of a text model's head, one row per text (the classifiers' and the regressor's)."""
+    return _text_logits(run, texts, batch_size, advance)
+
+
 def _text_logits(run, texts: list[str], batch_size: int, advance):
     """Shortest texts batched together, so batches pad little; results put back in input order."""
     import numpy as np

@@ -17,12 +17,16 @@ from pathlib import Path
 from autotrain.errors import UserInputError
 from autotrain.inference.inputs import Rows
 from autotrain.inference.predict import check_output, progress_bar
+from autotrain.inference.tasks import task_module
 
 ScoredRow = tuple[list[int], list[int]]  # input ids, labels (-100 = not scored)
 
 
 def evaluate_rows(run, rows: Rows, batch_size: int) -> dict:
     with progress_bar(len(rows), "evaluating") as advance:
+        handler = task_module(run.task)
+        if handler is not None:
+            return handler.evaluate(run, rows, batch_size, advance)
         if run.task == "llm":
             return _llm_metrics(run, rows, batch_size, advance)
         return _classifier_metrics(run, rows, batch_size, advance)

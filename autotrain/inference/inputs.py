@@ -31,6 +31,11 @@ def read_rows(cfg: TaskConfig, path: Path, labels: bool = False) -> Rows:
         raise UserInputError(f"--input `{path}` is a folder; give a file ({', '.join(FORMATS)})")
     if path.is_file() and path.suffix.lower() not in FORMATS:
         raise UserInputError(f"--input `{path}`: unsupported file type `{path.suffix}`; use {', '.join(FORMATS)}")
+    from autotrain.inference.tasks import task_module
+
+    handler = task_module(cfg.task)
+    if handler is not None:
+        return handler.read_rows(cfg, path, labels)
     if cfg.task == "text-classification":
         from autotrain.data.classification import load_text_rows
 

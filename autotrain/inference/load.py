@@ -92,6 +92,13 @@ def load_run(folder: Path, device: str = "auto") -> FinishedRun:
     """Config, model and processor of the finished run in `folder`, ready for inference on `device`."""
     cfg = read_config(folder)
     device = pick_device(device)
+    from autotrain.inference.tasks import task_module
+
+    handler = task_module(cfg.task)  # a task with an inference module of its own (the task table says)
+    if handler is not None:
+        model, processor = handler.load(folder, cfg, device)
+        model.eval()
+        return FinishedRun(folder, cfg, model, processor, device, handler.max_tokens(cfg, model, processor))
     if cfg.task == "llm":
         model, processor = _load_llm(folder, cfg, device)
     else:

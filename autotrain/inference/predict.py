@@ -17,6 +17,7 @@ from pathlib import Path
 from autotrain.errors import UserInputError
 from autotrain.inference.generate import GenerationSettings
 from autotrain.inference.inputs import Rows, prompt_of
+from autotrain.inference.tasks import task_module
 
 CHUNK = 2048  # rows sorted by length together; results are written after each chunk
 
@@ -149,7 +150,10 @@ def predict_rows(
     with progress_bar(len(rows), "predicting") as advance:
         for part in chunks(len(rows)):
             values = [rows.values[i] for i in part]
-            if run.task == "llm":
+            handler = task_module(run.task)
+            if handler is not None:
+                outputs = handler.predict(run, values, batch_size, advance)
+            elif run.task == "llm":
                 outputs = _completions(run, values, rows.kind, batch_size, settings or GenerationSettings(), advance)
             else:
                 outputs = _labels(run, values, batch_size, advance)

@@ -26,7 +26,7 @@ def print_plan(
     print(f"# resolved config ({loaded.source}); secrets shown as ***")
     print(yaml.safe_dump(loaded.redacted(), sort_keys=False, default_flow_style=False), end="")
     print("# plan")
-    what = cfg.task + (f" / trainer {cfg.trainer}" if cfg.task == "llm" else "")
+    what = cfg.task + (f" / trainer {cfg.trainer}" if getattr(cfg, "trainer", None) else "")
     print(f"task: {what}")
     print(
         f"effective batch size: {plan.effective_batch_size} = batch_size {args.batch_size} x gradient_accumulation "

@@ -28,7 +28,7 @@ def write_model_card(
     loaded: LoadedConfig, folder: Path, metrics: dict, plots: list[Path] = (), plan: RunPlan | None = None, state=None
 ) -> None:
     cfg = loaded.config
-    what = f"{cfg.task}" + (f" ({cfg.trainer})" if cfg.task == "llm" else "")
+    what = f"{cfg.task}" + (f" ({cfg.trainer})" if getattr(cfg, "trainer", None) else "")
     lines = [
         "---",
         "library_name: " + ("peft" if getattr(cfg, "uses_peft", False) else "transformers"),

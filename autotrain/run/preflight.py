@@ -112,7 +112,9 @@ def _missing(module: str) -> bool:
 
 
 def _package_problems(cfg: TaskConfig) -> list[str]:
-    problems = []
+    from autotrain.config.tasks import missing_extra
+
+    problems = [p for p in [missing_extra(cfg.task)] if p]
     if cfg.log != "none" and _missing(cfg.log):
         problems.append(f"log: {cfg.log} needs the `{cfg.log}` package: pip install {cfg.log} (or set `log: none`)")
     if getattr(cfg, "gguf", None) is not None and _missing("gguf"):

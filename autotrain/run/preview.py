@@ -21,6 +21,10 @@ def preview_record(cfg, plan: RunPlan, count: int, token: str | None = None) -> 
         from autotrain.trainers.llm.preview import preview_llm
 
         return preview_llm(cfg, plan, count, token)
+    if cfg.task not in ("text-classification", "image-classification"):
+        from autotrain.trainers import task_preview
+
+        return task_preview(cfg, count, token)  # the `preview` of the task's builder module
     return _classifier(cfg, count, token)
 
 
@@ -72,6 +76,8 @@ def _example_lines(kind: str, example: dict[str, Any]) -> list[str]:
         ]
     if kind == "prompts":
         return [f"{_short(example['prompt'])}  ({example['tokens']} tokens)"]
+    if kind == "rows":  # the other tasks: each column of the row as the trainer reads it
+        return [f"{key}: {_short(str(value))}" for key, value in example.items()]
     value = example.get("text", example.get("image"))
     return [f"{_short(str(value))}  ->  label {example['label']}"]
 

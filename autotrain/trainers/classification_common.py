@@ -1,5 +1,5 @@
 """What text and image classification share: metrics, early stopping, the model with its new head, the
-Trainer, and the final evaluation written to `eval_results.json`."""
+Trainer, and the final evaluation written to `eval_results.json` (every task but llm ends with it)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from autotrain.trainers.common import load_pretrained, make_trainer
 from autotrain.training.plan import RunPlan
 
 ClassificationConfig = TextClassificationConfig | ImageClassificationConfig
-METRICS = ("accuracy", "f1", "precision", "recall")
+_TIMING = {"eval_runtime", "eval_samples_per_second", "eval_steps_per_second"}
 
 
 def classification_metrics(predictions, labels) -> dict[str, float]:
@@ -129,9 +129,9 @@ def evaluate_and_report(trainer) -> dict[str, float]:
         table = Table(title="validation")
         table.add_column("metric")
         table.add_column("value", justify="right")
-        for name in ("loss", *METRICS):
-            if f"eval_{name}" in metrics:
-                table.add_row(name, f"{metrics[f'eval_{name}']:.4f}")
+        for key, value in metrics.items():  # the loss and the task's metrics, not the evaluation's timing
+            if key.startswith("eval_") and key not in _TIMING and isinstance(value, (int, float)):
+                table.add_row(key.removeprefix("eval_"), f"{value:.4f}")
         Console().print(table)
     return metrics
 

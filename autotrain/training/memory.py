@@ -25,6 +25,8 @@ import resource
 from dataclasses import dataclass
 from typing import Any
 
+from autotrain.config.tasks import TASKS
+
 GIB = 1024**3
 # A bitsandbytes NF4 weight with double quantization: 4 bits plus one 8-bit scale per 64 weights and one
 # fp32 scale per 256 blocks; int8 (LLM.int8): one byte plus a scale per row (negligible).
@@ -96,8 +98,8 @@ class Setup:
         """The load dtype's bytes (autotrain.trainers.llm.model.load_dtype): half for LoRA on a GPU and for
         bf16 on CUDA, fp32 otherwise (fp16 AMP keeps fp32 master weights; CPU bf16 runs under autocast)."""
         half = self.precision in ("bf16", "fp16")
-        if self.trainer in ("text-classification", "image-classification"):
-            return 4  # classifiers load in fp32 (autotrain.trainers.classification_common)
+        if self.trainer in TASKS:  # every task but llm (whose trainers are named here) loads in fp32
+            return 4
         if half and ((self.lora and self.device != "cpu") or (self.precision == "bf16" and self.device == "cuda")):
             return 2
         return 4
@@ -242,7 +244,7 @@ def setup_of(cfg, plan) -> Setup:
     dist = cfg.distributed
     length = getattr(args, "max_length", None) or getattr(cfg.data, "max_length", None) or 128
     return Setup(
-        trainer=getattr(cfg, "trainer", cfg.task),
+        trainer=cfg.trainer if cfg.task == "llm" else cfg.task,
         batch_size=args.batch_size,
         length=length,
         gradient_checkpointing=args.gradient_checkpointing,

@@ -104,6 +104,10 @@ class _LoraLinear(nn.Module):
         self.lora_a = nn.Linear(base.in_features, r, bias=False, dtype=base.weight.dtype)
         self.lora_b = nn.Linear(r, base.out_features, bias=False, dtype=base.weight.dtype)
 
+    @property
+    def weight(self):  # models that read their Linear's weight (T5's dtype check) find the base's, as under PEFT
+        return self.base.weight
+
     def forward(self, x):
         return self.base(x) + self.lora_b(self.lora_a(self.dropout(x))) * 2.0
 
@@ -111,14 +115,17 @@ class _LoraLinear(nn.Module):
 def _auto_class(task: str):
     import transformers
 
-    return {
-        "llm": transformers.AutoModelForCausalLM,
-        "text-classification": transformers.AutoModelForSequenceClassification,
-        "image-classification": transformers.AutoModelForImageClassification,
-    }[task]
+    from autotrain.config.tasks import TASKS
+
+    return getattr(transformers, TASKS[task].auto_model)  # the task table names it
 
 
 def _inputs(task: str, config, length: int, with_loss: bool) -> dict:
+    from autotrain.config.tasks import TASKS
+
+    if TASKS[task].auto_model in _TEXT_INPUTS:  # the other text tasks: the labels their heads take
+        ids = torch.zeros((1, length), dtype=torch.long, device="meta")
+        return {"input_ids": ids, **_TEXT_INPUTS[TASKS[task].auto_model](ids)}
     if task == "image-classification":
         size = getattr(config, "image_size", 224)
         size = size if isinstance(size, int) else size[0]
@@ -128,6 +135,19 @@ def _inputs(task: str, config, length: int, with_loss: bool) -> dict:
     if task != "llm":
         return {"input_ids": ids, "labels": torch.zeros((1,), dtype=torch.long, device="meta")}
     return {"input_ids": ids, "labels": ids if with_loss else None}
+
+
+def _position(ids):
+    return torch.zeros((1,), dtype=torch.long, device="meta")
+
+
+# Auto class -> the labels of one training sample `ids` long (the estimate counts what their loss keeps)
+_TEXT_INPUTS = {
+    "AutoModelForTokenClassification": lambda ids: {"labels": ids},
+    "AutoModelForQuestionAnswering": lambda ids: {"start_positions": _position(ids), "end_positions": _position(ids)},
+    "AutoModelForSeq2SeqLM": lambda ids: {"labels": ids},  # a target as long as the input: an upper bound
+    "AutoModel": lambda ids: {},  # sentence embeddings: the loss is on pooled vectors, negligible beside
+}
 
 
 @lru_cache(maxsize=16)

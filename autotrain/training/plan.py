@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotrain.config.base import TaskConfig
+from autotrain.config.tasks import TASKS
 from autotrain.errors import UserInputError
 from autotrain.training.precision import Precision, resolve_precision
 
@@ -312,7 +313,7 @@ def _keep_best_model(cfg: TaskConfig, kwargs: dict[str, Any]) -> None:
     if args.early_stopping is not None or (args.load_best_model and evaluating):
         metric = args.early_stopping.metric if args.early_stopping is not None else "eval_loss"
         kwargs["metric_for_best_model"] = metric
-        kwargs["greater_is_better"] = metric != "eval_loss"
+        kwargs["greater_is_better"] = metric not in ("eval_loss", *TASKS[cfg.task].lower_is_better)
     if args.load_best_model and evaluating:
         kwargs["load_best_model_at_end"] = True
         kwargs["save_strategy"] = kwargs["eval_strategy"]
