@@ -1,0 +1,166 @@
+"""Tiny models and synthetic images with something to learn, for image regression, object detection and
+vision-language models. Built offline, deterministically, into a folder the caller gives (the tests cache
+them per session through `text_tasks_assets.built`):
+
+- images of red squares on a 4x4 grid of 8x8-pixel cells (32x32 pixels): how many there are is the
+  regression target (`count_rows`);
+- images of one or two coloured squares on a grey ground, with their boxes and colours (`box_rows`), for
+  detection;
+- images of one coloured square, with a question and its answer (`vqa_rows`): "what color is the square?" ->
+  `red`, "where is the square?" -> `left` / `right`;
+- `tiny_detr(folder)`: a DETR with a 2-stage ResNet backbone built from its config (no timm, no download)
+  and its image processor; `tiny_yolos(folder)`: a 2-layer YOLOS;
+- `tiny_paligemma(folder)`, `tiny_qwen2_vl(folder)`: random vision-language models of a few hundred
+  thousand parameters with word-level tokenizers (the `tokenizers` library) and processors from config.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+COLORS = {"red": (220, 30, 30), "green": (30, 200, 30), "blue": (30, 60, 220), "yellow": (230, 220, 30)}
+GROUND = (128, 128, 128)
+
+
+# --- images ----------------------------------------------------------------------------------------------
+
+
+def _canvas(size: tuple[int, int]):
+    from PIL import Image
+
+    return Image.new("RGB", size, GROUND)
+
+
+def count_rows(folder: Path, rng: random.Random, count: int, prefix: str = "") -> list[dict]:
+    """`count` PNGs in `folder`, each with 0-6 red 6x6 squares in distinct cells of a 4x4 grid; the rows name
+    each file (relative to `folder`) and its count."""
+    from PIL import ImageDraw
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i in range(count):
+        image = _canvas((32, 32))
+        draw = ImageDraw.Draw(image)
+        squares = rng.randint(0, 6)
+        for cell in rng.sample(range(16), squares):
+            x, y = 8 * (cell % 4) + 1, 8 * (cell // 4) + 1
+            draw.rectangle((x, y, x + 5, y + 5), fill=COLORS["red"])
+        name = f"{prefix}{i:04d}.png"
+        image.save(folder / name)
+        rows.append({"file_name": name, "target": float(squares)})
+    return rows
+
+
+def box_rows(folder: Path, rng: random.Random, count: int, size: int = 64) -> list[dict]:
+    """`count` PNGs (size x size) with one or two squares of 12-24 pixels in `red` / `blue`, apart; each row
+    has the file name and `objects` in COCO form ({bbox: [[x, y, width, height]], category: [name]})."""
+    from PIL import ImageDraw
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i in range(count):
+        image = _canvas((size, size))
+        draw = ImageDraw.Draw(image)
+        boxes, categories = [], []
+        for half in rng.sample([0, 1], rng.randint(1, 2)):
+            side = rng.randint(size * 3 // 16, size * 3 // 8)
+            x = rng.randint(half * size // 2, (half + 1) * size // 2 - side)
+            y = rng.randint(0, size - side)
+            color = rng.choice(["red", "blue"])
+            draw.rectangle((x, y, x + side - 1, y + side - 1), fill=COLORS[color])
+            boxes.append([x, y, side, side])
+            categories.append(color)
+        name = f"{i:04d}.png"
+        image.save(folder / name)
+        rows.append({"file_name": name, "objects": {"bbox": boxes, "category": categories}})
+    return rows
+
+
+def vqa_rows(folder: Path, rng: random.Random, count: int, size: int = 32) -> list[dict]:
+    """`count` PNGs with one coloured square on the left or right half; half the rows ask its colour, half
+    where it is. Rows: file_name, question, answer (one word)."""
+    from PIL import ImageDraw
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i in range(count):
+        image = _canvas((size, size))
+        color, side = rng.choice(sorted(COLORS)), rng.choice(["left", "right"])
+        x = rng.randint(1, size // 2 - 13) + (size // 2 if side == "right" else 0)
+        y = rng.randint(1, size - 13)
+        ImageDraw.Draw(image).rectangle((x, y, x + 11, y + 11), fill=COLORS[color])
+        name = f"{i:04d}.png"
+        image.save(folder / name)
+        question, answer = ("what color is the square ?", color) if i % 2 else ("where is the square ?", side)
+        rows.append({"file_name": name, "question": question, "answer": answer})
+    return rows
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+# --- models ----------------------------------------------------------------------------------------------
+
+
+def tiny_detr(out: Path, labels: tuple[str, ...] = ("red", "blue"), size: int = 64) -> Path:
+    """DETR (d_model 32, one encoder and one decoder layer, 8 queries) on a 2-stage ResNet built from its
+    config, and DETR's image processor (PIL backend: no torchvision)."""
+    import torch
+    from transformers import DetrConfig, DetrForObjectDetection, ResNetConfig
+    from transformers.models.detr.image_processing_pil_detr import DetrImageProcessorPil
+
+    backbone = ResNetConfig(
+        num_channels=3,
+        embedding_size=16,
+        hidden_sizes=[16, 32],
+        depths=[1, 1],
+        layer_type="basic",
+        out_features=["stage2"],
+    )
+    config = DetrConfig(
+        use_timm_backbone=False,
+        use_pretrained_backbone=False,
+        backbone_config=backbone,
+        d_model=32,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        num_queries=8,
+        id2label=dict(enumerate(labels)),
+        label2id={name: i for i, name in enumerate(labels)},
+    )
+    torch.manual_seed(0)
+    DetrForObjectDetection(config).save_pretrained(out)
+    DetrImageProcessorPil(size={"shortest_edge": size, "longest_edge": size}).save_pretrained(out)
+    return out
+
+
+def tiny_yolos(out: Path, labels: tuple[str, ...] = ("red", "blue"), size: int = 64) -> Path:
+    """YOLOS (a 2-layer ViT, hidden 32, 8x8 patches, 8 detection tokens) and its image processor."""
+    import torch
+    from transformers import YolosConfig, YolosForObjectDetection
+    from transformers.models.yolos.image_processing_pil_yolos import YolosImageProcessorPil
+
+    config = YolosConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        image_size=[size, size],
+        patch_size=8,
+        num_detection_tokens=8,
+        id2label=dict(enumerate(labels)),
+        label2id={name: i for i, name in enumerate(labels)},
+    )
+    torch.manual_seed(0)
+    YolosForObjectDetection(config).save_pretrained(out)
+    YolosImageProcessorPil(size={"shortest_edge": size, "longest_edge": size}).save_pretrained(out)
+    return out
