@@ -53,9 +53,12 @@ def count_rows(folder: Path, rng: random.Random, count: int, prefix: str = "") -
     return rows
 
 
-def box_rows(folder: Path, rng: random.Random, count: int, size: int = 64) -> list[dict]:
-    """`count` PNGs (size x size) with one or two squares of 12-24 pixels in `red` / `blue`, apart; each row
-    has the file name and `objects` in COCO form ({bbox: [[x, y, width, height]], category: [name]})."""
+def box_rows(
+    folder: Path, rng: random.Random, count: int, size: int = 64, most: int = 2, sides: tuple[float, float] = (0.2, 0.4)
+) -> list[dict]:
+    """`count` PNGs (size x size) with 1 to `most` (1 or 2) squares in `red` or `blue`, their sides `sides`
+    of the image's (two: one in each half); each row has the file name and `objects` in COCO form
+    ({bbox: [[x, y, width, height]], category: [name]})."""
     from PIL import ImageDraw
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -64,10 +67,11 @@ def box_rows(folder: Path, rng: random.Random, count: int, size: int = 64) -> li
         image = _canvas((size, size))
         draw = ImageDraw.Draw(image)
         boxes, categories = [], []
-        for half in rng.sample([0, 1], rng.randint(1, 2)):
-            side = rng.randint(size * 3 // 16, size * 3 // 8)
-            x = rng.randint(half * size // 2, (half + 1) * size // 2 - side)
-            y = rng.randint(0, size - side)
+        squares = rng.randint(1, most)
+        for half in rng.sample([0, 1], squares):
+            side = rng.randint(round(size * sides[0]), round(size * sides[1]))
+            left, right = (half * size // 2, (half + 1) * size // 2) if squares == 2 else (0, size)
+            x, y = rng.randint(left, right - side), rng.randint(0, size - side)
             color = rng.choice(["red", "blue"])
             draw.rectangle((x, y, x + side - 1, y + side - 1), fill=COLORS[color])
             boxes.append([x, y, side, side])
@@ -107,20 +111,19 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 # --- models ----------------------------------------------------------------------------------------------
 
 
+def _labels(labels: tuple[str, ...]) -> dict:
+    return {"id2label": dict(enumerate(labels)), "label2id": {name: i for i, name in enumerate(labels)}}
+
+
 def tiny_detr(out: Path, labels: tuple[str, ...] = ("red", "blue"), size: int = 64) -> Path:
-    """DETR (d_model 32, one encoder and one decoder layer, 8 queries) on a 2-stage ResNet built from its
-    config, and DETR's image processor (PIL backend: no torchvision)."""
+    """DETR (d_model 32, one encoder and one decoder layer, 4 queries) on a 2-stage ConvNeXt built from its
+    config (no timm, no download), and DETR's image processor (PIL backend: no torchvision)."""
     import torch
-    from transformers import DetrConfig, DetrForObjectDetection, ResNetConfig
+    from transformers import ConvNextConfig, DetrConfig, DetrForObjectDetection
     from transformers.models.detr.image_processing_pil_detr import DetrImageProcessorPil
 
-    backbone = ResNetConfig(
-        num_channels=3,
-        embedding_size=16,
-        hidden_sizes=[16, 32],
-        depths=[1, 1],
-        layer_type="basic",
-        out_features=["stage2"],
+    backbone = ConvNextConfig(
+        num_channels=3, patch_size=4, num_stages=2, hidden_sizes=[16, 32], depths=[1, 1], out_features=["stage2"]
     )
     config = DetrConfig(
         use_timm_backbone=False,
@@ -133,9 +136,8 @@ def tiny_detr(out: Path, labels: tuple[str, ...] = ("red", "blue"), size: int = 
         decoder_attention_heads=2,
         encoder_ffn_dim=64,
         decoder_ffn_dim=64,
-        num_queries=8,
-        id2label=dict(enumerate(labels)),
-        label2id={name: i for i, name in enumerate(labels)},
+        num_queries=4,
+        **_labels(labels),
     )
     torch.manual_seed(0)
     DetrForObjectDetection(config).save_pretrained(out)
@@ -143,24 +145,28 @@ def tiny_detr(out: Path, labels: tuple[str, ...] = ("red", "blue"), size: int = 
     return out
 
 
-def tiny_yolos(out: Path, labels: tuple[str, ...] = ("red", "blue"), size: int = 64) -> Path:
-    """YOLOS (a 2-layer ViT, hidden 32, 8x8 patches, 8 detection tokens) and its image processor."""
+def tiny_yolos(out: Path, labels: tuple[str, ...] = ("red", "blue"), size: int = 64, tokens: int = 1) -> Path:
+    """YOLOS (a 2-layer ViT, hidden 64, 8x8 patches, `tokens` detection tokens) and its image processor.
+    One detection token per object of the test images: with more, the set matching moves each box's target
+    from token to token and a model this small needs several times the steps to settle."""
     import torch
     from transformers import YolosConfig, YolosForObjectDetection
     from transformers.models.yolos.image_processing_pil_yolos import YolosImageProcessorPil
 
     config = YolosConfig(
-        hidden_size=32,
+        hidden_size=64,
         num_hidden_layers=2,
         num_attention_heads=2,
-        intermediate_size=64,
+        intermediate_size=128,
         image_size=[size, size],
         patch_size=8,
-        num_detection_tokens=8,
-        id2label=dict(enumerate(labels)),
-        label2id={name: i for i, name in enumerate(labels)},
+        num_detection_tokens=tokens,
+        **_labels(labels),
     )
     torch.manual_seed(0)
     YolosForObjectDetection(config).save_pretrained(out)
-    YolosImageProcessorPil(size={"shortest_edge": size, "longest_edge": size}).save_pretrained(out)
+    # Pixels scaled to [-1, 1], as the tiny ViT's processor does: with ImageNet's mean and std this small a
+    # model, trained from scratch, learns the boxes several times slower.
+    square = {"shortest_edge": size, "longest_edge": size}
+    YolosImageProcessorPil(size=square, image_mean=[0.5] * 3, image_std=[0.5] * 3).save_pretrained(out)
     return out
