@@ -10,8 +10,8 @@ import random
 from pathlib import Path
 
 import pytest
-from text_tasks_assets import built, results, write_config, write_rows
-from vision_assets import box_rows, tiny_detr, tiny_yolos, write_jsonl
+from text_tasks_assets import built, results, write_config
+from vision_assets import box_rows, tiny_yolos, write_jsonl
 
 CONFIG = """\
 task: object-detection
@@ -76,3 +76,141 @@ def test_learns_to_find_and_name_the_square(detector):
     assert trained["eval_mar_100"] > untrained["eval_mar_100"], (untrained, trained)
     card = (detector / "run" / "README.md").read_text()
     assert "| eval_map_50 |" in card and "plots/metrics.png" in card
+
+
+@pytest.mark.slow
+def test_predict_draws_and_evaluate_measures_what_training_did(cli, detector, tmp_path):
+    run, valid = detector / "run", detector / "data" / "valid"
+    out, drawn = tmp_path / "boxes.jsonl", tmp_path / "drawn"
+    result = cli("predict", run, "-i", valid, "-o", out, "--draw", drawn)
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    truth = [json.loads(line) for line in (valid / "metadata.jsonl").read_text().splitlines()]
+    assert len(rows) == 64 and all(r["box_format"] == "coco" for r in rows)
+    hits = 0
+    for row, true in zip(rows, truth, strict=True):
+        assert row["image"].endswith(true["file_name"])
+        best = row["objects"][0] if row["objects"] else None
+        hits += bool(
+            best
+            and best["label"] == true["objects"]["category"][0]
+            and iou(best["box"], true["objects"]["bbox"][0]) > 0.5
+        )
+    assert hits > 0.5 * len(rows), rows[:3]  # boxes come back in the image's own pixels, as COCO x, y, w, h
+    assert len(list(drawn.glob("*.png"))) == 64
+    result = cli("evaluate", run, "-i", valid, "--json")
+    assert result.exit_code == 0, result.output
+    measured = json.loads(result.stdout)
+    assert measured["rows"] == 64 and measured["boxes"] == 64
+    assert measured["map_50"] == pytest.approx(results(run)["eval_map_50"], abs=0.02)
+
+
+def iou(a: list[float], b: list[float]) -> float:
+    """Intersection over union of two COCO boxes."""
+    x1, y1 = max(a[0], b[0]), max(a[1], b[1])
+    x2, y2 = min(a[0] + a[2], b[0] + b[2]), min(a[1] + a[3], b[1] + b[3])
+    inter = max(0.0, x2 - x1) * max(0.0, y2 - y1)
+    return inter / (a[2] * a[3] + b[2] * b[3] - inter)
+
+
+def _config(tmp_path: Path, *sets: str):
+    from autotrain.config.load import load_config
+
+    config = write_config(
+        tmp_path / "c.yml", CONFIG, model="m", project=tmp_path / "run", data=tmp_path / "data", epochs=1, lr="1.0e-3"
+    )
+    return load_config(config, ["data.valid_split=null", *sets]).config
+
+
+@pytest.mark.parametrize(
+    ("objects", "sets", "expected"),
+    [
+        (
+            {"bbox": [[50, 10, 20, 20]], "category": ["red"]},
+            [],
+            "box [50, 10, 20, 20] (coco) reaches outside its 64x64 image",
+        ),
+        ({"bbox": [[10, 10, -4, 20]], "category": ["red"]}, [], "has no area: width -4, height 20"),
+        (
+            {"bbox": [[10, 10, 20, 20]], "category": ["green"]},
+            ["data.labels=[red,blue]"],
+            "unknown category `green` (categories: red, blue)",
+        ),
+        ({"bbox": [[10, 10, 20, 20]], "category": [5]}, ["data.labels=[red,blue]"], "category id 5 is not one of 0..1"),
+        ({"bbox": [[10, 10, 20, 20]], "category": []}, [], "1 boxes but 0 categories"),
+        ({"bbox": [[10, 10, 20]], "category": ["red"]}, [], "a box is 4 numbers (coco), got [10.0, 10.0, 20.0]"),
+        ({"bbox": [[0.5, 0.5, 1.2, 0.1]], "category": ["red"]}, ["data.box_format=yolo"], "yolo boxes are fractions"),
+        ({"bbox": [[30, 10, 20, 40]], "category": ["red"]}, ["data.box_format=pascal_voc"], "has no area: width -10"),
+    ],
+    ids=["outside", "negative", "unknown-name", "unknown-id", "lengths", "three-numbers", "yolo-range", "voc-order"],
+)
+def test_a_bad_box_names_the_file_row_and_column(tmp_path, objects, sets, expected):
+    from autotrain.data.detection import from_corners, load_detection_splits
+    from autotrain.errors import UserInputError
+
+    train = tmp_path / "data" / "train"
+    rows = box_rows(train, random.Random(0), 4)
+    box_format = next((s.partition("=")[2] for s in sets if s.startswith("data.box_format")), "coco")
+    for row in rows:  # the good rows in the format the config states
+        row["objects"]["bbox"] = [
+            from_corners([x, y, x + w, y + h], box_format, (64, 64)) for x, y, w, h in row["objects"]["bbox"]
+        ]
+    rows[2]["objects"] = objects
+    write_jsonl(train / "metadata.jsonl", rows)
+    with pytest.raises(UserInputError) as caught:
+        load_detection_splits(_config(tmp_path, *sets))
+    message = str(caught.value)
+    assert "metadata.jsonl: row 2, column `objects`: " in message and expected in message, message
+    assert "\n" not in message
+
+
+def test_box_formats_read_the_same_boxes(tmp_path):
+    """One square written as COCO, Pascal VOC and YOLO boxes reads back as the same COCO box."""
+    from autotrain.data.detection import from_corners, load_detection_splits
+
+    train = tmp_path / "data" / "train"
+    rows = box_rows(train, random.Random(0), 4, most=1)
+    coco = [row["objects"]["bbox"][0] for row in rows]
+    for box_format in ("coco", "pascal_voc", "yolo"):
+        for row, (x, y, w, h) in zip(rows, coco, strict=True):
+            row["objects"]["bbox"] = [from_corners([x, y, x + w, y + h], box_format, (64, 64))]
+        write_jsonl(train / "metadata.jsonl", rows)
+        splits = load_detection_splits(_config(tmp_path, f"data.box_format={box_format}", "data.valid_size=0.25"))
+        read = sorted(box for boxes in [*splits.train["boxes"], *splits.valid["boxes"]] for box in boxes)
+        assert [v for box in read for v in box] == pytest.approx([v for box in sorted(coco) for v in box], abs=0.01)
+
+
+def test_augmentation_moves_the_boxes_with_the_image():
+    """A flipped, shifted, scaled and cropped image keeps its box on the square: every box pixel is red."""
+    import numpy as np
+    from PIL import Image, ImageDraw
+
+    from autotrain.trainers.object_detection import transforms
+
+    image = Image.new("RGB", (96, 64), (128, 128, 128))
+    ImageDraw.Draw(image).rectangle((10, 20, 29, 39), fill=(220, 30, 30))
+    train = transforms(48, train=True)
+    moved = 0
+    for seed in range(30):
+        import random as stdlib_random
+
+        stdlib_random.seed(seed)
+        np.random.seed(seed)
+        out = train(image=np.asarray(image), bboxes=[[10, 20, 20, 20]], categories=[1])
+        assert out["image"].shape == (48, 48, 3) and list(out["categories"]) == [1]
+        ((x, y, w, h),) = out["bboxes"]
+        inside = out["image"][round(y) + 1 : round(y + h) - 1, round(x) + 1 : round(x + w) - 1]
+        assert inside.size and (inside[..., 0] > 150).all() and (inside[..., 2] < 90).all(), (seed, x, y, w, h)
+        moved += abs(x - 10 / 2) > 1  # resized by half without augmentation: x would be 5
+    assert moved > 5  # the flip and the shift moved it
+
+
+def test_a_run_of_another_task_has_nothing_to_draw(cli, tmp_path):
+    from autotrain.errors import UserInputError
+    from autotrain.inference.predict import check_draw
+
+    with pytest.raises(UserInputError, match="runs of `task: image-regression` have nothing to draw"):
+        check_draw(tmp_path / "drawn", "image-regression")
+    (tmp_path / "drawn").mkdir()
+    with pytest.raises(UserInputError, match="already exists; give a new folder"):
+        check_draw(tmp_path / "drawn", "object-detection")

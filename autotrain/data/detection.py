@@ -57,6 +57,19 @@ def to_coco(box, box_format: str, size: tuple[int, int]) -> list[float]:
     return [x, y, a, b]
 
 
+def from_corners(box, box_format: str, size: tuple[int, int]) -> list[float]:
+    """x1, y1, x2, y2 in pixels as a box in `box_format` (4 decimals)."""
+    x1, y1, x2, y2 = (float(v) for v in box)
+    width, height = size
+    if box_format == "pascal_voc":
+        out = [x1, y1, x2, y2]
+    elif box_format == "yolo":
+        out = [(x1 + x2) / 2 / width, (y1 + y2) / 2 / height, (x2 - x1) / width, (y2 - y1) / height]
+    else:
+        out = [x1, y1, x2 - x1, y2 - y1]
+    return [round(v, 4) for v in out]
+
+
 def box_problem(box, box_format: str, size: tuple[int, int]) -> str | None:
     """Why `box` cannot be one of this image's boxes (None when it can)."""
     if not isinstance(box, (list, tuple)) or len(box) != 4:
@@ -66,15 +79,16 @@ def box_problem(box, box_format: str, size: tuple[int, int]) -> str | None:
     if box_format == "yolo" and any(not 0 <= v <= 1 for v in box):
         return f"yolo boxes are fractions of the image (0 to 1), got {shown(box)}"
     x, y, w, h = to_coco(box, box_format, size)
+    written = "[" + ", ".join(f"{v:g}" for v in box) + "]"
     if w <= 0 or h <= 0:
-        return f"box {shown(box)} ({box_format}) has no area: width {w:g}, height {h:g}"
+        return f"box {written} ({box_format}) has no area: width {w:g}, height {h:g}"
     width, height = size
     if x < -SLACK or y < -SLACK or x + w > width + SLACK or y + h > height + SLACK:
-        return f"box {shown(box)} ({box_format}) reaches outside its {width}x{height} image"
+        return f"box {written} ({box_format}) reaches outside its {width}x{height} image"
     return None
 
 
-def _category_ids(categories: list, labels: list[str], name: str, row: int, source: str) -> list[int]:
+def category_ids(categories: list, labels: list[str], name: str, row: int, source: str) -> list[int]:
     ids = {label: i for i, label in enumerate(labels)}
     out = []
     for category in categories:
@@ -116,7 +130,7 @@ def _checked(dataset, cfg, name: str, wanted: dict[str, str], labels: list[str] 
     sizes = check_images(dataset, name, wanted["image"])
     if "objects" not in dataset.column_names:
         return dataset, labels
-    labels = labels or label_names(dataset, cfg)
+    labels = label_names(dataset, cfg) if labels is None else labels
     source, box_format = wanted["objects"], cfg.data.box_format
     all_boxes, all_ids = [], []
     for row, value in enumerate(dataset["objects"]):
@@ -130,7 +144,7 @@ def _checked(dataset, cfg, name: str, wanted: dict[str, str], labels: list[str] 
             if problem:
                 raise bad_row(name, row, source, problem)
         all_boxes.append([to_coco(box, box_format, sizes[row]) for box in boxes])
-        all_ids.append(_category_ids(categories, labels, name, row, source))
+        all_ids.append(category_ids(categories, labels, name, row, source) if labels else list(categories))
     dataset = dataset.remove_columns("objects").add_column("boxes", all_boxes).add_column("categories", all_ids)
     return dataset, labels
 
@@ -152,8 +166,9 @@ def load_detection_splits(cfg, token: str | None = None) -> DetectionSplits:
     return DetectionSplits(train.select(keep), train.select(held), labels, train_name, f"{train_name} (held out)")
 
 
-def load_detection_rows(cfg, path: str, labels: list[str] | None):
-    """A file's (or AutoTrain Advanced folder's) images and, given the run's `labels`, their objects."""
-    columns = ("image", "objects") if labels else ("image",)
+def load_detection_rows(cfg, path: str, objects: bool):
+    """A file's (or AutoTrain Advanced folder's) images and, with `objects`, their boxes (COCO, checked) and
+    categories as written (the run's labels name them: `category_ids`)."""
+    columns = ("image", "objects") if objects else ("image",)
     dataset, name, wanted = load_image_columns(cfg, path, "train", columns, {}, hint=INPUT_HINT)
-    return _checked(dataset, cfg, name, wanted, labels)[0], name
+    return _checked(dataset, cfg, name, wanted, [] if objects else None)[0], name

@@ -19,6 +19,7 @@ from typing import Any
 
 from autotrain.data.detection import load_detection_splits
 from autotrain.data.images import read_image
+from autotrain.errors import UserInputError
 from autotrain.trainers.classification_common import head_mismatch, label_kwargs
 from autotrain.trainers.common import load_pretrained
 from autotrain.trainers.task_common import task_trainer
@@ -193,15 +194,19 @@ def build_model(cfg, labels: list[str], token: str | None):
     from transformers import AutoConfig, AutoModelForObjectDetection
 
     config = load_pretrained(AutoConfig, cfg, "config", token)
-    return load_pretrained(
-        AutoModelForObjectDetection,
-        cfg,
-        "weights",
-        token,
-        dtype=torch.float32,
-        ignore_mismatched_sizes=head_mismatch(config, len(labels), "ForObjectDetection"),
-        **label_kwargs(labels),
-    )
+    try:
+        return load_pretrained(
+            AutoModelForObjectDetection,
+            cfg,
+            "weights",
+            token,
+            dtype=torch.float32,
+            ignore_mismatched_sizes=head_mismatch(config, len(labels), "ForObjectDetection"),
+            **label_kwargs(labels),
+        )
+    except ImportError as exc:  # a timm backbone (facebook/detr-resnet-50's) without timm installed
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserInputError(f"cannot build base_model `{cfg.base_model}`: {first}") from None
 
 
 def build_trainer(cfg, plan: RunPlan, callbacks: list, token: str | None = None):
