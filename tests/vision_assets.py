@@ -170,3 +170,72 @@ def tiny_yolos(out: Path, labels: tuple[str, ...] = ("red", "blue"), size: int =
     square = {"shortest_edge": size, "longest_edge": size}
     YolosImageProcessorPil(size=square, image_mean=[0.5] * 3, image_std=[0.5] * 3).save_pretrained(out)
     return out
+
+
+# --- vision-language models ------------------------------------------------------------------------------
+
+VLM_WORDS = sorted(
+    {"what", "color", "is", "the", "square", "?", "where", "left", "right", "caption", "en", "describe", "a", "on"}
+    | set(COLORS)
+)
+
+
+def _vlm_tokenizer(specials: list[str], template: str | None = None, **tokens):
+    """A word-level fast tokenizer over VLM_WORDS (the `tokenizers` library; nothing downloaded): special
+    tokens first, then the words; a pair of texts gets type ids 0 and 1 (PaliGemma's prompt and answer)."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {token: i for i, token in enumerate(specials + VLM_WORDS)}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token=tokens["unk_token"]))
+    tokenizer.normalizer = normalizers.Lowercase()
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.post_processor = processors.TemplateProcessing(single="$A:0", pair="$A:0 $B:1", special_tokens=[])
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, model_max_length=512, chat_template=template, **tokens)
+
+
+def tiny_paligemma(out: Path, side: int = 32) -> Path:
+    """PaliGemma: a 1-layer SigLIP vision tower (8x8 patches: 16 image tokens) and a 2-layer Gemma (hidden
+    32), its processor from config (SigLIP's image processor, the word-level tokenizer)."""
+    import torch
+    from transformers import (
+        GemmaConfig,
+        PaliGemmaConfig,
+        PaliGemmaForConditionalGeneration,
+        PaliGemmaProcessor,
+        SiglipImageProcessor,
+        SiglipVisionConfig,
+    )
+
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<image>"]
+    tokenizer = _vlm_tokenizer(specials, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>", unk_token="<unk>")
+    images = SiglipImageProcessor(size={"height": side, "width": side}, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    images.image_seq_length = (side // 8) ** 2  # PaliGemma's processor config carries it
+    processor = PaliGemmaProcessor(image_processor=images, tokenizer=tokenizer)  # adds <loc..>/<seg..> tokens
+    vision = SiglipVisionConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=side, patch_size=8
+    )
+    text = GemmaConfig(
+        vocab_size=len(processor.tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=2,
+    )
+    config = PaliGemmaConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_index=processor.image_token_id,
+        projection_dim=32,
+        hidden_size=32,
+        pad_token_id=0,
+    )
+    torch.manual_seed(0)
+    PaliGemmaForConditionalGeneration(config).save_pretrained(out)
+    processor.save_pretrained(out)
+    return out
