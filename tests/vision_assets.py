@@ -10,8 +10,9 @@ them per session through `text_tasks_assets.built`):
   `red`, "where is the square?" -> `left` / `right`;
 - `tiny_detr(folder)`: a DETR with a 2-stage ResNet backbone built from its config (no timm, no download)
   and its image processor; `tiny_yolos(folder)`: a 2-layer YOLOS;
-- `tiny_paligemma(folder)`, `tiny_qwen2_vl(folder)`: random vision-language models of a few hundred
-  thousand parameters with word-level tokenizers (the `tokenizers` library) and processors from config.
+- `tiny_paligemma(folder)`, `tiny_idefics3(folder)`: random vision-language models of 40-80 thousand
+  parameters with word-level tokenizers (the `tokenizers` library) and processors from config. (Qwen2-VL's
+  and SmolVLM's processors carry a video processor, which transformers 5 builds only with torchvision.)
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def box_rows(
 
 def vqa_rows(folder: Path, rng: random.Random, count: int, size: int = 32) -> list[dict]:
     """`count` PNGs with one coloured square on the left or right half; half the rows ask its colour, half
-    where it is. Rows: file_name, question, answer (one word)."""
+    where it is. Rows: file_name, question, answer (one word), caption (`a red square on the left`)."""
     from PIL import ImageDraw
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -98,7 +99,8 @@ def vqa_rows(folder: Path, rng: random.Random, count: int, size: int = 32) -> li
         name = f"{i:04d}.png"
         image.save(folder / name)
         question, answer = ("what color is the square ?", color) if i % 2 else ("where is the square ?", side)
-        rows.append({"file_name": name, "question": question, "answer": answer})
+        caption = f"a {color} square on the {side}"
+        rows.append({"file_name": name, "question": question, "answer": answer, "caption": caption})
     return rows
 
 
@@ -176,6 +178,7 @@ def tiny_yolos(out: Path, labels: tuple[str, ...] = ("red", "blue"), size: int =
 
 VLM_WORDS = sorted(
     {"what", "color", "is", "the", "square", "?", "where", "left", "right", "caption", "en", "describe", "a", "on"}
+    | {"user:", "assistant:"}
     | set(COLORS)
 )
 
@@ -237,5 +240,74 @@ def tiny_paligemma(out: Path, side: int = 32) -> Path:
     )
     torch.manual_seed(0)
     PaliGemmaForConditionalGeneration(config).save_pretrained(out)
+    processor.save_pretrained(out)
+    return out
+
+
+IDEFICS3_CHAT = (
+    "<|begin_of_text|>{% for message in messages %}{{ message['role'] | capitalize }}:"
+    "{% for part in message['content'] %}{% if part['type'] == 'text' %} {{ part['text'] }}"
+    "{% else %}<image>{% endif %}{% endfor %}<end_of_utterance>\n{% endfor %}"
+    "{% if add_generation_prompt %}Assistant:{% endif %}"
+)
+
+
+def tiny_idefics3(out: Path, side: int = 32) -> Path:
+    """Idefics3 (SmolVLM's architecture): a 1-layer SigLIP-style vision tower (8x8 patches, pixel-shuffled by
+    2: 4 image tokens), a 2-layer Llama (hidden 32), the word-level tokenizer with Idefics3's chat layout, and
+    Idefics3's image processor from config (no image splitting, the longer side at 32 pixels)."""
+    import torch
+    from transformers import Idefics3Config, Idefics3ForConditionalGeneration, Idefics3Processor
+    from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
+
+    specials = ["<pad>", "<|begin_of_text|>", "<end_of_utterance>", "<unk>", "<fake_token_around_image>"]
+    specials += ["<image>", "<global-img>", "User:", "Assistant:"]
+    tokenizer = _vlm_tokenizer(
+        specials,
+        IDEFICS3_CHAT,
+        pad_token="<pad>",
+        eos_token="<end_of_utterance>",
+        bos_token="<|begin_of_text|>",
+        unk_token="<unk>",
+    )
+    tokenizer.image_token = "<image>"  # read by the processor
+    images = Idefics3ImageProcessorPil(
+        do_image_splitting=False,
+        size={"longest_edge": side},
+        max_image_size={"longest_edge": side},
+        image_mean=[0.5] * 3,
+        image_std=[0.5] * 3,
+    )
+    processor = Idefics3Processor(
+        image_processor=images, tokenizer=tokenizer, image_seq_len=(side // 8) ** 2 // 4, chat_template=IDEFICS3_CHAT
+    )
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in specials}
+    config = Idefics3Config(
+        vision_config={
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "image_size": side,
+            "patch_size": 8,
+        },
+        text_config={
+            "model_type": "llama",
+            "vocab_size": len(tokenizer),
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "bos_token_id": ids["<|begin_of_text|>"],
+            "eos_token_id": ids["<end_of_utterance>"],
+            "pad_token_id": ids["<pad>"],
+        },
+        scale_factor=2,
+        image_token_id=ids["<image>"],
+        pad_token_id=ids["<pad>"],
+    )
+    torch.manual_seed(0)
+    Idefics3ForConditionalGeneration(config).save_pretrained(out)
     processor.save_pretrained(out)
     return out
