@@ -214,3 +214,26 @@ def test_a_chat_model_learns_to_caption(captioner):
     untrained, trained = results(captioner / "untrained"), results(captioner / "run")
     assert trained["eval_exact_match"] > 30 and untrained["eval_exact_match"] < 5, (untrained, trained)
     assert trained["eval_f1"] > untrained["eval_f1"] + 30, (untrained, trained)
+
+
+@pytest.mark.slow
+def test_the_memory_estimate_counts_the_vision_tower_and_its_image():
+    """The parameters of the tower and projector beside the language model's, and the tower's activations:
+    four times the patches keep more per sample."""
+    from transformers import PaliGemmaConfig
+
+    from autotrain.training.model_shape import trace_model
+
+    def config(side: int) -> str:
+        vision = {"model_type": "siglip_vision_model", "hidden_size": 64, "intermediate_size": 128}
+        vision |= {"num_hidden_layers": 2, "num_attention_heads": 2, "image_size": side, "patch_size": 8}
+        text = {"model_type": "gemma", "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128}
+        text |= {"num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32}
+        return PaliGemmaConfig(vision_config=vision, text_config=text, projection_dim=64).to_json_string()
+
+    small, large = (trace_model(config(side), "vlm", 128, "float32", "sdpa", None) for side in (32, 64))
+    text_only = PaliGemmaConfig.from_dict(json.loads(config(32))).text_config.to_json_string()
+    language = trace_model(text_only, "llm", 128, "float32", "sdpa", None)
+    tower = 2 * (4 * 64 * 64 + 2 * 64 * 128)  # two layers' attention and MLP weights, at least
+    assert small.params > language.params + tower
+    assert large.rest_bytes_per_token > small.rest_bytes_per_token + 1000
