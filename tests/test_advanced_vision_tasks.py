@@ -5,13 +5,17 @@ a tiny local model (hub ids swapped for local paths; what needs a GPU set aside 
 
 from __future__ import annotations
 
+import json
+import random
 from pathlib import Path
 
 import pytest
 import yaml
+from vision_assets import box_rows, count_rows, tiny_paligemma, tiny_yolos, vqa_rows, write_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 ADVANCED = REPO / "tests" / "advanced_configs"
+ASSETS = REPO / "tests" / "assets"
 FAMILIES = {"image_scoring": "image-regression", "object_detection": "object-detection", "vlm": "vlm"}
 CONFIGS = sorted(p for p in ADVANCED.glob("*/*.yml") if p.parent.name in FAMILIES)
 HUB_ENV = {"HF_USERNAME": "me", "HF_TOKEN": "hf_example"}
@@ -77,3 +81,84 @@ def test_a_detection_setting_is_refused_for_another_task(cli, tmp_path):
     result = cli("validate", config, env=HUB_ENV)
     assert result.exit_code == 2
     assert "params.image_square_size: `image_square_size` applies to object-detection, not" in result.stderr
+
+
+# --- two training steps on local data and the tiny models (slow) -----------------------------------------
+
+
+def sets(*items: str) -> list[str]:
+    return [arg for item in items for arg in ("--set", item)]
+
+
+def local_data(config: dict, tmp: Path) -> Path:
+    """Local data shaped as the config's own: its columns (its column_mapping names them) and its splits,
+    as AutoTrain Advanced's local layout (SPLIT/ with images and a metadata.jsonl) or, for a hub dataset, a
+    file per split with image paths."""
+    data, folder = config["data"], tmp / "data"
+    columns = data.get("column_mapping") or {}
+    splits = [s for s in (data.get("train_split"), data.get("valid_split")) if s]
+    rng = random.Random(0)
+    for split in splits:
+        if config["task"] == "object_detection":
+            rows = box_rows(folder / split, rng, 6, most=1)
+            rows = [{"file_name": r["file_name"], columns["objects_column"]: r["objects"]} for r in rows]
+        elif config["task"] == "image_regression":
+            rows = count_rows(folder / split, rng, 6)
+            rows = [{"file_name": r["file_name"], columns["target_column"]: r["target"]} for r in rows]
+        else:
+            rows = [
+                {
+                    "file_name": r["file_name"],
+                    columns["prompt_text_column"]: r["question"],
+                    columns["text_column"]: r["answer"],
+                }
+                for r in vqa_rows(folder / split, rng, 4)
+            ]
+        if data["path"].startswith("data/"):  # local: images and metadata.jsonl, file_name read as the image
+            write_jsonl(folder / split / "metadata.jsonl", rows)
+        else:  # a hub dataset: a table per split, its image column holding paths
+            image = columns["image_column"]
+            write_jsonl(folder / f"{split}.jsonl", [{image: f"{split}/{r.pop('file_name')}", **r} for r in rows])
+    return folder
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("models")
+    return {
+        "image_scoring": ASSETS / "tiny-vit",
+        "object_detection": tiny_yolos(root / "tiny-yolos"),
+        "vlm": tiny_paligemma(root / "tiny-paligemma"),
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", CONFIGS, ids=name)
+def test_trains_two_steps_on_local_data(cli, path, tmp_path, monkeypatch, models):
+    """Every example config trains to the end (two steps, then the final evaluation and the saved model):
+    its model and data swapped for a tiny local model and local data of the same columns and splits,
+    GPU-only settings (fp16, 4-bit loading) and tensorboard set aside."""
+    config = yaml.safe_load(path.read_text())
+    params = config.get("params") or {}
+    overrides = [
+        f"base_model={models[path.parent.name]}",
+        f"data.path={local_data(config, tmp_path)}",
+        f"project_name={tmp_path / 'run'}",
+        "log=none",
+        "hub.push_to_hub=false",
+        "training_args.max_steps=2",
+        "training_args.batch_size=2",
+        "training_args.mixed_precision=no",
+        *(["peft.quantization=null"] if params.get("quantization") else []),
+    ]
+    monkeypatch.chdir(tmp_path)
+    result = cli(FAMILIES[path.parent.name], "--config", path, *sets(*overrides), env=HUB_ENV)
+    assert result.exit_code == 0, result.output
+    run = tmp_path / "run"
+    state = json.loads((run / "trainer_state.json").read_text())
+    assert state["global_step"] == 2
+    losses = [entry["loss"] for entry in state["log_history"] if "loss" in entry]
+    assert losses and all(loss == loss and abs(loss) < 1e4 for loss in losses)
+    evaluated = json.loads((run / "eval_results.json").read_text())
+    expected = {"image_scoring": "eval_r2", "object_detection": "eval_map_50", "vlm": "eval_exact_match"}
+    assert expected[path.parent.name] in evaluated

@@ -47,11 +47,28 @@ def load_image_columns(
     metadata = metadata_file(path, split)
     if metadata is not None:
         defaults["image"] = (*defaults.get("image", ()), "image", "file_name")
+        cfg = _file_name_as_image(cfg, metadata)
         dataset, name, wanted = load_columns(cfg, str(metadata), "train", columns, defaults, token, hint)
         return _absolute(dataset, metadata.parent), str(metadata), wanted
     dataset, name, wanted = load_columns(cfg, path, split, columns, defaults, token, hint)
     table = Path(name)
     return _absolute(dataset, table.parent if table.is_file() else None), name, wanted
+
+
+def _file_name_as_image(cfg, metadata: Path):
+    """`column_mapping.image` names the column `datasets`' imagefolder makes of a metadata file's `file_name`
+    (AutoTrain Advanced's local configs say `image_column: image`): read `file_name` for it when the file has
+    no column of that name."""
+    from autotrain.data.loading import load_split
+
+    image = cfg.data.column_mapping.get("image")
+    if image is None or image == "file_name":
+        return cfg
+    names = load_split(str(metadata), "train").column_names
+    if image in names or "file_name" not in names:
+        return cfg
+    data = cfg.data.model_copy(update={"column_mapping": {**cfg.data.column_mapping, "image": "file_name"}})
+    return cfg.model_copy(update={"data": data})
 
 
 def _absolute(dataset, base: Path | None):
