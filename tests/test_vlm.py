@@ -237,3 +237,20 @@ def test_the_memory_estimate_counts_the_vision_tower_and_its_image():
     tower = 2 * (4 * 64 * 64 + 2 * 64 * 128)  # two layers' attention and MLP weights, at least
     assert small.params > language.params + tower
     assert large.rest_bytes_per_token > small.rest_bytes_per_token + 1000
+
+
+@pytest.mark.slow
+def test_chat_about_an_image(cli, answerer):
+    run, image = answerer / "run", answerer / "data" / "valid" / "0001.png"
+    result = cli("chat", run, "--image", image, "-m", "what color is the square ?", "-m", "where is the square ?")
+    assert result.exit_code == 0, result.output
+    colour, side = result.stdout.split()
+    assert colour in ("red", "green", "blue", "yellow") and side in ("left", "right"), result.stdout
+    result = cli("chat", run, "-m", "what color is the square ?")
+    assert result.exit_code == 2 and "give the image to talk about with --image PATH" in result.stderr
+    result = cli("chat", run, "--image", answerer / "data" / "nope.png", "-m", "hi")
+    assert (
+        result.exit_code == 2
+        and "--image: row 0, column `image`: " in result.stderr
+        and "file not found" in result.stderr
+    )

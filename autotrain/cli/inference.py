@@ -67,12 +67,13 @@ def chat(
     temperature: float = TemperatureOption,
     top_p: float = TopPOption,
     device: str = DeviceOption,
+    image: Path = typer.Option(None, "--image", help="vlm runs: the image the messages ask about.", show_default=False),
 ) -> None:
     """Chat with a fine-tuned LLM (/reset starts over, /exit ends); reads piped stdin too."""
     with reported():
         from autotrain.inference.chat import run_chat
 
-        run_chat(run_dir, _settings(max_new_tokens, temperature, top_p), message, system, device)
+        run_chat(run_dir, _settings(max_new_tokens, temperature, top_p), message, system, device, image=image)
 
 
 def predict(

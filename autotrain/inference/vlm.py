@@ -98,3 +98,23 @@ def evaluate(run, rows: Rows, batch_size: int, advance) -> dict:
 
     predicted = _answers(run, rows.values, batch_size, advance)
     return {"rows": len(rows), **answer_scores(predicted, rows.labels)}
+
+
+def chat(run, image: str, settings, messages) -> int:
+    """Answer each message about `image` (one question, one answer: the turns the run was trained on);
+    returns the number of answers."""
+    from autotrain.inference.chat import EXIT_COMMANDS, checked_text
+    from autotrain.trainers.vlm import conversation_of, generate_answers
+
+    conversation = conversation_of(run.config, run.processor, run.model.config)
+    answers = 0
+    for number, message in enumerate(messages, 1):
+        text = checked_text(message, f"message {number}").strip()
+        if text in EXIT_COMMANDS:
+            break
+        if not text:
+            continue
+        row = {"image": image, "prompt": text}
+        print(generate_answers(run.model, conversation, [row], 1, settings.max_new_tokens)[0], flush=True)
+        answers += 1
+    return answers
