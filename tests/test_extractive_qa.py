@@ -36,14 +36,11 @@ def data_folder(folder: Path) -> Path:
     return folder
 
 
-@pytest.fixture(scope="session")
-def reader(tmp_path_factory):
+def trained(root: Path) -> Path:
     """An extractive-qa run of the tiny BERT (trained once per session)."""
     from typer.testing import CliRunner
 
     from autotrain.cli.main import app
-
-    root = tmp_path_factory.getbasetemp() / "text-tasks"
 
     def train(folder: Path) -> Path:
         model = built(root, "tiny-bert", tiny_bert)
@@ -55,6 +52,11 @@ def reader(tmp_path_factory):
         return folder
 
     return built(root, "qa-run", train)
+
+
+@pytest.fixture(scope="session")
+def reader(tmp_path_factory):
+    return trained(tmp_path_factory.getbasetemp() / "text-tasks")
 
 
 @pytest.mark.slow

@@ -38,14 +38,11 @@ def data_folder(folder: Path, train: int = 300, valid: int = 60) -> Path:
     return folder
 
 
-@pytest.fixture(scope="session")
-def regressor(tmp_path_factory):
+def trained(root: Path) -> Path:
     """A text-regression run of the tiny BERT on sentiment sums (trained once per session)."""
     from typer.testing import CliRunner
 
     from autotrain.cli.main import app
-
-    root = tmp_path_factory.getbasetemp() / "text-tasks"
 
     def train(folder: Path) -> Path:
         model = built(root, "tiny-bert", tiny_bert)
@@ -57,6 +54,11 @@ def regressor(tmp_path_factory):
         return folder
 
     return built(root, "regression-run", train)
+
+
+@pytest.fixture(scope="session")
+def regressor(tmp_path_factory):
+    return trained(tmp_path_factory.getbasetemp() / "text-tasks")
 
 
 @pytest.mark.slow

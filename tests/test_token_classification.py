@@ -34,14 +34,11 @@ def data_folder(folder: Path) -> Path:
     return folder
 
 
-@pytest.fixture(scope="session")
-def tagger(tmp_path_factory):
+def trained(root: Path) -> Path:
     """A token-classification run of the tiny BERT on people and places (trained once per session)."""
     from typer.testing import CliRunner
 
     from autotrain.cli.main import app
-
-    root = tmp_path_factory.getbasetemp() / "text-tasks"
 
     def train(folder: Path) -> Path:
         model = built(root, "tiny-bert", tiny_bert)
@@ -53,6 +50,11 @@ def tagger(tmp_path_factory):
         return folder
 
     return built(root, "token-run", train)
+
+
+@pytest.fixture(scope="session")
+def tagger(tmp_path_factory):
+    return trained(tmp_path_factory.getbasetemp() / "text-tasks")
 
 
 @pytest.mark.slow

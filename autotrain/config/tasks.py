@@ -222,6 +222,7 @@ TASKS: dict[str, TaskSpec] = {
                 "pearson_cosine",
                 "cosine_accuracy",
                 "cosine_f1",
+                "accuracy",
                 "cosine_accuracy@1",
                 "cosine_mrr@10",
                 "cosine_ndcg@10",

@@ -209,7 +209,7 @@ SENTENCE_METRICS = {
     "pair": ("cosine_accuracy@1", "cosine_mrr@10", "cosine_ndcg@10"),
     "qa": ("cosine_accuracy@1", "cosine_mrr@10", "cosine_ndcg@10"),
     "pair_score": ("spearman_cosine", "pearson_cosine"),
-    "pair_class": ("cosine_accuracy", "cosine_f1"),
+    "pair_class": ("cosine_accuracy", "cosine_f1", "accuracy"),  # two classes: cosine; more: the softmax head
     "triplet": ("cosine_accuracy",),
 }
 SentenceTrainer = Literal[SENTENCE_TRAINERS]

@@ -46,6 +46,14 @@ def export_run(request: ExportRequest, say: Callable[[str], None] = print) -> Ex
 
     cfg = check_run(request.run, request.running_ok)
     quant, out = request.resolved()
+    from autotrain.config.tasks import TASKS
+
+    if TASKS[cfg.task].inference:  # the text tasks beyond classification: the run folder is the model already
+        merged = " (and merged/ holds the LoRA adapter merged in)" if (request.run / "merged").is_dir() else ""
+        raise UserInputError(
+            f"`{request.run}` holds a {cfg.task} model: the run folder loads with from_pretrained as it is{merged}; "
+            "export takes llm and classifier runs"
+        )
     if cfg.task != "llm" and request.format != "merged":
         raise UserInputError(
             f"`{request.run}` holds a {cfg.task} model: it exports as `--format merged` only "

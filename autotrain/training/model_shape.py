@@ -102,6 +102,10 @@ class _LoraLinear(nn.Module):
         self.lora_a = nn.Linear(base.in_features, r, bias=False, dtype=base.weight.dtype)
         self.lora_b = nn.Linear(r, base.out_features, bias=False, dtype=base.weight.dtype)
 
+    @property
+    def weight(self):  # models that read their Linear's weight (T5's dtype check) find the base's, as under PEFT
+        return self.base.weight
+
     def forward(self, x):
         return self.base(x) + self.lora_b(self.lora_a(self.dropout(x))) * 2.0
 
