@@ -214,3 +214,36 @@ def test_a_run_of_another_task_has_nothing_to_draw(cli, tmp_path):
     (tmp_path / "drawn").mkdir()
     with pytest.raises(UserInputError, match="already exists; give a new folder"):
         check_draw(tmp_path / "drawn", "object-detection")
+
+
+@pytest.mark.slow
+def test_a_bad_box_is_one_line_and_exit_2_before_any_weights(cli, tmp_path, monkeypatch):
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    train = tmp_path / "data" / "train"
+    rows = box_rows(train, random.Random(0), 6)
+    rows[4]["objects"]["bbox"][0] = [60, 60, 10, 10]
+    write_jsonl(train / "metadata.jsonl", rows)
+    processor_only = tmp_path / "no-weights-here"  # the image processor loads, then the data is checked
+    model = tiny_yolos(tmp_path / "model")
+    processor_only.mkdir()
+    shutil.copy(model / "preprocessor_config.json", processor_only)
+    shutil.rmtree(model)
+    config = write_config(
+        tmp_path / "c.yml",
+        CONFIG,
+        model=processor_only,
+        project=tmp_path / "run",
+        data=tmp_path / "data",
+        epochs=1,
+        lr="1.0e-3",
+    )
+    result = cli("object-detection", "--config", config, "--set", "data.valid_split=null")
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "metadata.jsonl: row 4, column `objects`: box [60, 60, 10, 10]" in errors[0], (
+        result.output
+    )
+    assert "Traceback" not in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yml", "data", "no-weights-here"]
