@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from text_tasks_assets import built, results, write_config
-from vision_assets import box_rows, tiny_yolos, write_jsonl
+from vision_assets import box_rows, tiny_detr, tiny_yolos, write_jsonl
 
 CONFIG = """\
 task: object-detection
@@ -247,3 +247,25 @@ def test_a_bad_box_is_one_line_and_exit_2_before_any_weights(cli, tmp_path, monk
     )
     assert "Traceback" not in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yml", "data", "no-weights-here"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["detr", "conditional_detr"])
+def test_detr_models_train_evaluate_and_predict(cli, tmp_path, kind):
+    """DETR (softmax classes with no-object) and Conditional DETR (sigmoid classes) on a ConvNeXt backbone
+    built from its config: two steps, the final COCO evaluation, boxes predicted and drawn."""
+    model, data = tiny_detr(tmp_path / "model", kind=kind), data_folder(tmp_path / "data", train=8, valid=4)
+    config = write_config(
+        tmp_path / "c.yml", CONFIG, model=model, project=tmp_path / "run", data=data, epochs=1, lr="1.0e-3"
+    )
+    result = cli("object-detection", "--config", config, "--set", "training_args.max_steps=2")
+    assert result.exit_code == 0, result.output
+    measured = results(tmp_path / "run")
+    assert 0 <= measured["eval_map_50"] <= 1 and measured["eval_loss"] == measured["eval_loss"]
+    result = cli(
+        "predict", tmp_path / "run", "-i", data / "valid", "-o", tmp_path / "boxes.jsonl", "--draw", tmp_path / "drawn"
+    )
+    assert result.exit_code == 0, result.output
+    assert (
+        len((tmp_path / "boxes.jsonl").read_text().splitlines()) == 4 and len(list((tmp_path / "drawn").iterdir())) == 4
+    )

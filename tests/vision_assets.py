@@ -117,17 +117,35 @@ def _labels(labels: tuple[str, ...]) -> dict:
     return {"id2label": dict(enumerate(labels)), "label2id": {name: i for i, name in enumerate(labels)}}
 
 
-def tiny_detr(out: Path, labels: tuple[str, ...] = ("red", "blue"), size: int = 64) -> Path:
-    """DETR (d_model 32, one encoder and one decoder layer, 4 queries) on a 2-stage ConvNeXt built from its
-    config (no timm, no download), and DETR's image processor (PIL backend: no torchvision)."""
+def tiny_detr(out: Path, labels: tuple[str, ...] = ("red", "blue"), size: int = 64, kind: str = "detr") -> Path:
+    """DETR or Conditional DETR (`kind`: d_model 32, one encoder and one decoder layer, 4 queries) on a
+    2-stage ConvNeXt built from its config (no timm, no download), and its image processor (PIL backend: no
+    torchvision)."""
     import torch
-    from transformers import ConvNextConfig, DetrConfig, DetrForObjectDetection
+    from transformers import (
+        ConditionalDetrConfig,
+        ConditionalDetrForObjectDetection,
+        ConvNextConfig,
+        DetrConfig,
+        DetrForObjectDetection,
+    )
+    from transformers.models.conditional_detr.image_processing_pil_conditional_detr import (
+        ConditionalDetrImageProcessorPil,
+    )
     from transformers.models.detr.image_processing_pil_detr import DetrImageProcessorPil
 
+    config_cls, model_cls, processor_cls = {
+        "detr": (DetrConfig, DetrForObjectDetection, DetrImageProcessorPil),
+        "conditional_detr": (
+            ConditionalDetrConfig,
+            ConditionalDetrForObjectDetection,
+            ConditionalDetrImageProcessorPil,
+        ),
+    }[kind]
     backbone = ConvNextConfig(
         num_channels=3, patch_size=4, num_stages=2, hidden_sizes=[16, 32], depths=[1, 1], out_features=["stage2"]
     )
-    config = DetrConfig(
+    config = config_cls(
         use_timm_backbone=False,
         use_pretrained_backbone=False,
         backbone_config=backbone,
@@ -142,8 +160,8 @@ def tiny_detr(out: Path, labels: tuple[str, ...] = ("red", "blue"), size: int = 
         **_labels(labels),
     )
     torch.manual_seed(0)
-    DetrForObjectDetection(config).save_pretrained(out)
-    DetrImageProcessorPil(size={"shortest_edge": size, "longest_edge": size}).save_pretrained(out)
+    model_cls(config).save_pretrained(out)
+    processor_cls(size={"shortest_edge": size, "longest_edge": size}).save_pretrained(out)
     return out
 
 
