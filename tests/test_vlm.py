@@ -254,3 +254,23 @@ def test_chat_about_an_image(cli, answerer):
         and "--image: row 0, column `image`: " in result.stderr
         and "file not found" in result.stderr
     )
+
+
+@pytest.mark.slow
+def test_a_lora_adapter_trains_merges_and_predicts(cli, answerer, tmp_path):
+    """`peft:` trains an adapter (with a bundled optimizer); `merge_adapter` also saves the merged model,
+    which predict loads; without it predict puts the adapter on its base."""
+    config = answerer / "run.yml"
+    for name, merge in (("adapter", "false"), ("merged", "true")):
+        run = tmp_path / name
+        args = ["--set", f"project_name={run}", "--set", "training_args.max_steps=2", "--set", "peft.r=4"]
+        args += ["--set", f"peft.merge_adapter={merge}", "--set", "training_args.optimizer=came"]
+        result = cli("vlm", "--config", config, *args)
+        assert result.exit_code == 0, result.output
+        assert (run / "adapter_config.json").is_file() and (run / "merged" / "config.json").is_file() == (
+            merge == "true"
+        )
+        out = tmp_path / f"{name}.jsonl"
+        result = cli("predict", run, "-i", answerer / "data" / "valid", "-o", out)
+        assert result.exit_code == 0, result.output
+        assert len(out.read_text().splitlines()) == 64
