@@ -170,3 +170,27 @@ def test_a_table_with_relative_paths(tmp_path):
     splits = load_image_regression_splits(load_config(config, sets).config)
     assert len(splits.train) + len(splits.valid) == 10
     assert all(Path(p).is_file() for p in splits.train["image"])
+
+
+@pytest.mark.slow
+def test_the_app_previews_the_images(tmp_path):
+    """The Data tab's preview of an image task shows each image as a small PNG beside its fields."""
+    import base64
+    import io
+
+    from fastapi.testclient import TestClient
+    from PIL import Image
+
+    from autotrain.app.server import create_app
+
+    data = data_folder(tmp_path / "data", train=4, valid=2)
+    config = CONFIG.format(model=ASSETS / "tiny-vit", project=tmp_path / "runs" / "scores", data=data)
+    client = TestClient(create_app(tmp_path / "runs", tmp_path), base_url="http://127.0.0.1")
+    response = client.post("/api/preview?count=2", content=config)
+    assert response.status_code == 200, response.text
+    record = response.json()
+    assert record["kind"] == "rows" and len(record["examples"]) == 2
+    first = record["examples"][0]
+    assert first["image"].endswith(".png") and isinstance(first["target"], float)
+    png = base64.b64decode(first["thumbnail"].removeprefix("data:image/png;base64,"))
+    assert Image.open(io.BytesIO(png)).size == (32, 32)
