@@ -46,8 +46,39 @@ def add_routes(app: FastAPI) -> None:
         if refused is not None:
             return refused
         try:
-            return preview_record(loaded.config, resolve_plan(loaded.config), max(1, min(count, MAX_PREVIEW)))
+            record = preview_record(loaded.config, resolve_plan(loaded.config), max(1, min(count, MAX_PREVIEW)))
+            return with_thumbnails(record)
         except UserInputError as exc:
             return error(400, str(exc))
         except Exception as exc:  # noqa: BLE001 - data or tokenizer that cannot be read: say why, no 500
             return error(422, f"cannot preview this data: {type(exc).__name__}: {exc}")
+
+
+THUMBNAIL = 96  # pixels, the longer side of an image shown in the Data tab
+
+
+def with_thumbnails(record: dict) -> dict:
+    """Each example whose `image` is a file gets a small PNG of it as a data URI (`thumbnail`), for the Data
+    tab to show beside its fields (the page's policy allows data: images; no file is served)."""
+    for example in record.get("examples", []):
+        path = example.get("image") if isinstance(example, dict) else None
+        if isinstance(path, str) and path:
+            example["thumbnail"] = _thumbnail(path)
+    return record
+
+
+def _thumbnail(path: str) -> str | None:
+    import base64
+    import io
+
+    from autotrain.data.images import read_image
+    from autotrain.errors import UserInputError
+
+    try:
+        image = read_image(path)  # refuses oversized images, names broken ones
+    except UserInputError:
+        return None
+    image.thumbnail((THUMBNAIL, THUMBNAIL))
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")

@@ -67,12 +67,13 @@ def chat(
     temperature: float = TemperatureOption,
     top_p: float = TopPOption,
     device: str = DeviceOption,
+    image: Path = typer.Option(None, "--image", help="vlm runs: the image the messages ask about.", show_default=False),
 ) -> None:
     """Chat with a fine-tuned LLM (/reset starts over, /exit ends); reads piped stdin too."""
     with reported():
         from autotrain.inference.chat import run_chat
 
-        run_chat(run_dir, _settings(max_new_tokens, temperature, top_p), message, system, device)
+        run_chat(run_dir, _settings(max_new_tokens, temperature, top_p), message, system, device, image=image)
 
 
 def predict(
@@ -87,6 +88,12 @@ def predict(
     temperature: float = TemperatureOption,
     top_p: float = TopPOption,
     device: str = DeviceOption,
+    draw: Path = typer.Option(
+        None,
+        "--draw",
+        help="object-detection: save each image with its boxes drawn in this new folder.",
+        show_default=False,
+    ),
 ) -> None:
     """Predict every row of a file: one JSON line per row, in input order (classifiers: label and score;
     LLMs: the completion)."""
@@ -94,7 +101,7 @@ def predict(
         from autotrain.inference.predict import run_predict
 
         settings = _settings(max_new_tokens, temperature, top_p)
-        run_predict(run_dir, input_path, output, force, batch_size, settings, device)
+        run_predict(run_dir, input_path, output, force, batch_size, settings, device, draw)
 
 
 def evaluate(

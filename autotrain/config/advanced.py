@@ -67,6 +67,7 @@ PARAMS: dict[str, tuple[str, ...] | None] = {
     "early_stopping_threshold": ("training_args", "early_stopping", "threshold"),
     "max_target_length": ("training_args", "max_target_length"),
     "max_doc_stride": ("training_args", "doc_stride"),
+    "image_square_size": ("training_args", "image_square_size"),
     "peft": ("peft", "enabled"),
     "lora_r": ("peft", "r"),
     "lora_alpha": ("peft", "alpha"),
@@ -117,7 +118,7 @@ LLM_ONLY = {
     "liger_kernel",
 }
 # Taken by the tasks whose table entry lists them in `advanced_params` only (LLM_ONLY's too, for those tasks).
-TASK_ONLY = {"max_target_length", "max_doc_stride"}
+TASK_ONLY = {"max_target_length", "max_doc_stride", "image_square_size"}
 # Dropped like the None entries above, but when set they asked for something that will not happen: say so.
 NOTED_WHEN_SET = {
     "unsloth": "Unsloth kernels are not used; training runs on plain transformers",
@@ -128,7 +129,10 @@ _TRAINER_FIELDS = set(trainer_fields())
 DATA_KEYS = ("path", "train_split", "valid_split", "chat_template", "column_mapping")
 HUB_KEYS = ("username", "token", "push_to_hub")
 # Task names only AutoTrain Advanced writes begin so; a misspelt one (`llm-sftt`) is still its config.
-ADVANCED_PREFIXES = ("llm-", "llm_", "lm_", "text_", "image_", "token_", "extractive", "st:", "sentence-transformers:")
+ADVANCED_PREFIXES = (
+    *("llm-", "llm_", "lm_", "text_", "image_", "token_", "extractive", "st:", "sentence-transformers:"),
+    *("object", "vlm"),
+)
 TOP_LEVEL = {"task", "base_model", "project_name", "log", "backend", "data", "params", "hub"}
 
 
@@ -268,7 +272,9 @@ def _not_for_task(key: str, task: str) -> str | None:
         takers.insert(0, "LLM tasks")
     if task == "llm" and key in LLM_ONLY or task in takers:
         return None
-    return " and ".join(takers) if len(takers) > 1 else takers[0] + (" only" if takers[0] == "LLM tasks" else "")
+    if len(takers) > 1:
+        return ", ".join(takers[:-1]) + " and " + takers[-1]
+    return takers[0] + (" only" if takers[0] == "LLM tasks" else "")
 
 
 def _task_trainer(value: Any, task_name: str, out: _Translation) -> str | None:

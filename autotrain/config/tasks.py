@@ -58,6 +58,10 @@ _TEXT = "autotrain.config.text_tasks:"
 #   pair_class: two sentences and a class label; pair_score: two sentences and a similarity score
 #   triplet: an anchor, a positive and a negative
 SENTENCE_TRAINERS = ("pair_score", "pair", "pair_class", "triplet", "qa")
+_VISION = "autotrain.config.vision_tasks:"
+# AutoTrain Advanced's vision-language trainers (`vlm:vqa`, `vlm:captioning`): image + question -> answer,
+# image -> caption
+VLM_TRAINERS = ("vqa", "captioning")
 
 TASKS: dict[str, TaskSpec] = {
     spec.name: spec
@@ -223,6 +227,79 @@ TASKS: dict[str, TaskSpec] = {
                 "cosine_mrr@10",
                 "cosine_ndcg@10",
             ),
+        ),
+        TaskSpec(
+            "image-regression",
+            "Train an image regressor: one number per image (a one-output AutoModelForImageClassification)",
+            _VISION + "ImageRegressionConfig",
+            ("image-regression/image-quality.yml",),
+            ("image", "target"),
+            builder="autotrain.trainers.image_regression:build_trainer",
+            inference="autotrain.inference.image_regression",
+            advanced=(
+                ("image_regression", None),
+                ("image-regression", None),
+                ("image_single_column_regression", None),
+                ("image_scoring", None),
+            ),
+            advanced_columns=(("image_column", "image"), ("target_column", "target")),
+            extra="image-regression",
+            packages=("scipy",),
+            auto_model="AutoModelForImageClassification",
+            metrics=("mse", "mae", "r2", "pearson", "spearman"),
+            lower_is_better=("mse", "mae"),
+        ),
+        TaskSpec(
+            "object-detection",
+            "Train an object detector: labelled boxes per image (AutoModelForObjectDetection: DETR, YOLOS, RT-DETR)",
+            _VISION + "ObjectDetectionConfig",
+            ("object-detection/cppe5.yml",),
+            ("image", "objects"),
+            builder="autotrain.trainers.object_detection:build_trainer",
+            inference="autotrain.inference.detection",
+            advanced=(
+                ("object_detection", None),
+                ("object-detection", None),
+                ("image_object_detection", None),
+            ),
+            advanced_columns=(("image_column", "image"), ("objects_column", "objects")),
+            advanced_params=("image_square_size",),
+            extra="object-detection",
+            packages=("albumentations", "pycocotools", "scipy"),
+            auto_model="AutoModelForObjectDetection",
+            metrics=("map", "map_50", "map_75", "mar_1", "mar_10", "mar_100"),
+        ),
+        TaskSpec(
+            "vlm",
+            "Fine-tune a vision-language model: image + text -> text (AutoModelForImageTextToText)",
+            _VISION + "VLMConfig",
+            ("vlm/vqav2-paligemma.yml", "vlm/captions-smolvlm.yml"),
+            ("image", "answer"),
+            optional_columns=("prompt",),
+            builder="autotrain.trainers.vlm:build_trainer",
+            inference="autotrain.inference.vlm",
+            trainers=VLM_TRAINERS,
+            advanced=tuple((f"vlm:{trainer}", trainer) for trainer in VLM_TRAINERS),
+            advanced_columns=(
+                ("image_column", "image"),
+                ("text_column", "answer"),
+                ("prompt_text_column", "prompt"),
+            ),
+            advanced_params=(
+                "trainer",
+                "peft",
+                "lora_r",
+                "lora_alpha",
+                "lora_dropout",
+                "target_modules",
+                "quantization",
+                "merge_adapter",
+                "disable_gradient_checkpointing",
+            ),
+            extra="vlm",
+            packages=("torchmetrics",),
+            auto_model="AutoModelForImageTextToText",
+            metrics=("exact_match", "f1"),
         ),
     )
 }

@@ -107,3 +107,20 @@ def _reduced(image, side: int):
     if image.mode not in ("L", "LA", "RGB", "RGBA"):  # palettes and others: reduce takes these modes
         image = image.convert("RGBA" if "A" in image.getbands() or "transparency" in image.info else "RGB")
     return image.reduce(factor)
+
+
+# A chat's typed lines (LLM and VLM chats alike)
+EXIT_COMMANDS = ("/exit", "/quit")
+
+
+def checked_text(text: str, where: str) -> str:
+    """`text` if it is valid Unicode; bytes that were not UTF-8 (decoded as lone surrogates) are bad input."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserInputError(not_utf8(where)) from None
+    return text
+
+
+def not_utf8(where: str) -> str:
+    return f"{where} is not valid UTF-8 text; send UTF-8"

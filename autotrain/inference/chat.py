@@ -11,9 +11,9 @@ from collections.abc import Iterable, Iterator
 from typing import TextIO
 
 from autotrain.errors import UserInputError
+from autotrain.inference.bounds import EXIT_COMMANDS, checked_text, not_utf8
 from autotrain.inference.generate import GenerationSettings
 
-EXIT_COMMANDS = ("/exit", "/quit")
 RESET_COMMAND = "/reset"
 
 
@@ -30,7 +30,7 @@ def typed_lines(stdin: TextIO) -> Iterator[str]:
             print(file=sys.stderr)
             return
         except UnicodeDecodeError:
-            raise UserInputError(_not_utf8(f"stdin line {number}")) from None
+            raise UserInputError(not_utf8(f"stdin line {number}")) from None
         if not interactive and line == "":
             return
         yield checked_text(line.rstrip("\r\n"), f"stdin line {number}")
@@ -40,20 +40,7 @@ def _decoded(line: bytes, number: int) -> str:
     try:
         return line.decode("utf-8")
     except UnicodeDecodeError:
-        raise UserInputError(_not_utf8(f"stdin line {number}")) from None
-
-
-def checked_text(text: str, where: str) -> str:
-    """`text` if it is valid Unicode; bytes that were not UTF-8 (decoded as lone surrogates) are bad input."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise UserInputError(_not_utf8(where)) from None
-    return text
-
-
-def _not_utf8(where: str) -> str:
-    return f"{where} is not valid UTF-8 text; send UTF-8"
+        raise UserInputError(not_utf8(f"stdin line {number}")) from None
 
 
 class Conversation:
@@ -135,15 +122,33 @@ def run_chat(
     system: str | None = None,
     device: str = "auto",
     stdin: TextIO | None = None,
+    image=None,
 ) -> int:
-    """The command: load the run, then chat with `messages`, or with what stdin brings."""
+    """The command: load the run, then chat with `messages`, or with what stdin brings (a vlm run: about
+    `image`)."""
     from autotrain.inference.load import load_run, read_config
 
     task = read_config(run_dir).task
-    if task != "llm":
-        raise UserInputError(f"`{run_dir}` holds a {task} run; chat needs a run that generates text (task: llm)")
+    if task not in ("llm", "vlm"):
+        raise UserInputError(f"`{run_dir}` holds a {task} run; chat needs a run that generates text (task: llm, vlm)")
+    if (task == "vlm") != (image is not None):
+        raise UserInputError(
+            f"`{run_dir}` holds a vlm run: give the image to talk about with --image PATH"
+            if task == "vlm"
+            else "--image is for vlm runs; this one is an llm run"
+        )
+    if task == "vlm":
+        from datasets import Dataset
+
+        from autotrain.data.images import check_images
+
+        check_images(Dataset.from_dict({"image": [str(image)]}), "--image", "image")
     run = load_run(run_dir, device)
     stdin = stdin or sys.stdin
     if not messages and stdin.isatty():
         print(f"chatting with {run_dir} on {run.device}; /reset starts over, /exit (or Ctrl-D) ends", file=sys.stderr)
+    if task == "vlm":
+        from autotrain.inference.vlm import chat as about_image
+
+        return about_image(run, str(image), settings, messages or typed_lines(stdin))
     return chat(run, settings, messages or typed_lines(stdin), system)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotrain.config.base import TaskConfig
+from autotrain.config.tasks import TASKS
 from autotrain.data.loading import FORMATS
 from autotrain.errors import UserInputError
 
@@ -27,7 +28,7 @@ def read_rows(cfg: TaskConfig, path: Path, labels: bool = False) -> Rows:
     name = str(path)
     if not path.exists():
         raise UserInputError(f"--input `{path}` does not exist")
-    if path.is_dir() and cfg.task != "image-classification":
+    if path.is_dir() and "image" not in TASKS[cfg.task].columns:  # image tasks read folders of images
         raise UserInputError(f"--input `{path}` is a folder; give a file ({', '.join(FORMATS)})")
     if path.is_file() and path.suffix.lower() not in FORMATS:
         raise UserInputError(f"--input `{path}`: unsupported file type `{path.suffix}`; use {', '.join(FORMATS)}")

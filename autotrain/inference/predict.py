@@ -144,21 +144,45 @@ def batch_size_of(run, requested: int | None) -> int:
 
 
 def predict_rows(
-    run, rows: Rows, write: Callable[[dict], None], batch_size: int, settings: GenerationSettings | None = None
+    run,
+    rows: Rows,
+    write: Callable[[dict], None],
+    batch_size: int,
+    settings: GenerationSettings | None = None,
+    draw: Path | None = None,
 ) -> None:
-    """Predict every row and `write` one dict per row, in input order."""
+    """Predict every row and `write` one dict per row, in input order (`draw`: a folder for the images with
+    their predictions drawn, for the tasks whose inference module draws)."""
     with progress_bar(len(rows), "predicting") as advance:
         for part in chunks(len(rows)):
             values = [rows.values[i] for i in part]
             handler = task_module(run.task)
             if handler is not None:
                 outputs = handler.predict(run, values, batch_size, advance)
+                if draw is not None:
+                    handler.draw(values, outputs, part, draw)
             elif run.task == "llm":
                 outputs = _completions(run, values, rows.kind, batch_size, settings or GenerationSettings(), advance)
             else:
                 outputs = _labels(run, values, batch_size, advance)
             for i, value, output in zip(part, values, outputs, strict=True):
                 write({"row": i, **_echo(rows.kind, value), **output})
+
+
+def check_draw(draw: Path | None, task: str) -> None:
+    """`--draw FOLDER`: a task whose inference module draws, and a folder that does not exist yet (made here,
+    so nothing in it was there before)."""
+    if draw is None:
+        return
+    handler = task_module(task)
+    if handler is None or not hasattr(handler, "draw"):
+        raise UserInputError(f"--draw: runs of `task: {task}` have nothing to draw (object-detection runs do)")
+    if draw.exists():
+        raise UserInputError(f"--draw `{draw}` already exists; give a new folder")
+    try:
+        draw.mkdir(parents=True)
+    except OSError as exc:
+        raise UserInputError(f"--draw `{draw}`: cannot create it ({exc.strerror})") from None
 
 
 def _echo(kind: str, value) -> dict:
@@ -201,18 +225,21 @@ def run_predict(
     batch_size: int | None = None,
     settings: GenerationSettings | None = None,
     device: str = "auto",
+    draw: Path | None = None,
 ) -> int:
     """The command: check, read the rows, load the run, predict, report; returns the number of rows."""
     from autotrain.inference.inputs import read_rows
     from autotrain.inference.load import load_run, read_config
 
     check_output(output, force)
-    rows = read_rows(read_config(run_dir), input_path)
+    cfg = read_config(run_dir)
+    check_draw(draw, cfg.task)
+    rows = read_rows(cfg, input_path)
     run = load_run(run_dir, device)
     size = batch_size_of(run, batch_size)
     start = time.perf_counter()
     with jsonl_writer(output, force, len(rows)) as write:
-        predict_rows(run, rows, write, size, settings)
+        predict_rows(run, rows, write, size, settings, draw)
     elapsed = time.perf_counter() - start
     where = f" to {output}" if output else ""
     print(f"predicted {len(rows)} rows{where} in {elapsed:.1f} s ({len(rows) / elapsed:.1f} rows/s)", file=sys.stderr)

@@ -98,7 +98,7 @@ class Setup:
         """The load dtype's bytes (autotrain.trainers.llm.model.load_dtype): half for LoRA on a GPU and for
         bf16 on CUDA, fp32 otherwise (fp16 AMP keeps fp32 master weights; CPU bf16 runs under autocast)."""
         half = self.precision in ("bf16", "fp16")
-        if self.trainer in TASKS:  # every task but llm (whose trainers are named here) loads in fp32
+        if self.trainer in TASKS and self.trainer != "vlm":  # tasks but llm and vlm load in fp32 (plan.load_dtype)
             return 4
         if half and ((self.lora and self.device != "cpu") or (self.precision == "bf16" and self.device == "cuda")):
             return 2
@@ -243,6 +243,9 @@ def setup_of(cfg, plan) -> Setup:
     uses_peft = getattr(cfg, "uses_peft", False)
     dist = cfg.distributed
     length = getattr(args, "max_length", None) or getattr(cfg.data, "max_length", None) or 128
+    if TASKS[cfg.task].auto_model in ("AutoModelForImageClassification", "AutoModelForObjectDetection"):
+        length = 1  # one image per sample: the trace measures a whole image
+
     return Setup(
         trainer=cfg.trainer if cfg.task == "llm" else cfg.task,
         batch_size=args.batch_size,

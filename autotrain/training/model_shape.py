@@ -12,6 +12,7 @@ one log-sum-exp per head and query, and that is what the trace records for them.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from dataclasses import dataclass
 from functools import lru_cache
@@ -126,15 +127,21 @@ def _inputs(task: str, config, length: int, with_loss: bool) -> dict:
     if TASKS[task].auto_model in _TEXT_INPUTS:  # the other text tasks: the labels their heads take
         ids = torch.zeros((1, length), dtype=torch.long, device="meta")
         return {"input_ids": ids, **_TEXT_INPUTS[TASKS[task].auto_model](ids)}
-    if task == "image-classification":
-        size = getattr(config, "image_size", 224)
-        size = size if isinstance(size, int) else size[0]
-        channels = getattr(config, "num_channels", 3)
-        return {"pixel_values": torch.zeros((1, channels, size, size), device="meta"), "labels": None}
+    if TASKS[task].auto_model == "AutoModelForImageClassification":  # image-classification, image-regression
+        return {"pixel_values": _pixels(config), "labels": None}
+    if TASKS[task].auto_model == "AutoModelForObjectDetection":  # config.image_size: the square side it trains on
+        return {"pixel_values": _pixels(config)}
     ids = torch.zeros((1, length), dtype=torch.long, device="meta")
     if task != "llm":
         return {"input_ids": ids, "labels": torch.zeros((1,), dtype=torch.long, device="meta")}
     return {"input_ids": ids, "labels": ids if with_loss else None}
+
+
+def _pixels(config, side: int | None = None):
+    """One image as the model's config sizes it (`side` pixels square when given)."""
+    size = side or getattr(config, "image_size", 224)
+    size = size if isinstance(size, int) else size[0]
+    return torch.zeros((1, getattr(config, "num_channels", 3), size, size), device="meta")
 
 
 def _position(ids):
@@ -171,6 +178,10 @@ def trace_model(
 
     from transformers import AutoConfig
 
+    from autotrain.config.tasks import TASKS
+
+    if TASKS[task].auto_model == "AutoModelForImageTextToText":
+        return _vision_language(config_json, length, dtype, attention, lora, with_loss)
     raw = json.loads(config_json)
     config = AutoConfig.for_model(**raw)
     config._attn_implementation = "eager" if attention == "eager" else "sdpa"
@@ -198,7 +209,7 @@ def trace_model(
         stack.enter_context(torch.autograd.graph.saved_tensors_hooks(tally.pack, lambda t: t))
         model(**_inputs(task, config, length, with_loss))
     per_layer, rest = tally.by_layer()
-    tokens = 1 if task == "image-classification" else length
+    tokens = 1 if task == "image-classification" or not _is_text(task) else length
     return ModelShape(
         params=params,
         linear_params=linear,
@@ -211,6 +222,46 @@ def trace_model(
         layer_bytes_per_token=max(per_layer.values(), default=0) / tokens,
         rest_bytes_per_token=rest / tokens,
         activation_bytes=torch.finfo(getattr(torch, dtype)).bits // 8,
+    )
+
+
+def _is_text(task: str) -> bool:
+    from autotrain.config.tasks import TASKS
+
+    return TASKS[task].auto_model not in ("AutoModelForImageClassification", "AutoModelForObjectDetection")
+
+
+def _vision_language(config_json: str, length: int, dtype: str, attention: str, lora, with_loss: bool) -> ModelShape:
+    """A vision-language model: its language model traced as an LLM on `length` tokens (the image's tokens
+    are among them), plus its vision tower's activations for one image (spread over the tokens), and the
+    parameters of the whole model (vision tower and projector included)."""
+    import dataclasses
+    import json
+
+    from transformers import AutoConfig, AutoModel, AutoModelForImageTextToText
+
+    config = AutoConfig.for_model(**json.loads(config_json))
+    text = trace_model(config.text_config.to_json_string(), "llm", length, dtype, attention, lora, with_loss)
+    with torch.device("meta"):
+        whole = AutoModelForImageTextToText.from_config(config, dtype=getattr(torch, dtype))
+        tower = AutoModel.from_config(config.vision_config, dtype=getattr(torch, dtype))
+    tower.train()
+    tally = _Tally()
+    tally.weights = {t.untyped_storage()._cdata for t in (*tower.parameters(), *tower.buffers())}
+    from transformers import masking_utils
+
+    # A tower whose patches all count (Idefics3's) asks its mask whether it can be skipped: a meta tensor
+    # cannot say, and the answer is yes (every patch of the traced image is real).
+    skip = masking_utils, "_ignore_bidirectional_mask_sdpa", lambda *args, **kwargs: True
+    with _patched(*skip), torch.autograd.graph.saved_tensors_hooks(tally.pack, lambda t: t):
+        tower(pixel_values=_pixels(config.vision_config))
+    vision_bytes = sum(tally.by_layer()[0].values()) + tally.by_layer()[1]
+    params = sum(p.numel() for p in whole.parameters())
+    return dataclasses.replace(
+        text,
+        params=params,
+        largest_param=max(text.largest_param, max(p.numel() for p in whole.parameters())),
+        rest_bytes_per_token=text.rest_bytes_per_token + vision_bytes / length,
     )
 
 
@@ -235,6 +286,9 @@ def shape_of(cfg, setup: Setup, token: str | None = None) -> ModelShape:
     file) and trace it on the meta device. Raises OSError / ValueError when the config cannot be read."""
     attention = getattr(cfg, "attn_implementation", "sdpa")
     config = _config_json(cfg, token)
+    if hasattr(cfg.training_args, "image_square_size"):  # object detection: the square images it trains on
+        raw, side = json.loads(config), cfg.training_args.image_square_size
+        config = json.dumps({**raw, "image_size": [side, side] if isinstance(raw.get("image_size"), list) else side})
     own_loss = not trainer_spec(setup).chunked_head
     return trace_model(config, cfg.task, setup.length, setup.activation_dtype, attention, setup.lora, own_loss)
 

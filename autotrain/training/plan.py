@@ -158,7 +158,7 @@ def load_dtype(cfg: TaskConfig, precision: Precision) -> str:
     base, kept in the compute dtype; a full fine-tune keeps fp32 weights unless bf16 on a GPU (fp16 AMP
     needs fp32 master weights; CPU bf16 runs fp32 weights under autocast).
     """
-    if cfg.task != "llm" or precision.mode == "no":
+    if cfg.task not in ("llm", "vlm") or precision.mode == "no":  # vlm: a language model with an image
         return "float32"
     half = "bfloat16" if precision.mode == "bf16" else "float16"
     if cfg.uses_peft and precision.device != "cpu":

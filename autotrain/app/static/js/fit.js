@@ -62,6 +62,11 @@ function exampleNode(kind, example, i) {
     box.append(sides);
   } else if (kind === "prompts") {
     box.append(element("pre", {}, example.prompt));
+  } else if (kind === "rows") {
+    // the tasks' own fields (image, target, objects, prompt, answer, ...); an image as a thumbnail too
+    if (example.thumbnail) box.append(element("img", { src: example.thumbnail, alt: example.image, class: "thumbnail" }));
+    const fields = Object.entries(example).filter(([key]) => key !== "thumbnail");
+    box.append(element("pre", {}, fields.map(([key, value]) => `${key}: ${typeof value === "string" ? value : JSON.stringify(value)}`).join("\n")));
   } else {
     box.append(element("pre", {}, `${example.text ?? example.image}\n-> label ${example.label}`));
   }
