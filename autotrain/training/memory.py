@@ -272,7 +272,8 @@ def shape_of(cfg, setup: Setup, token: str | None = None) -> ModelShape:
     attention = getattr(cfg, "attn_implementation", "sdpa")
     config = _config_json(cfg, token)
     own_loss = not _spec(setup).chunked_head
-    return trace_model(config, cfg.task, setup.length, setup.activation_dtype, attention, setup.lora, own_loss)
+    args = (config, cfg.task, setup.length, setup.activation_dtype, attention, setup.lora, own_loss, setup.device)
+    return trace_model(*args)
 
 
 def _config_json(cfg, token: str | None) -> str:
