@@ -38,14 +38,14 @@ def test_weights_written_owner_only_get_the_umasks_mode(tmp_path, umask):
     other = tmp_path / "notes.txt"
     other.write_text("x")
     other.chmod(0o640)  # a mode someone chose is left alone
-    script = tmp_path / "run.sh"
-    script.write_text("x")
-    script.chmod(0o700)
-    (tmp_path / "link").symlink_to(weights)
+    private = tmp_path / "mine.env"  # not a file of the run's: left as its owner made it
+    private.write_text("x")
+    private.chmod(0o600)
+    (tmp_path / "link.safetensors").symlink_to(weights)
     assert mode(weights) == 0o600  # what the library does
 
     share_like_umask(tmp_path)
-    assert (mode(weights), mode(other), mode(script)) == (0o644, 0o640, 0o700)
+    assert (mode(weights), mode(other), mode(private)) == (0o644, 0o640, 0o600)
 
 
 def test_a_private_umask_keeps_them_private(tmp_path, umask):

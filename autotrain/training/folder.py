@@ -51,13 +51,13 @@ def _umask() -> int:
 
 
 def share_like_umask(folder: Path) -> None:
-    """Give the files under `folder` that were written owner-only (safetensors writes its files 0600) the
-    mode the umask gives any new file, so whoever may read the folder (another user of the machine, the
-    host of a container) can read the weights too. Nothing else is changed; a 077 umask keeps them 0600."""
+    """Give the weights under `folder` that safetensors wrote owner-only (it writes its files 0600) the mode
+    the umask gives any new file, so whoever may read the folder (another user of the machine, the host of
+    a container) can read them too. Only `*.safetensors` files 0600 and ours change; a 077 umask keeps them."""
     import os
 
     mode = 0o666 & ~_umask()
-    for path in folder.rglob("*"):
+    for path in folder.rglob("*.safetensors"):
         try:
             info = path.lstat()
         except OSError:
