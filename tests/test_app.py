@@ -439,3 +439,32 @@ def test_a_secret_in_a_streamed_reply_is_redacted_even_split_across_pieces():
     out = list(redacted(iter(pieces), {"hf_secret_value", ""}))
     assert "".join(out) == "the token is ***, done ***" and len(out) > 1
     assert list(redacted(iter(["a", "b"]), set())) == ["a", "b"]
+
+
+def test_in_the_docker_image_the_app_listens_for_the_host_and_prints_the_hosts_address(monkeypatch, capsys, tmp_path):
+    """The image sets AUTOTRAIN_CONTAINER: the app listens on every interface (127.0.0.1 in a container is
+    out of the host's reach), prints localhost (what the host opens through -p), and takes the token from
+    AUTOTRAIN_APP_TOKEN when one is given, so it need not be fished out of `docker logs`."""
+    import uvicorn
+
+    from autotrain.app import listen
+
+    assert listen.default_host() == "127.0.0.1"
+    monkeypatch.setenv("AUTOTRAIN_CONTAINER", "docker")
+    monkeypatch.setenv("AUTOTRAIN_APP_TOKEN", "a-token-chosen-by-the-user")
+    assert listen.default_host() == "0.0.0.0"
+    assert listen.addresses("0.0.0.0", 7860) == ["http://localhost:7860/"]
+    assert listen.addresses("127.0.0.1", 7860) == ["http://127.0.0.1:7860/"]  # as asked
+
+    served = []
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets: served.append(self.config.app))
+    listen.serve(None, "0.0.0.0", 8000, tmp_path)
+    printed = capsys.readouterr().out
+    assert "autotrain app: http://localhost:8000/?token=a-token-chosen-by-the-user\n" in printed
+    assert "-p 8000:8000" in printed and served
+
+
+@pytest.mark.parametrize("token", ["short", "x" * 20 + " y", "é" * 20])
+def test_a_token_too_weak_or_unprintable_is_refused_before_listening(cli, token):
+    result = cli("app", "--port", "1", env={"AUTOTRAIN_APP_TOKEN": token})
+    assert result.exit_code == 2 and "AUTOTRAIN_APP_TOKEN must be at least 16" in result.stderr

@@ -220,7 +220,8 @@ ODD = [
     ("PUT", "/api/configs/" + "a/" * 3000 + "x.yml", "task: llm\n", 400, "has 3001 parts"),
     ("GET", "/api/configs/" + "a/" * 3000 + "x.yml", None, 400, "has 3001 parts"),
     ("POST", "/api/yaml/set", {"text": 5, "path": ["a"], "value": 1}, 400, "text must be"),
-    ("POST", "/api/validate", DEEP, 200, "nesting depth"),
+    # libyaml's scanner stops it (PyYAML 6.0.1 on), or the composer's own depth limit (6.0's older libyaml)
+    ("POST", "/api/validate", DEEP, 200, ("nesting depth", "nested more than 32 levels deep")),
     ("GET", "/api/runs/" + "n" * 300, None, 400, "not a run name"),
 ]
 
@@ -230,4 +231,5 @@ def test_odd_requests_get_a_4xx_with_a_message(odd, method, url, body, status, m
     kwargs = {"json": body} if isinstance(body, dict) else {"content": body}
     response = odd.request(method, url, **kwargs)
     assert response.status_code == status, response.text[:500]
-    assert message in json.dumps(response.json())
+    answer = json.dumps(response.json())
+    assert any(m in answer for m in ([message] if isinstance(message, str) else message)), answer[:500]

@@ -70,8 +70,8 @@ HUB_ENV = {"HF_USERNAME": "me", "HF_TOKEN": SECRET}
 
 
 def cpu_sets(template: str) -> list[str]:
-    """`--set`s that let a GPU template's dry run pass on this CPU machine without tensorboard."""
-    sets = {"llm/sft.yml": ["log=none"], "llm/llama3-orpo.yml": ["log=none", "peft.quantization=null"]}
+    """`--set`s that let a GPU template's dry run pass on this CPU machine."""
+    sets = {"llm/llama3-orpo.yml": ["peft.quantization=null"]}
     return [arg for item in sets.get(template, []) for arg in ("--set", item)]
 
 
@@ -268,7 +268,7 @@ def test_dry_run_counts_processes(cli):
     ],
 )
 def test_root_config_dispatches_on_task(cli, config, task_line):
-    here = cpu_sets(config)  # the templates are for GPU machines with tensorboard
+    here = cpu_sets(config)  # the ORPO template is for a GPU machine
     result = cli("--config", CONFIGS / config, "--dry-run", *here)
     assert result.exit_code == 0, result.output
     assert task_line in result.stdout.splitlines()
@@ -391,7 +391,8 @@ def test_migrate_native_config_needs_no_migration(cli):
 @pytest.mark.parametrize("args", [["validate"], ["llm", "--dry-run", "--config"], ["--dry-run", "--config"]])
 def test_advanced_config_is_accepted_with_a_notice(cli, advanced, args):
     if args != ["validate"]:  # a dry run on this CPU machine: what an AutoTrain Advanced GPU config needs
-        args = [*args[:-1], *cpu_sets("llm/llama3-orpo.yml"), "--set", "training_args.mixed_precision=no", args[-1]]
+        sets = ["--set", "training_args.mixed_precision=no", "--set", "log=none"]  # it asks for fp16 and tensorboard
+        args = [*args[:-1], *cpu_sets("llm/llama3-orpo.yml"), *sets, args[-1]]
     result = cli(*args, advanced, env=HUB_ENV)
     assert result.exit_code == 0, result.output
     notices = [line for line in result.output.splitlines() if "AutoTrain Advanced" in line]
@@ -601,3 +602,41 @@ def test_a_process_ended_early_still_finishes_its_threads_and_exit_handlers(tmp_
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 3, done.stderr
     assert log.read_text().splitlines() == ["thread done", "exit handler"]
+
+
+# --- the templates run as they are ------------------------------------------------------------------------
+
+SHIPPED = sorted(p.relative_to(CONFIGS).as_posix() for p in CONFIGS.glob("*/*.yml"))
+NEEDS_CUDA = {  # QLoRA: 4-bit loading is CUDA only
+    "llm/llama3-orpo.yml": "peft.quantization: int4",
+    "vlm/vqav2-paligemma.yml": "peft.quantization: int4",
+}
+
+
+@pytest.mark.parametrize("template", SHIPPED)
+def test_every_shipped_template_dry_runs_on_a_plain_install(cli, monkeypatch, template):
+    """A template used as it is passes its dry run on a plain install (no tensorboard, no extras) and writes
+    its run under runs/; a GPU template on a machine without CUDA says only that."""
+    import torch
+
+    monkeypatch.chdir(REPO_ROOT)  # the quick starts read tests/assets relative to the clone
+    cfg = yaml.safe_load((CONFIGS / template).read_text(encoding="utf-8"))
+    assert cfg["project_name"].startswith("runs/"), cfg["project_name"]
+    assert cfg.get("log", "none") == "none", "a template logs nowhere that needs a package the install lacks"
+    result = cli(cfg["task"], "--config", CONFIGS / template, "--dry-run")
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    if template in NEEDS_CUDA and not torch.cuda.is_available():
+        # only what 4-bit loading needs: a CUDA GPU, and bitsandbytes where it is not installed
+        assert result.exit_code == 2 and errors and all(NEEDS_CUDA[template] in e for e in errors), result.output
+    else:
+        assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize(("task", "trainer"), list(TEMPLATES), ids=[f"{t}-{tr}" if tr else t for t, tr in TEMPLATES])
+def test_init_output_dry_runs_like_its_template(cli, tmp_path, monkeypatch, task, trainer):
+    out = tmp_path / "config.yml"
+    assert cli("init", task, *(["--trainer", trainer] if trainer else []), "-o", out).exit_code == 0
+    monkeypatch.chdir(tmp_path)
+    ours = cli(task, "--config", out, "--dry-run")
+    theirs = cli(task, "--config", CONFIGS / TEMPLATES[(task, trainer)], "--dry-run")
+    assert ours.exit_code == theirs.exit_code and ours.stderr == theirs.stderr, ours.output

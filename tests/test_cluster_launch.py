@@ -5,12 +5,14 @@ script under a fake `srun`)."""
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import os
 import shlex
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -77,7 +79,10 @@ def k8s_objects(text: str):
     api = client.ApiClient()
 
     def parse(obj, kind: str):  # what the client does with an API server's JSON answer
-        return api.deserialize(json.dumps(obj), kind, "application/json")
+        text = json.dumps(obj)
+        if "content_type" in inspect.signature(api.deserialize).parameters:  # kubernetes 37 on
+            return api.deserialize(text, kind, "application/json")
+        return api.deserialize(SimpleNamespace(data=text), kind)  # before: the response object
 
     documents = list(yaml.safe_load_all(text))
     return documents, parse(documents[0], "V1ConfigMap"), parse

@@ -1,13 +1,17 @@
 """The Dockerfile, read with a small instruction parser (no Docker engine needed): a CUDA PyTorch base,
-this package installed with its dependencies, a non-root user, HF_HOME on a volume, the CLI as entrypoint;
-and a .dockerignore that keeps environments, runs, caches and history out of the build context."""
+this package installed with its dependencies and the extras the README's commands use, the base's torch
+kept, a non-root user, HF_HOME on a volume, tini and the entrypoint script in front of the CLI; the
+entrypoint script itself, run with sh; and a .dockerignore that keeps environments, runs, caches and
+history out of the build context. `.ci/docker-check` builds the image and runs it (docs/docker.md)."""
 
 from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import re
 import shlex
+import subprocess
 from importlib import metadata
 from pathlib import Path
 
@@ -101,23 +105,100 @@ def test_base_image_is_cuda_pytorch(dockerfile):
     assert re.fullmatch(r"pytorch/pytorch:\d+\.\d+(\.\d+)?-cuda\d+\.\d+-cudnn\d+-(runtime|devel)", image), image
 
 
+def env_of(dockerfile) -> dict[str, str]:
+    env = {}
+    for args in values(dockerfile, "ENV"):
+        env.update(key_values(args))
+    return env
+
+
 def test_installs_this_package_with_its_dependencies(dockerfile):
     runs = " ".join(values(dockerfile, "RUN"))
     copies = [shlex.split(args) for args in values(dockerfile, "COPY")]
     assert any(c[:-1] == ["."] for c in copies), "the source tree is not copied"
     assert any("pyproject.toml" in c[:-1] for c in copies)
-    assert re.search(r"pip install (--no-deps )?\.(\s|$)", runs), "the package itself is not installed"
+    assert re.search(r"pip install (--quiet )?(--no-deps )?\.(\s|$)", runs), "the package itself is not installed"
     # dependencies come from pyproject.toml, so the image cannot drift from the package
-    assert "tomllib" in runs and "['project']['dependencies']" in runs
+    assert "tomllib" in runs and "['dependencies']" in runs
+    # the extras a user of the README reaches for: the app, export, tensorboard; bitsandbytes with CUDA
+    assert "extras['app']" in runs and "extras['export']" in runs and "'tensorboard'" in runs
+    assert "['bitsandbytes'] if torch.version.cuda" in runs
     # the base image's CUDA torch satisfies the requirement (`pip install torch` would replace it)
     assert not re.search(r"pip install[^&;]*\btorch\b", runs)
 
 
-def test_entrypoint_is_the_cli(dockerfile):
-    (entrypoint,) = values(dockerfile, "ENTRYPOINT")
-    (script,) = metadata.entry_points(group="console_scripts", name="autotrain")
-    assert exec_form(entrypoint) == [script.name] and script.value == "autotrain.cli.main:main"
+def test_the_bases_torch_is_kept_by_every_later_install(dockerfile):
+    """A dependency's new release must not make pip swap the base's CUDA torch for another build: the
+    torch family the base holds is written to a constraints file that every pip run in the image obeys."""
+    runs = " ".join(values(dockerfile, "RUN"))
+    constraints = env_of(dockerfile)["PIP_CONSTRAINT"]
+    name = Path(constraints).name
+    assert "r'torch|torchvision|torchaudio|triton|nvidia-[a-z0-9-]+'" in runs and f"open('{name}', 'w')" in runs
+    assert "/opt/autotrain" in values(dockerfile, "WORKDIR") and constraints == f"/opt/autotrain/{name}"
+    assert f"grep -i '^torch==' {name}" in runs, "a base without torch must fail the build"
+
+
+def test_a_compiler_tini_and_the_entrypoint_script_come_in(dockerfile):
+    runs = " ".join(values(dockerfile, "RUN"))
+    assert re.search(r"apt-get install [^&]*\btini\b", runs)
+    assert '[ "$COMPILER" = 1 ] && echo gcc g++' in runs  # torch.compile builds C (inductor, Triton)
+    assert "install -m 0755 docker/entrypoint.sh /usr/local/bin/autotrain-entrypoint" in runs
+    assert exec_form(values(dockerfile, "ENTRYPOINT")[-1]) == ["tini", "--", "autotrain-entrypoint"]
     assert exec_form(values(dockerfile, "CMD")[-1]) == ["--help"]
+    assert values(dockerfile, "EXPOSE") == ["7860"] and values(dockerfile, "STOPSIGNAL") == ["SIGTERM"]
+    assert env_of(dockerfile)["AUTOTRAIN_CONTAINER"] == "docker"  # the app listens for the host
+
+
+def test_the_entrypoint_script_ends_in_the_cli():
+    (script,) = metadata.entry_points(group="console_scripts", name="autotrain")
+    assert script.value == "autotrain.cli.main:main"
+    lines = (ROOT / "docker" / "entrypoint.sh").read_text().splitlines()
+    assert lines[0] == "#!/bin/sh" and lines[-1] == 'exec autotrain "$@"'
+
+
+def entrypoint(tmp_path, args, env, python_exit=1):
+    """Run docker/entrypoint.sh with stand-ins for `autotrain` (prints its arguments and environment) and
+    `python` (answers the script's "is torch a CUDA build?" with `python_exit`)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "autotrain").write_text('#!/bin/sh\necho "args: $*"; env\n')
+    (bin_dir / "python").write_text(f"#!/bin/sh\nexit {python_exit}\n")
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    done = subprocess.run(
+        ["sh", str(ROOT / "docker" / "entrypoint.sh"), *args],
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", **env}, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    variables = dict(line.split("=", 1) for line in done.stdout.splitlines()[1:] if "=" in line)
+    return done.stdout.splitlines()[0], variables, done.stderr
+
+
+def test_the_entrypoint_gives_a_user_without_a_home_writable_caches(tmp_path):
+    """`docker run --user UID:GID` with a uid the image does not know leaves HOME=/: matplotlib, Triton and
+    inductor then warn or fail on their caches. The entrypoint gives that user a home and the caches in it."""
+    hf = str(tmp_path / "hf")
+    args, env, stderr = entrypoint(tmp_path, ["llm", "--config", "x.yml"], {"HOME": "/", "HF_HOME": hf})
+    assert args == "args: llm --config x.yml"
+    home = env["HOME"]
+    assert home == f"/tmp/home-{os.getuid()}" and os.access(home, os.W_OK)
+    for name in ("MPLCONFIGDIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
+        assert env[name].startswith(home + "/"), name
+    assert env["HF_HOME"] == hf and stderr == ""
+    # A home that is writable is kept, and so are caches the user set.
+    args, env, _ = entrypoint(tmp_path, ["--help"], {"HOME": str(tmp_path), "MPLCONFIGDIR": "/mine"})
+    assert env["HOME"] == str(tmp_path) and env["MPLCONFIGDIR"] == "/mine"
+
+
+def test_the_entrypoint_says_when_a_cuda_image_sees_no_gpu(tmp_path):
+    if any(name.startswith("nvidia") and name[6:].isdigit() for name in os.listdir("/dev")):
+        pytest.skip("this machine has /dev/nvidia*: the container would see a GPU")
+    home = {"HOME": str(tmp_path)}
+    _, _, stderr = entrypoint(tmp_path, ["llm", "--config", "x.yml"], home, python_exit=0)
+    assert "note: this container sees no GPU: start it with `docker run --gpus all ...`" in stderr
+    for quiet in (["--help"], ["validate", "x.yml"]):  # commands that do not train say nothing
+        assert entrypoint(tmp_path, quiet, home, python_exit=0)[2] == ""
+    assert entrypoint(tmp_path, ["llm", "--config", "x.yml"], home, python_exit=1)[2] == ""  # a CPU build
 
 
 def test_runs_as_a_non_root_user(dockerfile):
@@ -170,6 +251,9 @@ def test_dockerignore_keeps_the_context_small():
         assert ignored(patterns, path), f"{path} would be sent to the Docker build"
     for path in ["pyproject.toml", "README.md", "autotrain/cli/main.py", "autotrain/templates/llm/sft.yml"]:
         assert not ignored(patterns, path), f"{path} is needed by `pip install .`"
+    # the entrypoint; the quick starts' tiny model and data; the GPU checks, run inside the image
+    for path in ["docker/entrypoint.sh", "tests/assets/tiny-llama/config.json", "benchmarks/gpu_checks.py"]:
+        assert not ignored(patterns, path), f"{path} belongs in the image"
 
 
 def test_docs_show_build_and_run():
@@ -177,3 +261,6 @@ def test_docs_show_build_and_run():
     assert "docker build -t autotrain ." in docs
     run = next(line for line in docs.splitlines() if line.startswith("docker run --gpus all"))
     assert '-v "$PWD":/workspace' in run and "autotrain llm --config" in docs
+    assert "--stop-timeout" in run  # docker's 10 s before SIGKILL is short for saving a large checkpoint
+    lines = docs.splitlines()
+    assert any(line.startswith("docker run") and "-p 7860:7860" in line and " app" in line for line in lines)

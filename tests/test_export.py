@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import shutil
+import stat
 from pathlib import Path
 
 import pytest
@@ -176,8 +178,14 @@ def test_a_classifier_exports_merged_only(cli, tmp_path):
     result = cli("export", run, "--format", "gguf")
     assert result.exit_code == 2
     assert "holds a text-classification model: it exports as `--format merged` only" in result.stderr
-    result = cli("export", run, "--format", "merged", "--quant", "f16")
+    previous = os.umask(0o022)
+    try:
+        result = cli("export", run, "--format", "merged", "--quant", "f16")
+    finally:
+        os.umask(previous)
     assert result.exit_code == 0, result.output
+    # the merged weights (safetensors writes 0600) are readable as the umask says
+    assert stat.S_IMODE((run / "export-merged-f16" / "model.safetensors").stat().st_mode) == 0o644
     report = json.loads((run / "export-merged-f16" / "export_report.json").read_text())
     assert report["passed"] and report["kind"] == "classifier"
     assert report["parity"]["readers"]["transformers"]["vs_written_weights"]["max_logit_diff"] < 1e-5

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -115,8 +116,15 @@ def run_inline(*args: str):
 
 def test_resume_skips_half_written_checkpoint(tmp_path):
     path = config(tmp_path, max_steps=4, save_steps=2)
-    assert run_inline("llm", "--config", str(path)).exit_code == 0
+    previous = os.umask(0o022)
+    try:
+        assert run_inline("llm", "--config", str(path)).exit_code == 0
+    finally:
+        os.umask(previous)
     run = tmp_path / "run"
+    # The weights (safetensors writes them 0600) are readable as the umask says, in the run and its checkpoints.
+    for weights in [run / "model.safetensors", run / "checkpoint-4" / "model.safetensors"]:
+        assert stat.S_IMODE(weights.stat().st_mode) == 0o644, weights
     # A checkpoint killed mid-write: files but no completion marker.
     broken = run / "checkpoint-99"
     broken.mkdir()

@@ -5,12 +5,30 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import socket
 from pathlib import Path
 
 from autotrain.app import security
 
 ANY = ("0.0.0.0", "::", "")
+# Set by the Docker image: the app listens on every interface there (the host reaches it through -p), and
+# the addresses worth printing are the host's, not the container's.
+CONTAINER = "AUTOTRAIN_CONTAINER"
+TOKEN_VARIABLE = "AUTOTRAIN_APP_TOKEN"
+MIN_TOKEN = 16
+
+
+def default_host() -> str:
+    return "0.0.0.0" if os.environ.get(CONTAINER) else "127.0.0.1"
+
+
+def token_problem() -> str | None:
+    """What is wrong with the token given in AUTOTRAIN_APP_TOKEN, if one is given."""
+    given = os.environ.get(TOKEN_VARIABLE, "")
+    if given and (len(given) < MIN_TOKEN or not given.isascii() or not given.isprintable() or " " in given):
+        return f"{TOKEN_VARIABLE} must be at least {MIN_TOKEN} printable ASCII characters without spaces"
+    return None
 
 
 class PortTaken(OSError):
@@ -52,6 +70,8 @@ def addresses(host: str, port: int) -> list[str]:
     """URLs of the app: for a wildcard host, the machine's name and addresses (what others can open)."""
     if host not in ANY:
         return [f"http://{f'[{host}]' if ':' in host else host}:{port}/"]
+    if os.environ.get(CONTAINER):  # the container's own name and bridge address are no use on the host
+        return [f"http://localhost:{port}/"]
     names = [socket.gethostname(), *_own_addresses()]
     return [f"http://{name}:{port}/" for name in dict.fromkeys(n for n in names if n)]
 
@@ -64,10 +84,12 @@ def serve(sock: socket.socket, host: str, port: int, runs_dir: Path) -> None:
 
     from autotrain.app.server import create_app
 
-    token = None if security.is_loopback(host) else random.token_urlsafe(24)
+    token = None if security.is_loopback(host) else os.environ.get(TOKEN_VARIABLE) or random.token_urlsafe(24)
     app = create_app(runs_dir, Path.cwd(), token=token)
     for url in addresses(host, port):
         print(f"autotrain app: {url}" + (f"?token={token}" if token else ""), flush=True)
+    if os.environ.get(CONTAINER) and host in ANY:
+        print(f"(from the host, when the container was started with -p {port}:{port})", flush=True)
     print(f"runs dir: {runs_dir}", flush=True)
     if token:
         print(

@@ -10,7 +10,13 @@ from autotrain.cli.common import EXIT_BAD_INPUT, fail
 
 
 def app(
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on; any non-loopback one needs a token."),
+    host: str = typer.Option(
+        None,
+        "--host",
+        help="Address to listen on (127.0.0.1; in the Docker image 0.0.0.0); any non-loopback one needs a token, "
+        "printed at start-up or taken from AUTOTRAIN_APP_TOKEN.",
+        show_default=False,
+    ),
     port: int = typer.Option(7860, "--port", help="Port to listen on."),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Folder of the runs to list, start and watch."),
 ) -> None:
@@ -20,8 +26,11 @@ def app(
         import uvicorn  # noqa: F401
     except ImportError:
         raise fail('the app needs its optional dependencies: pip install -e ".[app]"', EXIT_BAD_INPUT) from None
-    from autotrain.app.listen import PortTaken, bind, serve
+    from autotrain.app.listen import PortTaken, bind, default_host, serve, token_problem
 
+    host = host or default_host()
+    if problem := token_problem():
+        raise fail(problem, EXIT_BAD_INPUT)
     try:
         sock = bind(host, port)  # before anything is printed: a taken port is said plainly, exit 2
     except PortTaken as exc:

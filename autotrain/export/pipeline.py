@@ -169,6 +169,9 @@ def _write_modelfile(stage: Path, gguf_name: str, family, report: dict) -> None:
 
 
 def _publish(stage: Path, out: Path, report: dict, files: list[Path], fmt: str) -> ExportResult:
+    from autotrain.training.folder import share_like_umask
+
+    share_like_umask(stage)  # merged weights are written 0600
     passed = report["passed"]
     final = output.publish(stage, out if passed else output.failed_name(out))
     if passed and output.failed_name(out).exists() and output.ours(output.failed_name(out)):

@@ -57,7 +57,8 @@ def print_plan(
         print(redact(extra, loaded.secrets), end="")
     if problems:
         count = len(problems)
-        print(f"dry run: nothing was trained or written; {count} problem{'s' if count != 1 else ''} follow (stderr).")
+        follow = "1 problem follows" if count == 1 else f"{count} problems follow"
+        print(f"dry run: nothing was trained or written; {follow} (stderr).")
     else:
         print(redact("dry run: nothing was trained or written.", loaded.secrets))
 

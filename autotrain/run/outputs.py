@@ -9,6 +9,7 @@ import yaml
 
 from autotrain.config.interpolate import redact
 from autotrain.config.load import LoadedConfig
+from autotrain.training.folder import share_like_umask
 from autotrain.training.plan import RunPlan
 
 
@@ -130,6 +131,7 @@ def save_final(trainer, loaded: LoadedConfig, plan: RunPlan, metrics: dict) -> N
 
         plots = write_plots(folder, trainer.state.log_history, cfg.task)  # plots/loss.png (+ metrics.png)
         write_model_card(loaded, folder, card_metrics, plots, plan, trainer.state)
+        share_like_umask(folder)  # the weights are written 0600
 
 
 def write_json(path: Path, data: dict) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from autotrain.errors import UserInputError
-from autotrain.training.folder import COMPLETE_MARKER, is_complete, list_checkpoints
+from autotrain.training.folder import COMPLETE_MARKER, is_complete, list_checkpoints, share_like_umask
 
 
 def _fsync_file(path: Path) -> None:
@@ -140,6 +140,7 @@ class AtomicCheckpoints(TrainerCallback):
         self.trainer.accelerator.wait_for_everyone()
         if state.is_world_process_zero:
             folder = self.project / f"checkpoint-{state.global_step}"
+            share_like_umask(folder)
             _fsync_tree(folder)
             (folder / COMPLETE_MARKER).write_text("complete\n", encoding="utf-8")
             _fsync_file(folder / COMPLETE_MARKER)

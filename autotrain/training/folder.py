@@ -58,3 +58,31 @@ def list_checkpoints(project: Path) -> list[Path]:
     """Checkpoint folders (complete or not), oldest first."""
     found = [p for p in project.glob("checkpoint-*") if p.is_dir() and _CHECKPOINT.match(p.name)]
     return sorted(found, key=lambda p: int(_CHECKPOINT.match(p.name).group(1)))
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it (os.umask would, for an instant, for every thread)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
+
+
+def share_like_umask(folder: Path) -> None:
+    """Give the weights under `folder` that safetensors wrote owner-only (it writes its files 0600) the mode
+    the umask gives any new file, so whoever may read the folder (another user of the machine, the host of
+    a container) can read them too. Only `*.safetensors` files 0600 and ours change; a 077 umask keeps them."""
+    import os
+
+    mode = 0o666 & ~_umask()
+    for path in folder.rglob("*.safetensors"):
+        try:
+            info = path.lstat()
+        except OSError:
+            continue
+        if path.is_file() and not path.is_symlink() and info.st_mode & 0o777 == 0o600 and info.st_uid == os.getuid():
+            path.chmod(mode)

@@ -6,7 +6,9 @@ The forward pass records the tensors autograd keeps for the backward pass (`save
 bytes per token are what a batch costs on top of the weights. On the meta device `scaled_dot_product_attention`
 would take its math path (attention probabilities: length^2 per head); the fused kernels that run on real
 devices (flash / memory-efficient on CUDA, the flash kernel on the CPU) keep only q, k, v, the output and
-one log-sum-exp per head and query, and that is what the trace records for them.
+one log-sum-exp per head and query, and that is what the trace records for them. Where the device's kernel
+is not fused for a call (the CPU's flash kernel takes no grouped-query attention before torch 2.9 or so,
+found by a probe), the trace keeps the math path's tensors, as the device will.
 """
 
 from __future__ import annotations
@@ -41,6 +43,33 @@ class _FusedAttention(torch.autograd.Function):
 
 def _fused_sdpa(query, key, value, *args, **kwargs):
     return _FusedAttention.apply(query, key, value)
+
+
+@lru_cache(maxsize=1)
+def cpu_fuses_grouped_attention() -> bool:
+    """Whether this torch's CPU `scaled_dot_product_attention` trains grouped-query attention (fewer key
+    than query heads, `enable_gqa=True`) with its fused kernel, rather than the math path that keeps the
+    length x length attention probabilities for backward (a tiny call, a few milliseconds)."""
+    query = torch.zeros(1, 2, 8, 4, requires_grad=True)
+    key = value = torch.zeros(1, 1, 8, 4, requires_grad=True)
+    shapes = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: shapes.append(tuple(t.shape)) or t, lambda t: t):
+        torch.nn.functional.scaled_dot_product_attention(query, key, value, is_causal=True, enable_gqa=True)
+    return not any(shape[-2:] == (8, 8) for shape in shapes)
+
+
+def _sdpa_for(device: str):
+    """The stand-in for `scaled_dot_product_attention` on `device`: the fused kernel's saved tensors, or
+    the math path's (the real function on the meta device) where the device's kernel is not fused."""
+    real = torch.nn.functional.scaled_dot_product_attention
+    math_for_groups = device == "cpu" and not cpu_fuses_grouped_attention()
+
+    def sdpa(query, key, value, *args, **kwargs):
+        if math_for_groups and kwargs.get("enable_gqa") and key.shape[-3] != query.shape[-3]:
+            return real(query, key, value, *args, **kwargs)
+        return _FusedAttention.apply(query, key, value)
+
+    return sdpa
 
 
 @dataclass
@@ -166,13 +195,14 @@ def trace_model(
     attention: str,
     lora: tuple[int, str | tuple[str, ...], float] | None,
     with_loss: bool = True,
+    device: str = "cuda",
 ) -> ModelShape:
     """Count parameters and trace one training forward pass of one sample `length` tokens long.
 
     `config_json`: the model's config as a JSON string (hashable, for the cache); `dtype`: the dtype the
     activations are computed in ("float32", "bfloat16", "float16"); `lora`: (r, target modules, dropout);
     `with_loss`: the model computes its own loss from full logits (False: a trainer's chunked head does, which
-    keeps no logits for backward).
+    keeps no logits for backward); `device`: where it trains ("cuda", "cpu"), for the attention kernel it has.
     """
     import json
 
@@ -181,7 +211,7 @@ def trace_model(
     from autotrain.config.tasks import TASKS
 
     if TASKS[task].auto_model == "AutoModelForImageTextToText":
-        return _vision_language(config_json, length, dtype, attention, lora, with_loss)
+        return _vision_language(config_json, length, dtype, attention, lora, with_loss, device)
     raw = json.loads(config_json)
     config = AutoConfig.for_model(**raw)
     config._attn_implementation = "eager" if attention == "eager" else "sdpa"
@@ -202,7 +232,7 @@ def trace_model(
     tally = _Tally()
     tally.weights = {t.untyped_storage()._cdata for t in (*model.parameters(), *model.buffers())}
     _mark_layers(layers, tally)
-    patch = torch.nn.functional, "scaled_dot_product_attention", _fused_sdpa
+    patch = torch.nn.functional, "scaled_dot_product_attention", _sdpa_for(device)
     with contextlib.ExitStack() as stack:
         if attention != "eager":
             stack.enter_context(_patched(*patch))
@@ -231,7 +261,9 @@ def _is_text(task: str) -> bool:
     return TASKS[task].auto_model not in ("AutoModelForImageClassification", "AutoModelForObjectDetection")
 
 
-def _vision_language(config_json: str, length: int, dtype: str, attention: str, lora, with_loss: bool) -> ModelShape:
+def _vision_language(
+    config_json: str, length: int, dtype: str, attention: str, lora, with_loss: bool, device: str
+) -> ModelShape:
     """A vision-language model: its language model traced as an LLM on `length` tokens (the image's tokens
     are among them), plus its vision tower's activations for one image (spread over the tokens), and the
     parameters of the whole model (vision tower and projector included)."""
@@ -241,7 +273,7 @@ def _vision_language(config_json: str, length: int, dtype: str, attention: str, 
     from transformers import AutoConfig, AutoModel, AutoModelForImageTextToText
 
     config = AutoConfig.for_model(**json.loads(config_json))
-    text = trace_model(config.text_config.to_json_string(), "llm", length, dtype, attention, lora, with_loss)
+    text = trace_model(config.text_config.to_json_string(), "llm", length, dtype, attention, lora, with_loss, device)
     with torch.device("meta"):
         whole = AutoModelForImageTextToText.from_config(config, dtype=getattr(torch, dtype))
         tower = AutoModel.from_config(config.vision_config, dtype=getattr(torch, dtype))
@@ -290,7 +322,8 @@ def shape_of(cfg, setup: Setup, token: str | None = None) -> ModelShape:
         raw, side = json.loads(config), cfg.training_args.image_square_size
         config = json.dumps({**raw, "image_size": [side, side] if isinstance(raw.get("image_size"), list) else side})
     own_loss = not trainer_spec(setup).chunked_head
-    return trace_model(config, cfg.task, setup.length, setup.activation_dtype, attention, setup.lora, own_loss)
+    args = (config, cfg.task, setup.length, setup.activation_dtype, attention, setup.lora, own_loss, setup.device)
+    return trace_model(*args)
 
 
 def _config_json(cfg, token: str | None) -> str:
