@@ -120,10 +120,14 @@ class LLMTrainingArgs(TrainingArgs):
             "fine-tunes it costs a few percent of held-out loss (see docs/configs.md). Ignored with packing.",
         ),
     )
-    completion_only_loss: Bool | None = Field(
-        None,
+    train_on_inputs: Bool = Field(
+        False,
         description=_for(
-            "completion_only_loss", "compute loss on the assistant part only (chat data; TRL's default when null)."
+            "train_on_inputs",
+            "also train on the inputs: the system, user and tool turns and the chat template's markers of "
+            "`messages`, the prompt of prompt/completion rows. false: the loss falls on the answers only (every "
+            "assistant turn with its end-of-turn marker, or the completion), as axolotl's `train_on_inputs: "
+            "false` and LLaMA-Factory's `train_on_prompt: false`. Plain `text` is always trained whole.",
         ),
     )
 
