@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from autotrain.config.base import DataConfig, StrictModel, TaskConfig, TrainingArgs
+from autotrain.config.benchmark import BenchmarkConfig
 from autotrain.config.export import ExportConfig
 from autotrain.config.trainers import DEFAULT as DEFAULT_TRAINER
 from autotrain.config.trainers import TRAINERS, used_by
@@ -149,6 +150,11 @@ class LLMConfig(TaskConfig):
     )
     export: ExportConfig | None = Field(
         None, description="Export when training ends, as `autotrain export` does (merged, GGUF or Ollama)."
+    )
+    benchmark: BenchmarkConfig | None = Field(
+        None,
+        description="Benchmarks when training ends, on the trained and the base model, as `autotrain evaluate "
+        "RUN --benchmark` runs them (results in benchmarks.json and the model card).",
     )
 
     @property
