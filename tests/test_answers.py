@@ -233,3 +233,26 @@ def test_the_trainer_trains_and_logs_the_assistant_tokens(tmp_path):
     logged = [entry for entry in trainer.state.log_history if "trained_tokens" in entry]
     assert logged[-1]["trained_tokens"] == 8 * 14
     assert logged[-1]["num_tokens"] > 8 * 14  # TRL's count: every token, the prompts' too
+
+
+def test_packing_keeps_each_examples_answer_labels(tmp_path):
+    """Packed into max_length blocks, the examples keep their labels: the same trained tokens, 8 x 14."""
+    from autotrain.trainers import build_trainer
+    from autotrain.training.plan import resolve_plan
+
+    cfg = _config(tmp_path, [{"messages": SYSTEM + TURNS}] * 8, packing=True, max_length=256)
+    trainer, _ = build_trainer(cfg, resolve_plan(cfg), [])
+    blocks = trainer.train_dataset
+    assert len(blocks) < 8  # packed: several conversations per block
+    assert sum(label != -100 for row in blocks["labels"] for label in row) == 8 * 14
+
+
+def test_autotrain_advanced_configs_keep_answers_only_and_say_so(cli):
+    """AutoTrain Advanced trained SFT on every token and has no setting for it: migrating keeps the
+    answers-only default, with a note naming the setting that restores the old behaviour."""
+    result = cli("migrate", ROOT / "advanced_configs" / "llm_finetuning" / "smollm2.yml")
+    assert result.exit_code == 0, result.output
+    assert "AutoTrain Advanced trained on every token: set `training_args.train_on_inputs: true`" in result.stderr
+    assert "train_on_inputs" not in result.stdout  # the default, not written out
+    orpo = cli("migrate", ROOT / "advanced_configs" / "llm_finetuning" / "smollm2_orpo.yml")
+    assert orpo.exit_code == 0 and "train_on_inputs" not in orpo.stderr  # preference trainers: not theirs

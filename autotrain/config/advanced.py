@@ -183,7 +183,8 @@ def translate(data: dict) -> tuple[dict, dict[Path_, Path_], list[tuple[Path_, s
         out.native.pop("peft", None)
     if task == "llm":
         _drop_unused_by_trainer(out)
-    if out.native.get("trainer") == "sft":
+    spec = TRAINERS.get(out.native.get("trainer"))
+    if spec is not None and "train_on_inputs" in spec.fields:  # the trainer that trains on answers only
         out.notices.append((("task",), ANSWERS_ONLY))
     return out.result()
 
