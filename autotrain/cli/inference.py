@@ -113,7 +113,7 @@ def evaluate(
         "--benchmark",
         "-b",
         help="LLMs: lm-evaluation-harness tasks instead of a file (names such as hellaswag,arc_easy, or task "
-        "YAML files), on the trained and the base model side by side. Needs `pip install 'autotrain[benchmark]'`.",
+        "YAML files), on the trained and the base model side by side. Needs the benchmark extra (lm-eval).",
         show_default=False,
         metavar="TASKS",
     ),
