@@ -169,9 +169,8 @@ def _llm_dtype(folder: Path, device: str):
     return getattr(torch, name) if name in ("float32", "float16", "bfloat16") else torch.float32
 
 
-def _load_llm(folder: Path, cfg, device: str):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+def _check_llm(folder: Path, cfg, device: str) -> None:
+    """A run whose model generates, on a device that can load it."""
     from autotrain.config.trainers import TRAINERS
 
     if not TRAINERS[cfg.trainer].generates:
@@ -186,6 +185,12 @@ def _load_llm(folder: Path, cfg, device: str):
             f"the run in `{folder}` loads its base model in {quantization} (peft.quantization), which needs a "
             f"CUDA GPU; this machine has none ({device})"
         )
+
+
+def _load_llm(folder: Path, cfg, device: str):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _check_llm(folder, cfg, device)
     merged = folder / "merged"
     source = merged if (merged / "config.json").is_file() else folder
     tokenizer = _from_run(AutoTokenizer, source, "tokenizer", trust_remote_code=cfg.trust_remote_code)
@@ -233,6 +238,7 @@ def load_base(folder: Path, device: str = "auto") -> FinishedRun:
     if cfg.task != "llm":
         raise UserInputError(f"`{folder}` holds a {cfg.task} run; benchmarks take LLM runs")
     device = pick_device(device)
+    _check_llm(folder, cfg, device)
     merged = folder / "merged"
     source = merged if (merged / "config.json").is_file() else folder
     tokenizer = _from_run(AutoTokenizer, source, "tokenizer", trust_remote_code=cfg.trust_remote_code)
