@@ -88,7 +88,8 @@ def run_autotrain(tmp: Path, model: Path, data: Path, steps: int, rep: int) -> d
         "peft": {"enabled": True, "r": RANK, "alpha": ALPHA, "dropout": 0.05},
         "training_args": {"max_steps": steps, "batch_size": BATCH, "lr": LR, "max_length": MAX_LENGTH, "seed": SEED,
                           "mixed_precision": "no", "optimizer": "adamw_torch", "logging_steps": 1,
-                          "warmup_ratio": 0.0, "save_steps": 10**6},
+                          "warmup_ratio": 0.0, "save_steps": 10**6,
+                          "train_on_inputs": True},  # as the TRL script: the loss on every token
     }  # fmt: skip
     path = tmp / "autotrain.yml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")

@@ -126,6 +126,7 @@ def shared_settings() -> dict:
         "optimizer": "adamw_torch",
         "logging_steps": 10,
         "save_total_limit": 1,
+        "train_on_inputs": True,  # as TRL trains chat messages, and as the held-out loss below scores them
         **BATCHING[BATCHING_USED[0]],
     }
     trl = {

@@ -352,6 +352,24 @@ def test_the_page_reads_its_lists_from_the_schema(client):
     assert '"sft"' not in editor and '"text-classification"' not in editor  # no list of its own
 
 
+def test_a_finished_run_shows_its_benchmarks_beside_the_charts(client, runs):
+    folder = runs / "done"
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text('{"status": "completed"}')
+    assert client.get("/api/runs/done").json()["benchmarks"] is None  # none yet: the table stays hidden
+    row = {"task": "arc_easy", "metric": "acc", "base": 0.5, "base_stderr": 0.05, "trained": 0.6,
+           "trained_stderr": 0.05, "difference": 0.1, "difference_stderr": 0.03, "limit": 100}  # fmt: skip
+    (folder / "benchmarks.json").write_text(json.dumps({"base_model": "m", "rows": [row, "not a row"]}))
+    shown = client.get("/api/runs/done").json()["benchmarks"]
+    assert shown["base_model"] == "m" and len(shown["rows"]) == 1
+    assert shown["rows"][0] == {k: row[k] for k in shown["rows"][0]} and shown["rows"][0]["difference_stderr"] == 0.03
+    page = (REPO_ROOT / "autotrain/app/static/index.html").read_text()
+    charts = page[page.index('<div class="charts">') : page.index('<div id="plots">')]
+    assert 'id="fig-benchmarks"' in charts and 'id="bench-table"' in charts  # beside the loss charts
+    script = (REPO_ROOT / "autotrain/app/static/js/runs.js").read_text()
+    assert "textContent = text" in script and "innerHTML" not in script[script.index("function drawBenchmarks") :][:900]
+
+
 def test_the_model_card_is_rendered_safely(client, runs):
     (runs / "done").mkdir(parents=True)
     (runs / "done" / "run.json").write_text('{"status": "completed"}')

@@ -67,7 +67,7 @@ def test_loss_marks_equal_the_collators_labels(tmp_path, rows):
     summary = record["summary"]
     assert summary["trained_tokens"] == int((batch["labels"] != -100).sum())
     assert summary["cut_examples"] == sum(len(ids) > 24 for ids in _uncut(cfg, plan))
-    if rows is PROMPTS:  # the prompt carries no loss, the completion does
+    if rows is not TEXT:  # the prompt carries no loss, the answer (completion or assistant turn) does
         first = record["examples"][0]["segments"]
         assert [trained for _, trained in first] == [False, True]
         assert "what color is the" in first[0][0] and first[0][0].endswith("<|im_start|>assistant\n")
@@ -79,7 +79,8 @@ def test_loss_marks_equal_the_collators_labels(tmp_path, rows):
 def _uncut(cfg, plan) -> list[list[int]]:
     from autotrain.data.llm import load_llm_split
     from autotrain.trainers.common import build_tokenizer
-    from autotrain.trainers.llm.preview import sft_prepared, use_chat_template
+    from autotrain.trainers.llm.preview import use_chat_template
+    from autotrain.trainers.llm.sft_data import sft_prepared
 
     tokenizer = build_tokenizer(cfg)
     use_chat_template(tokenizer, cfg)

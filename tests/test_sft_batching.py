@@ -176,14 +176,13 @@ def _inputs(batch: dict) -> dict:
     return {k: v for k, v in batch.items() if k in ("input_ids", "labels", "position_ids", "attention_mask")}
 
 
-@pytest.mark.parametrize("completion_only", [None, False], ids=["trl-default", "whole-sequence"])
-def test_row_packed_batches_give_the_padded_loss_and_gradients(tmp_path, completion_only):
+@pytest.mark.parametrize("train_on_inputs", [False, True], ids=["answers", "whole-sequence"])
+def test_row_packed_batches_give_the_padded_loss_and_gradients(tmp_path, train_on_inputs):
     """The default: the same samples, packed into rows without padding, give the loss and gradients of the
     padded batch (no attention across samples, the same tokens labelled), in fewer token slots."""
     from autotrain.training.batching import RowPackingCollator
 
-    extra = {} if completion_only is None else {"completion_only_loss": completion_only}
-    trainer = _trainer(tmp_path, **extra)
+    trainer = _trainer(tmp_path, train_on_inputs=train_on_inputs)
     assert isinstance(trainer.data_collator, RowPackingCollator)  # the default, checked on this model
     samples = [trainer.train_dataset[i] for i in range(8)]
     rows = trainer.data_collator(samples)

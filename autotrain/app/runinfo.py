@@ -11,6 +11,9 @@ from pathlib import Path
 METRICS_FILE = Path("logs") / "metrics.jsonl"
 APP_LOG = Path("logs") / "app.log"
 APP_STATE = Path("logs") / "app.json"
+# Written by `autotrain evaluate --benchmark` (autotrain.inference.benchmark_report).
+BENCHMARKS_FILE = "benchmarks.json"
+BENCHMARK_FIELDS = ("task", "metric", "base", "base_stderr", "trained", "trained_stderr", "difference")
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 MAX_FILES = 500
 
@@ -122,3 +125,15 @@ def files(folder: Path) -> list[dict]:
         size = path.stat().st_size if path.is_file() else None
         out.append({"path": rel.as_posix(), "size": size, "folder": path.is_dir()})
     return out
+
+
+def benchmarks(folder: Path) -> dict | None:
+    """The run's benchmark table (base model, trained model, difference), or None before any."""
+    data = read_json(folder / BENCHMARKS_FILE)
+    rows = data.get("rows")
+    if not isinstance(rows, list) or not rows:
+        return None
+    shown = [
+        {key: row.get(key) for key in (*BENCHMARK_FIELDS, "difference_stderr")} for row in rows if isinstance(row, dict)
+    ]
+    return {"base_model": data.get("base_model"), "rows": shown}

@@ -107,6 +107,7 @@ class Runs:
             "files": runinfo.files(folder),
             "config": self.config_of(name),
             "task": runinfo.task(folder),
+            "benchmarks": runinfo.benchmarks(folder),
         }
 
     def config_of(self, name: str) -> str | None:

@@ -106,7 +106,31 @@ def predict(
 
 def evaluate(
     run_dir: Path = RunDirArgument,
-    input_path: Path = InputOption,
+    input_path: Path = typer.Option(
+        None,
+        "--input",
+        "-i",
+        help="A labelled .jsonl, .csv, .json or .parquet file with the columns the run was trained on (image "
+        "runs: also a folder of images, or one sub-folder per class).",
+        show_default=False,
+        metavar="FILE",
+    ),
+    benchmark: list[str] = typer.Option(
+        None,
+        "--benchmark",
+        "-b",
+        help="LLMs: lm-evaluation-harness tasks instead of a file (names such as hellaswag,arc_easy, or task "
+        "YAML files), on the trained and the base model side by side. Needs the benchmark extra (lm-eval).",
+        show_default=False,
+        metavar="TASKS",
+    ),
+    limit: float = typer.Option(
+        None, "--limit", help="--benchmark: examples per task (a fraction below 1: of each task).", min=0
+    ),
+    num_fewshot: int = typer.Option(None, "--num-fewshot", help="--benchmark: few-shot examples.", min=0),
+    chat_template: bool = typer.Option(
+        False, "--chat-template", help="--benchmark: render the requests with the run's chat template."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON instead of a table."),
     output: Path = typer.Option(
         None, "--output", "-o", help="Also write the results as JSON here.", show_default=False
@@ -116,8 +140,28 @@ def evaluate(
     device: str = DeviceOption,
 ) -> None:
     """Metrics of a finished run on a labelled file (classifiers: loss, accuracy, macro F1 / precision /
-    recall, confusion matrix; LLMs: token loss and perplexity)."""
+    recall, confusion matrix; LLMs: token loss and perplexity), or benchmarks on it and its base model
+    (--benchmark: written to RUN_DIR/benchmarks.json and the model card)."""
     with reported():
+        if benchmark:
+            _check_benchmark_usage(input_path, limit)
+            from autotrain.inference.benchmark import BenchmarkSettings, run_benchmark, split_tasks
+
+            settings = BenchmarkSettings(split_tasks(benchmark), limit, num_fewshot, batch_size or 8, chat_template)
+            run_benchmark(run_dir, settings, device, output, force, as_json)
+            return
+        if input_path is None:
+            raise fail("evaluate needs --input FILE (or --benchmark TASKS for an LLM run)")
+        if limit is not None or num_fewshot is not None or chat_template:
+            raise fail("--limit, --num-fewshot and --chat-template go with --benchmark")
         from autotrain.inference.evaluate import run_evaluate
 
         run_evaluate(run_dir, input_path, output, force, as_json, batch_size, device)
+
+
+def _check_benchmark_usage(input_path: Path | None, limit: float | None) -> None:
+    """Usage mistakes of `--benchmark`, before anything loads."""
+    if input_path is not None:
+        raise fail("give --input FILE or --benchmark TASKS, not both")
+    if limit is not None and (limit <= 0 or (limit >= 1 and limit != int(limit))):
+        raise fail(f"--limit: a whole count of examples, or a fraction below 1 (got {limit})")

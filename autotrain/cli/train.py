@@ -52,9 +52,16 @@ def run_training(
     if dry_run:
         _dry_run(loaded, sets or [])
 
+    benchmark = _benchmark_here(loaded.config)
+    if benchmark:
+        _check_benchmark(loaded.config)
     from autotrain.run.runner import run
 
     code = run(loaded, resume=resume, overwrite=overwrite, argv_sets=sets or [], accept_changes=accept_changes)
+    if benchmark and code == 0:
+        from autotrain.inference.benchmark import benchmark_after_training
+
+        code = benchmark_after_training(Path(loaded.config.project_name), loaded.config, eprint)
     # Exempt the (large) heap of torch/transformers objects from the collector's final passes: it saves
     # about a second of interpreter shutdown. Exit handlers still run.
     import gc
@@ -79,6 +86,28 @@ def make_command(task: str):
     choices = TRAINERS if task == "llm" else spec.trainers
     command.__doc__ = spec.help + (f" (trainer: {', '.join(choices)})." if choices else ".")
     return command
+
+
+def _benchmark_here(cfg) -> bool:
+    """The config asks for benchmarks and this process runs them: the one the user started on machine 0, not
+    a rank a launcher started (it ends before the trained model is saved whole)."""
+    import os
+
+    from autotrain.run.launch import LAUNCHED_ENV
+
+    launched = os.environ.get(LAUNCHED_ENV) is not None
+    return getattr(cfg, "benchmark", None) is not None and not launched and cfg.distributed.machine_rank == 0
+
+
+def _check_benchmark(cfg) -> None:
+    """Before training: the benchmark extra is installed and its tasks exist (exit 2 otherwise)."""
+    from autotrain.errors import UserInputError
+    from autotrain.inference.benchmark import check_config
+
+    try:
+        check_config(cfg)
+    except UserInputError as exc:
+        raise fail(str(exc)) from None
 
 
 def _dry_run(loaded, sets: list[str]) -> None:

@@ -125,6 +125,12 @@ NOTED_WHEN_SET = {
     "liger_kernel": "Liger kernels are not used; training runs on plain transformers",
     "pretrain": "no equivalent; training starts from `base_model` as usual",
 }
+# AutoTrain Advanced's SFT has no such setting and trains on every token of the text; here the loss falls on
+# the answers unless `train_on_inputs` says otherwise. The translation keeps the better default and says so.
+ANSWERS_ONLY = (
+    "the loss falls on the answers only (assistant turns, or the completion); AutoTrain Advanced trained on "
+    "every token: set `training_args.train_on_inputs: true` for that"
+)
 _TRAINER_FIELDS = set(trainer_fields())
 DATA_KEYS = ("path", "train_split", "valid_split", "chat_template", "column_mapping")
 HUB_KEYS = ("username", "token", "push_to_hub")
@@ -180,6 +186,9 @@ def translate(data: dict) -> tuple[dict, dict[Path_, Path_], list[tuple[Path_, s
         out.native.pop("peft", None)
     if task == "llm":
         _drop_unused_by_trainer(out)
+    spec = TRAINERS.get(out.native.get("trainer"))
+    if spec is not None and "train_on_inputs" in spec.fields:  # the trainer that trains on answers only
+        out.notices.append((("task",), ANSWERS_ONLY))
     return out.result()
 
 

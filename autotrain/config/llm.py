@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from autotrain.config.base import DataConfig, StrictModel, TaskConfig, TrainingArgs
+from autotrain.config.benchmark import BenchmarkConfig
 from autotrain.config.export import ExportConfig
 from autotrain.config.trainers import DEFAULT as DEFAULT_TRAINER
 from autotrain.config.trainers import TRAINERS, used_by
@@ -120,10 +121,14 @@ class LLMTrainingArgs(TrainingArgs):
             "fine-tunes it costs a few percent of held-out loss (see docs/configs.md). Ignored with packing.",
         ),
     )
-    completion_only_loss: Bool | None = Field(
-        None,
+    train_on_inputs: Bool = Field(
+        False,
         description=_for(
-            "completion_only_loss", "compute loss on the assistant part only (chat data; TRL's default when null)."
+            "train_on_inputs",
+            "also train on the inputs: the system, user and tool turns and the chat template's markers of "
+            "`messages`, the prompt of prompt/completion rows. false: the loss falls on the answers only (every "
+            "assistant turn with its end-of-turn marker, or the completion), as axolotl's `train_on_inputs: "
+            "false` and LLaMA-Factory's `train_on_prompt: false`. Plain `text` is always trained whole.",
         ),
     )
 
@@ -145,6 +150,11 @@ class LLMConfig(TaskConfig):
     )
     export: ExportConfig | None = Field(
         None, description="Export when training ends, as `autotrain export` does (merged, GGUF or Ollama)."
+    )
+    benchmark: BenchmarkConfig | None = Field(
+        None,
+        description="Benchmarks when training ends, on the trained and the base model, as `autotrain evaluate "
+        "RUN --benchmark` runs them (results in benchmarks.json and the model card).",
     )
 
     @property

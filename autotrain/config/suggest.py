@@ -43,6 +43,8 @@ FOREIGN_KEYS = {
     "lora_target_modules": "peft.target_modules",
     "load_in_4bit": "peft.quantization",
     "load_in_8bit": "peft.quantization",
+    "completion_only_loss": "training_args.train_on_inputs",  # inverted: true here trains the prompt too
+    "assistant_only_loss": "training_args.train_on_inputs",
     # LLaMA-Factory
     "stage": "trainer",
     "finetuning_type": "peft.enabled",
@@ -54,6 +56,7 @@ FOREIGN_KEYS = {
     "template": "data.chat_template",
     "pref_beta": "training_args.beta",
     "val_size": "data.valid_size",
+    "train_on_prompt": "training_args.train_on_inputs",
     # axolotl
     "datasets": "data.path",
     "sequence_len": "training_args.max_length",

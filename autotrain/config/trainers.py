@@ -55,7 +55,7 @@ TRAINERS: dict[str, TrainerSpec] = {
             "chat",
             "llm/sft.yml",
             _BUILDERS + "sft:build_trainer",
-            fields=("packing", "completion_only_loss", "padding_free", "length_grouping"),
+            fields=("packing", "train_on_inputs", "padding_free", "length_grouping"),
             advanced=("sft",),
             chunked_head=True,
         ),

@@ -70,53 +70,47 @@ def _classifier_metrics(run, rows: Rows, batch_size: int, advance: Callable[[int
 # LLMs ---------------------------------------------------------------------------------------------------
 
 
-def _scored_text(tokenizer, row: dict, kind: str) -> tuple[str, list[tuple[int, int]], bool]:
-    """The text to score, the character spans whose tokens count, and whether to add special tokens."""
+def _conversation(tokenizer, row: dict, kind: str) -> tuple[list[dict], int] | None:
+    """A chat row as (messages, index of the first scored turn); None for plain text."""
     from autotrain.inference.generate import render_chat
 
-    eos = tokenizer.eos_token or ""
-    if kind == "text":
-        text = row["text"] + eos  # training appends EOS to every document
-        return text, [(0, len(text))], True
     if kind == "messages":
-        return *_assistant_spans(tokenizer, row["messages"]), False
-    prompt, answer = row["prompt"], row["completion"]
-    if isinstance(prompt, str) and isinstance(answer, str):
-        return prompt + answer + eos, [(len(prompt), len(prompt) + len(answer) + len(eos))], True
-    asked = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-    answered = [{"role": "assistant", "content": answer}] if isinstance(answer, str) else list(answer)
-    render_chat(tokenizer, asked)  # says clearly when there is no chat template
-    return *_assistant_spans(tokenizer, asked + answered, first=len(asked)), False
-
-
-def _assistant_spans(tokenizer, messages: list[dict], first: int = 0) -> tuple[str, list[tuple[int, int]]]:
-    """The rendered conversation and the span of each assistant turn from message `first` on: the text a
-    turn adds after the template's generation prompt, its end-of-turn marker included."""
-    from autotrain.inference.generate import render_chat
-
-    full = render_chat(tokenizer, messages)
-    spans = []
-    for i in range(first, len(messages)):
-        if messages[i]["role"] != "assistant":
-            continue
-        before, through = render_chat(tokenizer, messages[:i], reply=True), render_chat(tokenizer, messages[: i + 1])
-        if not (full.startswith(through) and through.startswith(before)):
-            raise UserInputError(
-                "the run's chat template renders a conversation differently from its beginning, so the "
-                "assistant's tokens cannot be told apart; evaluate on a `text` column instead"
-            )
-        spans.append((len(before), len(through)))
-    return full, spans
+        messages, first = row["messages"], 0
+    elif kind == "prompt" and not (isinstance(row["prompt"], str) and isinstance(row["completion"], str)):
+        prompt, answer = row["prompt"], row["completion"]
+        asked = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+        answered = [{"role": "assistant", "content": answer}] if isinstance(answer, str) else list(answer)
+        messages, first = asked + answered, len(asked)
+    else:
+        return None
+    render_chat(tokenizer, messages[:1])  # says clearly when there is no chat template
+    return messages, first
 
 
 def scored_tokens(tokenizer, row: dict, kind: str, max_tokens: int) -> ScoredRow:
-    """Token ids (cut to `max_tokens`, as training cut them) and labels: the id where it is scored."""
+    """Token ids (cut to `max_tokens`, as training cut them) and labels: the id where it is scored.
+
+    Chat rows score the tokens training trains on (autotrain.data.answers: the assistant turns, their
+    end-of-turn markers included); plain text every token, a plain prompt's completion its own.
+    """
+    from autotrain.data.answers import answer_tokens
     from autotrain.inference.bounds import clip_text
 
-    text, spans, special = _scored_text(tokenizer, row, kind)
+    chat = _conversation(tokenizer, row, kind)
+    if chat is not None:
+        ids, mask = answer_tokens(tokenizer, *chat)
+        return ids[:max_tokens], [t if m else -100 for t, m in zip(ids[:max_tokens], mask, strict=False)]
+    eos = tokenizer.eos_token or ""
+    if kind == "text":
+        text = row["text"] + eos  # training appends EOS to every document
+        spans = [(0, len(text))]
+    else:
+        prompt, answer = row["prompt"], row["completion"]
+        text = prompt + answer + eos
+        spans = [(len(prompt), len(text))]
     text = clip_text(tokenizer, text, max_tokens, keep="start")  # only the first max_tokens are scored
     encoded = tokenizer(
-        text, add_special_tokens=special, return_offsets_mapping=True, truncation=True, max_length=max_tokens
+        text, add_special_tokens=True, return_offsets_mapping=True, truncation=True, max_length=max_tokens
     )
     # A token counts when it overlaps a scored span: one that straddles the prompt's end (" blue" after
     # "the sea is") belongs to the answer, as when prompt and answer are tokenized apart.

@@ -181,9 +181,8 @@ def _llm_dtype(folder: Path, device: str):
     return getattr(torch, name) if name in ("float32", "float16", "bfloat16") else torch.float32
 
 
-def _load_llm(folder: Path, cfg, device: str):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+def _check_llm(folder: Path, cfg, device: str) -> None:
+    """A run whose model generates, on a device that can load it."""
     from autotrain.config.trainers import TRAINERS
 
     if not TRAINERS[cfg.trainer].generates:
@@ -198,6 +197,12 @@ def _load_llm(folder: Path, cfg, device: str):
             f"the run in `{folder}` loads its base model in {quantization} (peft.quantization), which needs a "
             f"CUDA GPU; this machine has none ({device})"
         )
+
+
+def _load_llm(folder: Path, cfg, device: str):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _check_llm(folder, cfg, device)
     merged = folder / "merged"
     source = merged if (merged / "config.json").is_file() else folder
     tokenizer = _from_run(AutoTokenizer, source, "tokenizer", trust_remote_code=cfg.trust_remote_code)
@@ -210,21 +215,10 @@ def _load_llm(folder: Path, cfg, device: str):
 def _adapter_on_base(folder: Path, cfg, device: str, kwargs: dict):
     """The LoRA adapter on the base model it was trained on, merged in unless the base is quantized."""
     from peft import PeftModel
-    from transformers import AutoModelForCausalLM
 
-    from autotrain.trainers.common import load_pretrained
-
-    if cfg.peft.quantization:
-        from autotrain.trainers.llm.model import quantization_config
-        from autotrain.training.precision import Precision
-
-        # The compute dtype training resolved (recorded in its plan), not a new decision.
-        resolved = recorded_plan(folder).get("mixed_precision", {}).get("resolved", "bf16")
-        kwargs["quantization_config"] = quantization_config(cfg, Precision(resolved, device))
-    kwargs = {k: v for k, v in kwargs.items() if k != "trust_remote_code"}  # load_pretrained takes it from cfg
-    base = load_pretrained(AutoModelForCausalLM, cfg, "weights", None, **kwargs)
     from autotrain.training.verify import weights_problem
 
+    base = _base_model(folder, cfg, device, kwargs)
     if weights_problem(folder):
         raise UserInputError(f"cannot load the LoRA adapter saved in `{folder}`: {weights_problem(folder)}")
     try:
@@ -232,3 +226,40 @@ def _adapter_on_base(folder: Path, cfg, device: str, kwargs: dict):
     except (OSError, ValueError, pickle.UnpicklingError) as exc:
         raise UserInputError(f"cannot load the LoRA adapter saved in `{folder}`: {_first_line(exc)}") from None
     return model if cfg.peft.quantization else model.merge_and_unload()
+
+
+def _base_model(folder: Path, cfg, device: str, kwargs: dict):
+    """`base_model` as the run loaded it before training: its dtype, and its quantization under QLoRA."""
+    from transformers import AutoModelForCausalLM
+
+    from autotrain.trainers.common import load_pretrained
+
+    if cfg.uses_peft and cfg.peft.quantization:
+        from autotrain.trainers.llm.model import quantization_config
+        from autotrain.training.precision import Precision
+
+        # The compute dtype training resolved (recorded in its plan), not a new decision.
+        resolved = recorded_plan(folder).get("mixed_precision", {}).get("resolved", "bf16")
+        kwargs["quantization_config"] = quantization_config(cfg, Precision(resolved, device))
+    kwargs = {k: v for k, v in kwargs.items() if k != "trust_remote_code"}  # load_pretrained takes it from cfg
+    return load_pretrained(AutoModelForCausalLM, cfg, "weights", None, **kwargs)
+
+
+def load_base(folder: Path, device: str = "auto") -> FinishedRun:
+    """The base model of the LLM run in `folder`, as the run loaded it, with the run's tokenizer: the model
+    before training, to compare with the trained one under the same settings."""
+    from transformers import AutoTokenizer
+
+    cfg = read_config(folder)
+    if cfg.task != "llm":
+        raise UserInputError(f"`{folder}` holds a {cfg.task} run; benchmarks take LLM runs")
+    device = pick_device(device)
+    _check_llm(folder, cfg, device)
+    merged = folder / "merged"
+    source = merged if (merged / "config.json").is_file() else folder
+    tokenizer = _from_run(AutoTokenizer, source, "tokenizer", trust_remote_code=cfg.trust_remote_code)
+    model = _base_model(folder, cfg, device, {"dtype": _llm_dtype(folder, device)})
+    if not getattr(model, "is_loaded_in_4bit", False) and not getattr(model, "is_loaded_in_8bit", False):
+        model.to(device)
+    model.eval()
+    return FinishedRun(folder, cfg, model, tokenizer, device, cfg.training_args.max_length)

@@ -1,16 +1,16 @@
 """The training data as the trainer will see it, before any weight is loaded: the first examples after the
 chat template and truncation, each token marked as carrying loss or not.
 
-Chat-format examples go through TRL's own preparation (`SFTTrainer._prepare_dataset`: chat template, tokenization,
-completion / assistant masks, labels) and its collator (padding), so the marks are the labels the trainer
-trains on (tests/test_preview.py compares them with a built trainer's). Preference pairs show the prompt
+Chat-format examples go through the builder's own preparation (autotrain.trainers.llm.sft_data: the answers of
+chat messages labelled there, the other formats by TRL's `SFTTrainer._prepare_dataset`) and TRL's collator
+(padding), so the marks are the labels the trainer trains on (tests/test_preview.py compares them with a built
+trainer's). Preference pairs show the prompt
 (no loss) and each answer (loss) after the chat template; prompt-only trainers show the prompts they will
 generate from; block trainers the blocks they cut. Needs the tokenizer and the data, not the model.
 """
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 from autotrain.config.llm import LLMConfig
@@ -19,6 +19,7 @@ from autotrain.trainers.llm.model import use_chat_template
 from autotrain.training.plan import RunPlan
 
 SCANNED = 1000  # rows whose length is measured for the truncation figures
+SHOWN_ROWS = 5  # dropped rows named by number
 
 
 def preview_llm(cfg: LLMConfig, plan: RunPlan, count: int, token: str | None = None) -> dict[str, Any]:
@@ -64,40 +65,18 @@ def _segments(tokenizer, ids: list[int], labels: list[int]) -> list[list]:
     return out
 
 
-def sft_prepared(cfg: LLMConfig, plan: RunPlan, tokenizer, rows, max_length: int | None):
-    """`rows` tokenized and labelled by TRL's SFT preparation, cut to `max_length` (None: uncut)."""
-    import sys
-
-    from trl import SFTConfig, SFTTrainer
-
-    from autotrain.trainers import llm_builder
-
-    # The chat format's builder (the trainer table names it) says which SFTConfig fields the run sets.
-    trainer_arguments = sys.modules[llm_builder(cfg.trainer).__module__].sft_arguments
-    settings = {**plan.training_args, **trainer_arguments(cfg), "max_length": max_length, "dataset_num_proc": None}
-    args = SFTConfig(**settings)
-    sample = rows[0]
-    owner = SimpleNamespace(  # what _prepare_dataset reads from the trainer; set as SFTTrainer.__init__ does
-        _tokenizer=tokenizer,
-        chat_template=None,
-        completion_only_loss=(
-            args.completion_only_loss
-            if args.completion_only_loss is not None
-            else "prompt" in sample and "completion" in sample
-        ),
-    )
-    return SFTTrainer._prepare_dataset(owner, rows, tokenizer, args, False, None, "preview")
-
-
 def _sft(cfg: LLMConfig, plan: RunPlan, tokenizer, rows, count: int) -> dict[str, Any]:
     from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+    from autotrain.trainers.llm.sft_data import sft_prepared, unanswered
 
     limit = cfg.training_args.max_length
     full = sft_prepared(cfg, plan, tokenizer, rows, None)
     lengths = [len(ids) for ids in full["input_ids"]]
     cut = [n - limit for n in lengths if n > limit]
     # what the trainer keeps: each example cut to max_length, those left without a trained token dropped
-    kept = [i for i, labels in enumerate(full["labels"]) if any(label != -100 for label in labels[:limit])]
+    lost = unanswered(full["labels"], limit)
+    kept = sorted(set(range(len(full))) - set(lost))
     shown = full.select(kept[:count])
     examples = []
     for i, ids, labels in zip(kept, shown["input_ids"], shown["labels"], strict=False):
@@ -115,8 +94,7 @@ def _sft(cfg: LLMConfig, plan: RunPlan, tokenizer, rows, count: int) -> dict[str
     collator = DataCollatorForLanguageModeling(pad_token_id=tokenizer.pad_token_id)
     first = collator([{"input_ids": e["input_ids"][:limit], "labels": e["labels"][:limit]} for e in shown][:batch])
     padding = int((first["attention_mask"] == 0).sum()) if batch else 0
-    trained_each = [sum(label != -100 for label in labels[:limit]) for labels in full["labels"]]
-    trained = sum(trained_each)
+    trained = sum(sum(label != -100 for label in labels[:limit]) for labels in full["labels"])
     return {
         "kind": "tokens",
         "examples": examples,
@@ -127,11 +105,21 @@ def _sft(cfg: LLMConfig, plan: RunPlan, tokenizer, rows, count: int) -> dict[str
             "cut_examples": len(cut),
             "cut_tokens_max": max(cut, default=0),
             "cut_tokens_mean": round(sum(cut) / len(cut), 1) if cut else 0,
-            "dropped_examples": sum(n == 0 for n in trained_each),  # nothing trained left after the cut
+            "dropped_examples": len(lost),  # nothing trained left after the cut: the trainer leaves them out
+            **({"dropped_rows": lost[:SHOWN_ROWS]} if lost else {}),
+            "loss_on": "every token" if cfg.training_args.train_on_inputs else _answers(rows),
             "padding_in_first_batch": padding if not plan.padding_free else 0,
             "batches": "padding-free (rows)" if plan.padding_free else "padded to the longest sample",
         },
     }
+
+
+def _answers(rows) -> str:
+    if "messages" in rows.column_names:
+        return "the assistant turns (training_args.train_on_inputs: true trains on every token)"
+    if "completion" in rows.column_names:
+        return "the completions (training_args.train_on_inputs: true trains on the prompts too)"
+    return "every token (plain text)"
 
 
 def _render(tokenizer, value, generation_prompt: bool) -> str:

@@ -9,6 +9,7 @@ import torch
 from autotrain.config.llm import LLMConfig
 from autotrain.trainers.llm.base import llm_trainer, prepare
 from autotrain.trainers.llm.model import build_model
+from autotrain.trainers.llm.sft_data import answered_splits, sft_arguments
 from autotrain.training.plan import RunPlan
 
 
@@ -16,12 +17,24 @@ def build_trainer(cfg: LLMConfig, plan: RunPlan, callbacks: list, token: str | N
     from trl import SFTConfig, SFTTrainer
 
     ready = prepare(cfg, plan, token)
-    extra = sft_arguments(cfg)
+    # tokenized and labelled here (answers only unless train_on_inputs), so that the preview's marks are these
+    train, valid = answered_splits(cfg, plan, ready.tokenizer, ready.train, ready.valid)
     model = build_model(cfg, plan, token)
-    trainer_cls = length_grouped(SFTTrainer) if plan.length_grouped else SFTTrainer
+    trainer_cls = counting_trained_tokens(length_grouped(SFTTrainer) if plan.length_grouped else SFTTrainer)
     if plan.padding_free == "rows":
         trainer_cls = counting_row_tokens(trainer_cls)
-    trainer, plan = llm_trainer(trainer_cls, SFTConfig, cfg, plan, ready, callbacks, model=model, args=extra)
+    trainer, plan = llm_trainer(
+        trainer_cls,
+        SFTConfig,
+        cfg,
+        plan,
+        ready,
+        callbacks,
+        model=model,
+        args=sft_arguments(cfg),
+        train_dataset=train,
+        eval_dataset=valid,
+    )
     if plan.padding_free == "one sequence":
         use_padding_free_batches(trainer)
     elif plan.padding_free == "rows" and not use_row_packed_batches(trainer):
@@ -29,13 +42,21 @@ def build_trainer(cfg: LLMConfig, plan: RunPlan, callbacks: list, token: str | N
     return trainer, plan
 
 
-def sft_arguments(cfg: LLMConfig) -> dict:
-    """SFTConfig's own fields, beside the planned TrainingArguments (the data preview reads them too)."""
-    args = cfg.training_args
-    extra = {"max_length": args.max_length, "packing": args.packing, "dataset_text_field": "text"}
-    if args.completion_only_loss is not None:
-        extra["completion_only_loss"] = args.completion_only_loss
-    return extra
+def counting_trained_tokens(trainer_cls: type) -> type:
+    """`trainer_cls` logging `trained_tokens`: the tokens that carried loss so far, over every process (TRL's
+    `num_tokens` counts every token of the batches, prompts and template markers included)."""
+
+    class TrainedTokensTrainer(trainer_cls):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            if model.training and "labels" in inputs:
+                labels = inputs["labels"]
+                count = self.accelerator.gather_for_metrics((labels[..., 1:] != -100).sum()[None]).sum()
+                self._trained_tokens = getattr(self, "_trained_tokens", 0) + int(count)
+                self._metrics["train"]["trained_tokens"] = [self._trained_tokens]
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+    TrainedTokensTrainer.__name__ = TrainedTokensTrainer.__qualname__ = f"TrainedTokens{trainer_cls.__name__}"
+    return TrainedTokensTrainer
 
 
 def use_row_packed_batches(trainer) -> bool:

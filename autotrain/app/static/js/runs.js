@@ -45,6 +45,27 @@ function drawCharts() {
   lineChart($("chart-metrics"), names.map((n, i) => ({ name: n.slice(5), color: COLORS[(i + 3) % COLORS.length], points: points(n), markers: true })));
 }
 
+// The benchmark table beside the charts (`autotrain evaluate --benchmark`, or the config's `benchmark:`).
+function cell(value, stderr, signed) {
+  if (typeof value !== "number") return "–";
+  const text = (signed && value >= 0 ? "+" : "") + value.toFixed(4);
+  return typeof stderr === "number" ? `${text} ± ${stderr.toFixed(4)}` : text;
+}
+
+function drawBenchmarks(run) {
+  const rows = run.benchmarks ? run.benchmarks.rows : [];
+  $("fig-benchmarks").hidden = !rows.length;
+  $("bench-table").tBodies[0].replaceChildren(
+    ...rows.map((r) => {
+      const tr = document.createElement("tr");
+      for (const text of [r.task, r.metric, cell(r.base, r.base_stderr), cell(r.trained, r.trained_stderr), cell(r.difference, r.difference_stderr, true)]) {
+        tr.insertCell().textContent = text;
+      }
+      return tr;
+    }),
+  );
+}
+
 function drawProgress(run) {
   const p = run.progress;
   const items = [
@@ -119,6 +140,7 @@ async function pollDetail() {
   const row = document.querySelector(`#runs-table tbody tr[data-name="${CSS.escape(run.name)}"]`);
   if (row) fillRow(row, run); // the list polls less often: keep the selected run's row current
   drawCharts();
+  drawBenchmarks(run);
   drawFiles(run);
   const log = $("run-log");
   const atEnd = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
