@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -41,7 +42,8 @@ def test_the_cli_process_ends_with_its_code_and_all_of_its_output(tmp_path):
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 2, done.stderr[-2000:]
-    assert done.stdout.rstrip().endswith("1 problem follows (stderr).")  # 4-bit loading needs CUDA
+    # 4-bit loading needs CUDA (and bitsandbytes, where it is not installed)
+    assert re.search(r"(1 problem follows|2 problems follow) \(stderr\)\.$", done.stdout.rstrip()), done.stdout[-500:]
     assert "# plan" in done.stdout and "memory estimate: " in done.stdout
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     assert any("peft.quantization: int4" in line for line in errors)
