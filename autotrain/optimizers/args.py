@@ -40,7 +40,8 @@ class CameArgs(_Args):
             "ones in short runs (elements x max_steps >= 1e9); on CUDA every group in runs of 200 steps or "
             "more, each keeping whichever of the compiled and eager steps measured faster in the run (with "
             "several processes the ranks decide together); true compiles every group before its first step; "
-            "false never compiles. Where compiling fails, the eager step runs (one notice on stderr)."
+            "false never compiles. Where compiling or a compiled call fails, that group takes the eager step "
+            "from the state before it (one notice on stderr; run.json: optimizer_compile)."
         ),
     )
 

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from autotrain.optimizers import came_auto, came_groups, came_math
+from autotrain.optimizers import came_auto, came_compile, came_groups, came_math
 from autotrain.optimizers.sharding import local, shards_of
 
 # A step gathers a chunk of same-shaped params at a time, of at most an eighth of all params (or half the
@@ -303,9 +303,9 @@ class CAME(Optimizer):
         time (``came_auto.Replicas``: a worker done sooner on one of them would switch it to the compiled
         step, whose rounding differs, steps before the others, and data-parallel replicas would drift apart)."""
         if not self._compiles(group):
-            came_groups.step_group(group, hp, skipped, came_groups.eager_chunk, scratch)
+            came_groups.step_group(group, hp, skipped, None, scratch)
         elif self.compile:
-            came_groups.step_group(group, hp, skipped, came_groups.compiled_chunk, scratch)
+            came_groups.step_group(group, hp, skipped, came_compile.COMPILER, scratch)
         elif _replicated():
             self._replicas.step_group(group, hp, skipped, scratch)
         else:

@@ -10,13 +10,12 @@ import contextlib
 import queue
 import threading
 import time
-from functools import partial
 from statistics import median
 
 import torch
 from torch import Tensor
 
-from autotrain.optimizers import came_compile, came_groups
+from autotrain.optimizers import came_compile
 from autotrain.optimizers.came_compile import (
     StepCompiler,
     fake_plan,
@@ -60,7 +59,7 @@ class Background:
             if key not in self.ready and key not in self._pending and self.compiler.failure is None:
                 self._pending.add(key)
                 self._queue.put((key, device, fake_plan(args, device), torch.get_num_threads(), inductor_settings()))
-        return step_group(group, hp, skipped, came_groups.eager_chunk, scratch)
+        return step_group(group, hp, skipped, None, scratch)
 
     def choose(self, group: Group, hp: Tensor, skipped: Tensor, scratch: Scratch | None = None) -> None:
         """One step of ``group``, whose layouts are all compiled: the compiled step, except on a device auto
@@ -69,17 +68,17 @@ class Background:
         (``Timing``), and the group keeps the one with the lower median; its ``choice`` records both. Until
         the timings are in (a GPU's come a step or so later, read without waiting) and while a CUDA graph
         is being captured, the group takes the compiled step."""
-        compiled = partial(came_groups.compiled_chunk, compiler=self.compiler)
+        compiled = self.compiler
         device = group.params[0].device
         if group.choice is not None or device.type not in MEASURED_ON:
-            run = compiled if group.choice is None or group.choice["kept"] == "compiled" else came_groups.eager_chunk
+            run = compiled if group.choice is None or group.choice["kept"] == "compiled" else None
             return step_group(group, hp, skipped, run, scratch)
         if len(group.trial) == 2 * TRIAL_STEPS or _capturing(device):
             step_group(group, hp, skipped, compiled, scratch)
             return self._decide(group)
         turn = "compiled" if len(group.trial) % 2 == 0 else "eager"  # compiled first, then eager, in turn
         timing = Timing(device)
-        step_group(group, hp, skipped, compiled if turn == "compiled" else came_groups.eager_chunk, scratch)
+        step_group(group, hp, skipped, compiled if turn == "compiled" else None, scratch)
         group.trial.append((turn, timing.stop()))
 
     @staticmethod
@@ -200,7 +199,7 @@ class Replicas:
     def step_group(self, group: Group, hp: Tensor, skipped: Tensor, scratch: Scratch | None = None) -> None:
         device = group.params[0].device
         self.stepped = True
-        runs = {"compiled": came_groups.compiled_chunk, "eager": came_groups.eager_chunk}
+        runs = {"compiled": came_compile.COMPILER, "eager": None}
         timed = self.kept is None and device.type in MEASURED_ON and 1 <= self.steps <= 2 * TRIAL_STEPS
         if timed and not _capturing(device):
             turn = "compiled" if self.steps % 2 == 1 else "eager"
@@ -227,9 +226,12 @@ class Replicas:
                 continue  # a group (re)built during the turns
             ms = _medians(seconds)
             group.choice = {"shape": list(group.local_shape), "params": len(group.params), **ms}
+            if group.failure is not None:
+                group.choice["failure"] = group.failure
             for key in totals:
                 totals[key] += ms[key]
-        vote = [totals["eager_ms"], totals["compiled_ms"], float(came_compile.COMPILER.failure is not None)]
+        failed = came_compile.COMPILER.failure is not None or any(g.failure for g, _ in self.trials.values())
+        vote = [totals["eager_ms"], totals["compiled_ms"], float(failed)]
         eager, compiled, failures = _all_sum(vote)
         self.kept = "compiled" if compiled <= eager and failures == 0 else "eager"
         for group, _ in self.trials.values():

@@ -29,7 +29,8 @@ class StepCompiler:
     Python runs around each call (SmolLM2-135M's 60 k/v matrices, one call each: 14.8 -> 12.6 ms a step), and
     with inductor's caches warm a graph loads in about 0.1 s instead of the 0.5 s Dynamo took to trace it
     again. A first call per layout is the compilation; its time adds to ``seconds``. If compiling fails (no
-    C++ compiler, no Triton), one line on stderr says so and every later step runs eagerly.
+    C++ compiler, no Triton), one line on stderr says so and every later step runs eagerly; a call that
+    fails raises, and its caller takes the eager step from the state before it (``came_groups``).
     """
 
     def __init__(self) -> None:
@@ -42,9 +43,11 @@ class StepCompiler:
         """``fn(*args)`` through its graph, compiled on the first call with these layouts. ``site``: a dict
         that one call site keeps, where every input keeps its layout and aliasing from call to call (a
         chunk's, see ``came_groups``): the site's graph of ``fn`` is then looked up by the full key once,
-        and kept there for its later calls (the key took about a third of the Python a compiled step ran)."""
-        if self.failure is not None:
-            return fn(*args)
+        and kept there for its later calls (the key took about a third of the Python a compiled step ran).
+
+        Raises whatever compiling or the call raised: the caller restores what the call wrote and takes the
+        eager step (``came_groups``). A failure to compile also ends compiling in this process
+        (``failure``, one line on stderr)."""
         tensors: list[Tensor] = []
         threads = torch.get_num_threads()
         compiled = None if site is None else site.get((fn, threads))
@@ -54,16 +57,16 @@ class StepCompiler:
         key = (fn, _flatten(args, tensors), _aliases(tensors), threads)
         compiled = self._compiled.get(key)
         if compiled is None:
+            if self.failure is not None:
+                raise RuntimeError(f"compiling is unavailable ({self.failure})")
             start = time.perf_counter()
             try:
                 compiled = _compile(fn, args, tensors)
-                out = compiled(tensors)
-            except Exception as exc:  # compiling failed: the eager step does the same
+            except Exception as exc:
                 self._fail(exc)
-                return fn(*args)
+                raise
             self._add(key, compiled, start)
-        else:
-            out = compiled(tensors)
+        out = compiled(tensors)
         if site is not None:
             site[(fn, threads)] = compiled
         return out
@@ -87,8 +90,7 @@ class StepCompiler:
     def _fail(self, exc: Exception) -> None:
         if self.failure is not None:
             return
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        self.failure = f"{type(exc).__name__}: {reason}"[:300]
+        self.failure = describe(exc)
         print(
             f"autotrain: CAME's compiled step is unavailable ({self.failure}); using the eager step "
             "(same maths, slower)",
@@ -99,6 +101,12 @@ class StepCompiler:
     def shapes(self) -> int:
         """How many (function, layouts) were compiled so far."""
         return len(self._compiled)
+
+
+def describe(exc: BaseException) -> str:
+    """``exc`` in one line: its type and the first line of its message."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"[:300]
 
 
 def _compile(fn: Callable, args: tuple, tensors: list[Tensor]) -> Callable[[list[Tensor]], Any]:
@@ -135,7 +143,36 @@ def _compile(fn: Callable, args: tuple, tensors: list[Tensor]) -> Callable[[list
             out = compiled(*inputs)
         return tree_unflatten(list(out), spec)
 
+    call.writes_once = writes_once(compiled)  # type: ignore[attr-defined]
     return call
+
+
+def writes_once(compiled: Callable) -> bool:
+    """Whether a call of inductor's ``compiled`` graph can only fail before it writes anything: its generated
+    code (where torch shows it) makes its buffers, then runs one C++ kernel function, then only drops
+    references (what inductor's C++ backend makes of came_math's functions). Otherwise (Triton's several
+    kernels, with buffers made between them; code that cannot be read) a call may fail between two writes."""
+    source = getattr(compiled, "source_code", None)
+    if not isinstance(source, str) or "def call(" not in source:
+        return False
+    body = [line.strip() for line in source.split("def call(", 1)[1].split("\n\n", 1)[0].splitlines()[1:]]
+    work = [i for i, line in enumerate(body) if not _bookkeeping(line)]
+    after = body[work[-1] + 1 :] if work else []
+    return len(work) == 1 and body[work[0]].startswith("cpp_fused") and all(_drops(line) for line in after)
+
+
+def _bookkeeping(line: str) -> bool:
+    """A line of a graph's ``call`` that neither writes a tensor nor runs a kernel: it checks an input, makes,
+    reuses or views a buffer, or drops a reference."""
+    if _drops(line) or line in ("", "args.clear()") or line.startswith(("assert_size_stride(", "assert_alignment(")):
+        return True
+    target, _, value = line.partition(" = ")
+    reuse = value.split(";")[0].isidentifier() and value.partition("; ")[2].startswith("del ")
+    return bool(value) and (value.startswith(("empty_strided_cpu(", "reinterpret_tensor(", "args")) or reuse)
+
+
+def _drops(line: str) -> bool:
+    return line.startswith(("del ", "return "))
 
 
 COMPILED_REGION = "CAME compiled step"  # the name of a call of a compiled graph in a profile

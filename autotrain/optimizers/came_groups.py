@@ -17,6 +17,7 @@ with the model's depth); on the CPU it caps the budget further (``came.CPU_CHUNK
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -48,6 +49,24 @@ class Group:
     sites: dict = field(default_factory=dict)  # (start, end) -> that chunk's compiled graphs (StepCompiler)
     trial: list = field(default_factory=list)  # Background, where it measures: ("compiled"/"eager", Timing)s
     choice: dict | None = None  # ... and what it measured and kept (see Background.choose)
+    failure: str | None = None  # why its compiled step failed: it takes the eager step from then on
+
+    def fail(self, reason: str, say: bool = True) -> None:
+        """The group's compiled step failed (``reason``): it takes the eager step from now on, one line says
+        so (``say``: unless the compiler said why), and its ``choice`` records it (run.json's
+        ``optimizer_compile``)."""
+        if self.failure is not None:
+            return
+        self.failure = reason
+        self.choice = {"shape": list(self.local_shape), "params": len(self.params), **(self.choice or {})}
+        self.choice.update(kept="eager", failure=reason)
+        if say:
+            shape = "x".join(map(str, self.local_shape)) or "scalar"
+            print(
+                f"autotrain: CAME's compiled step failed for the group of {len(self.params)} {shape} "
+                f"parameter(s) ({reason}); it takes the eager step from the state before that step (same maths)",
+                file=sys.stderr,
+            )
 
     @property
     def factored(self) -> bool:
@@ -122,19 +141,55 @@ class Scratch:
     and then copies it, a pass more than it saves.)"""
 
     def __init__(self) -> None:
-        self._buffers: dict[tuple[torch.device, int], Tensor] = {}
+        self._buffers: dict[tuple, Tensor] = {}
 
-    def take(self, sizes: list[int], device: torch.device) -> list[Tensor | None]:
-        """An fp32 tensor of each of ``sizes`` elements (None for 0), each from a buffer of its own, grown
-        when too small."""
+    def take(self, sizes: list[int], device: torch.device, dtype: torch.dtype = torch.float32, kind: str = "stack"):
+        """A tensor of each of ``sizes`` elements (None for 0), each from a buffer of its own, grown when too
+        small."""
         views = []
         for slot, size in enumerate(sizes):
-            buffer = self._buffers.get((device, slot))
+            key = (device, dtype, kind, slot)
+            buffer = self._buffers.get(key)
             if size and (buffer is None or buffer.numel() < size):
-                self._buffers.pop((device, slot), None)  # freed before the larger one is made
-                buffer = self._buffers[device, slot] = torch.empty(size, dtype=torch.float32, device=device)
+                self._buffers.pop(key, None)  # freed before the larger one is made
+                buffer = self._buffers[key] = torch.empty(size, dtype=dtype, device=device)
             views.append(buffer[:size] if size else None)
         return views
+
+    def keep(self, tensors: list[Tensor]) -> Kept:
+        """Copies of ``tensors`` (one copy per dtype, in buffers lent for this chunk), to restore them."""
+        by_dtype: dict[torch.dtype, list[Tensor]] = {}
+        for t in tensors:
+            by_dtype.setdefault(t.dtype, []).append(t)
+        kept = Kept([], [])
+        for dtype, group in by_dtype.items():
+            (buffer,) = self.take([sum(t.numel() for t in group)], group[0].device, dtype, "kept")
+            start = 0
+            for t in group:
+                kept.originals.append(t)
+                kept.copies.append(buffer[start : start + t.numel()].view(t.shape))
+                start += t.numel()
+        if kept.originals:
+            torch._foreach_copy_(kept.copies, kept.originals)
+        return kept
+
+
+@dataclass
+class Kept:
+    """What a chunk's compiled step writes in place, as it was before the step (``Scratch.keep``)."""
+
+    originals: list[Tensor]
+    copies: list[Tensor]
+
+    def restore(self, among: Any = None) -> None:
+        """Write the copies back: all of them, or those of the tensors in ``among`` (a phase's arguments)."""
+        pairs = list(zip(self.originals, self.copies, strict=True))
+        if among is not None:
+            found: list[Tensor] = []
+            came_compile._tensors(among, found)
+            pairs = [(t, copy) for t, copy in pairs if any(t is f for f in found)]
+        if pairs:
+            torch._foreach_copy_([t for t, _ in pairs], [copy for _, copy in pairs])
 
 
 def _in_place(tensors: list[Tensor]) -> bool:
@@ -152,22 +207,72 @@ def gather(tensors: list[Tensor], shape: tuple[int, ...], into: Tensor | None) -
     return torch.stack(tensors, out=into.view(len(tensors), *tensors[0].shape)).view(shape), False
 
 
-def step_group(group: Group, hp: Tensor, skipped: Tensor, run: Callable, scratch: Scratch | None = None) -> None:
-    """One step of every param of ``group``: one call of ``run`` (``eager_chunk`` or ``compiled_chunk``)
-    per chunk of stacked params; ``scratch``: the step's buffer (None: one for this group)."""
+def step_group(
+    group: Group,
+    hp: Tensor,
+    skipped: Tensor,
+    compiler: came_compile.StepCompiler | None,
+    scratch: Scratch | None = None,
+) -> None:
+    """One step of every param of ``group``: one call of the eager step (``compiler`` None, or a group whose
+    compiled step failed) or of the compiled one per chunk of stacked params; ``scratch``: the step's buffers
+    (None: some for this group)."""
     scratch = scratch or Scratch()
     for start, end in group.chunks:
-        _step_chunk(group, start, end, hp, skipped, run, scratch)
+        _step_chunk(group, start, end, hp, skipped, compiler, scratch)
 
 
-def _step_chunk(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor, run: Callable, scratch: Scratch):
+def _step_chunk(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor, compiler, scratch: Scratch):
     args, locals_ = chunk_args(group, start, end, hp, skipped, scratch)
-    # A chunk's inputs keep their layouts from step to step (its state's views, its params and gradients
-    # stacked in fp32 or stepped in place: the same shape, contiguous, on storages of their own), so the
-    # compiler finds its graphs once for the chunk (``StepCompiler``'s ``site``).
-    run(*args, site=group.sites.setdefault((start, end), {}))
+    if compiler is not None and compiler.failure is not None and group.failure is None:
+        group.fail(compiler.failure, say=False)  # recorded; the compiler said why, once
+    if compiler is None or group.failure is not None:
+        eager_chunk(*args)
+    elif not _compiled_or_restored(group, args, locals_, compiler, scratch, group.sites.setdefault((start, end), {})):
+        args, locals_ = chunk_args(group, start, end, hp, skipped, scratch)  # gathered again: the call wrote there
+        eager_chunk(*args)
     if locals_ is not None:  # the params were gathered: copied back
         torch._foreach_copy_(locals_, list(args[0].view(len(locals_), *group.local_shape).unbind(0)))
+
+
+def _compiled_or_restored(group: Group, args: tuple, locals_, compiler, scratch: Scratch, site: dict) -> bool:
+    """The chunk's compiled step (its inputs keep their layouts from step to step, so the compiler finds its
+    graphs once for the chunk: ``StepCompiler``'s ``site``), guarded: what it writes in place (the state, the
+    params where stepped in place or sharded; a stack of gathered params is gathered again) is kept first, and
+    whatever fails in any call (compiling, a first call's autotuning, a launch, an out-of-memory) restores it
+    and fails the group (``Group.fail``). Returns False where the caller must then take the eager step.
+    Nothing needs keeping where the chunk's graphs all ran here before and each can only fail before it
+    writes (``came_compile.writes_once``, on the CPU: one graph, or a shard's phases, restored one by one).
+
+    A shard's phases have all-reduces between them, which every rank must make once and in turn: there a
+    failed phase is restored and run eagerly, and the step goes on (True)."""
+    p, _, state, moment, *_, reduce, _ = args
+    p_in_place = locals_ is None or reduce is not None
+    proven = site and all(getattr(graph, "writes_once", False) for graph in site.values())
+    if proven and (reduce is not None or len(site) == 1):
+        kept = Kept([], [])
+    else:
+        kept = scratch.keep([*([p] if p_in_place else []), *state, *moment])
+    if reduce is None:
+        try:
+            compiled_chunk(*args, site=site, compiler=compiler)
+            return True
+        except Exception as exc:  # the eager step goes on
+            kept.restore()
+            group.fail(came_compile.describe(exc), say=compiler.failure is None)
+            return False
+
+    def run(fn: Callable, *phase: Any) -> Any:
+        if group.failure is None:
+            try:
+                return compiler(fn, *phase, site=site)
+            except Exception as exc:  # this phase, eagerly
+                kept.restore(among=phase)
+                group.fail(came_compile.describe(exc), say=compiler.failure is None)
+        return fn(*phase)
+
+    chunk_maths(run, *args)
+    return True
 
 
 def chunk_args(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor, scratch: Scratch | None):
