@@ -26,6 +26,9 @@ CHUNKS = 8
 CPU_CHUNK = 1 << 17
 
 
+HALF = (torch.float16, torch.bfloat16)
+
+
 def _replicated() -> bool:
     """Whether this process is one of several of a distributed run."""
     dist = torch.distributed
@@ -70,8 +73,11 @@ class CAME(Optimizer):
     There is no bias correction: with zero-initialised statistics the first factored steps are
     about 10x ``lr`` in size, so use a learning-rate warmup. ``state["RMS"]`` holds the RMS of
     the weights after the step, for monitoring; the update does not use it (came-pytorch records it
-    before its update: its value is ours one step later). Statistics are fp32 for any param dtype;
-    fp16/bf16 params are updated through an fp32 copy.
+    before its update: its value is ours one step later). Statistics are fp32 for any param dtype.
+    fp16/bf16 params keep fp32 master weights (``state["master_param"]``, 4 bytes per parameter), which the
+    step updates and then rounds into the params: an update below half a bf16 ulp of a weight (about
+    ``|w| / 256``; ``lr=1e-5`` on a weight of 0.01) would otherwise be lost. ``master_weights=False`` rounds
+    each step's result into the params instead (no extra memory; such updates are lost).
 
     Multi-tensor step: params of a param group with the same (local) shape, device and kind step
     together (``came_groups``): their state is stacked, so row and column statistics are batched
@@ -117,6 +123,7 @@ class CAME(Optimizer):
         capturable: keep the step free of host synchronisation so that it can be captured in a CUDA
             graph (it always is; this also lets ``lr`` be a tensor, read on the device each step).
         total_steps: the run's length in steps, if known: what auto weighs compiling against.
+        master_weights: keep fp32 master weights of fp16/bf16 params.
     """
 
     def __init__(
@@ -130,6 +137,7 @@ class CAME(Optimizer):
         compile: bool | None = None,
         capturable: bool = False,
         total_steps: int | None = None,
+        master_weights: bool = True,
     ) -> None:
         if not lr >= 0.0:
             raise ValueError(f"Invalid learning rate: {lr}")
@@ -151,6 +159,7 @@ class CAME(Optimizer):
         self.compile = compile
         self.capturable = capturable
         self.total_steps = total_steps
+        self.master_weights = master_weights
         super().__init__(params, defaults)
         self._reset_groups()
 
@@ -162,7 +171,7 @@ class CAME(Optimizer):
 
     def __getstate__(self) -> dict[str, Any]:
         # Optimizer pickles only defaults/state/param_groups.
-        extra = {"compile": self.compile, "capturable": self.capturable, "total_steps": self.total_steps}
+        extra = {key: getattr(self, key) for key in ("compile", "capturable", "total_steps", "master_weights")}
         return {**super().__getstate__(), **extra}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -170,6 +179,7 @@ class CAME(Optimizer):
         self.__dict__.setdefault("compile", None)  # pickled before the switch existed
         self.__dict__.setdefault("capturable", False)
         self.__dict__.setdefault("total_steps", None)
+        self.__dict__.setdefault("master_weights", True)
         self._reset_groups()
 
     @property
@@ -223,6 +233,10 @@ class CAME(Optimizer):
             state = self.state[p]
             if len(state) == 0:
                 self._init_state(p, state)
+            if self.master_weights and p.dtype in HALF and "master_param" not in state:  # also a loaded state
+                state["master_param"] = shards_of(p).state(local(p).detach().to(torch.float32, copy=True), p.shape)
+            elif not (self.master_weights and p.dtype in HALF):
+                state.pop("master_param", None)
             state["step"] += 1
             if p.numel():  # a 0-element param has nothing to step
                 active.append(p)
@@ -244,7 +258,7 @@ class CAME(Optimizer):
         budget = max(max((p.numel() for p in params), default=0) // 2, sum(p.numel() for p in params) // CHUNKS)
         for p in params:
             moment = self._moment_keys(p)
-            key = (local(p).shape, p.shape, p.device, moment, id(shards_of(p).group))
+            key = (local(p).shape, p.shape, p.device, moment, id(shards_of(p).group), "master_param" in self.state[p])
             key += tuple(local(self.state[p][k]).shape for k in moment)
             buckets.setdefault(key, []).append(p)
         groups = [

@@ -61,8 +61,8 @@ class CAME8Bit(CAME):
     DTensors. Their blocks depend on the shard sizes, so resume with the same number of processes.
 
     Args:
-        params, lr, eps, clip_threshold, betas, weight_decay, compile, capturable, total_steps: as
-            :class:`CAME`.
+        params, lr, eps, clip_threshold, betas, weight_decay, compile, capturable, total_steps,
+            master_weights: as :class:`CAME`.
         block_size: elements per quantization block (one fp32 scale each).
         min_8bit_size: params with fewer elements keep an fp32 ``m``.
     """
@@ -80,6 +80,7 @@ class CAME8Bit(CAME):
         compile: bool | None = None,
         capturable: bool = False,
         total_steps: int | None = None,
+        master_weights: bool = True,
     ) -> None:
         if not block_size >= 1:
             raise ValueError(f"Invalid block_size value: {block_size}")
@@ -87,7 +88,9 @@ class CAME8Bit(CAME):
             raise ValueError(f"Invalid min_8bit_size value: {min_8bit_size}")
         self.block_size = block_size
         self.min_8bit_size = min_8bit_size
-        super().__init__(params, lr, eps, clip_threshold, betas, weight_decay, compile, capturable, total_steps)
+        super().__init__(
+            params, lr, eps, clip_threshold, betas, weight_decay, compile, capturable, total_steps, master_weights
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         # Optimizer pickles only defaults/state/param_groups.

@@ -32,6 +32,7 @@ from autotrain.optimizers.sharding import Shards, is_sharded, local, shards_of
 
 FACTORED_KEYS = ("exp_avg_sq_row", "exp_avg_sq_col", "exp_avg_res_row", "exp_avg_res_col")
 PLAIN_KEYS = ("exp_avg_sq",)
+MOMENT_KEYS = ("exp_avg", "exp_avg_codes", "exp_avg_absmax")  # the first moment: fp32, or 8-bit codes and scales
 
 
 @dataclass
@@ -104,9 +105,11 @@ def chunks_of(count: int, numel: int, budget: int) -> list[tuple[int, int]]:
 
 def build(params: list[Tensor], state: dict, moment_keys: tuple[str, ...], budget: int | None = None) -> Group:
     """Stack the per-parameter state of ``params`` (same local shape and kind) and leave views behind;
-    ``budget``: the most elements stepped at once (None: all of them)."""
+    ``budget``: the most elements stepped at once (None: all of them). A ``master_param`` (fp32 weights of
+    half-precision params) is stacked too: the step updates it in place and copies it to the params."""
     shards = shards_of(params[0])
     keys = (FACTORED_KEYS if len(shards.shape) >= 2 else PLAIN_KEYS) + moment_keys + ("RMS",)
+    keys += ("master_param",) if "master_param" in state[params[0]] else ()
     numel = prod(shards.shape)
     group = Group(params, keys, shards, chunks=chunks_of(len(params), numel, budget or len(params) * numel))
     for key in keys:
@@ -247,7 +250,7 @@ def _compiled_or_restored(group: Group, args: tuple, locals_, compiler, scratch:
     A shard's phases have all-reduces between them, which every rank must make once and in turn: there a
     failed phase is restored and run eagerly, and the step goes on (True)."""
     p, _, state, moment, *_, reduce, _ = args
-    p_in_place = locals_ is None or reduce is not None
+    p_in_place = locals_ is None or reduce is not None or "master_param" in group.stacked
     proven = site and all(getattr(graph, "writes_once", False) for graph in site.values())
     if proven and (reduce is not None or len(site) == 1):
         kept = Kept([], [])
@@ -277,7 +280,8 @@ def _compiled_or_restored(group: Group, args: tuple, locals_, compiler, scratch:
 
 def chunk_args(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor, scratch: Scratch | None):
     """``chunk_maths``'s arguments for params ``[start, end)`` of ``group``, and the params' local tensors
-    where ``p`` is gathered from them (None where ``p`` is the param itself, updated in place).
+    where the step's result ``p`` is copied to them (None where ``p`` is the param itself, updated in place):
+    ``p`` is gathered from them, or is their fp32 master weights (``build``).
     ``scratch`` None: only their layouts matter (see ``Background``): the stacked params and gradients are
     then meta-device tensors, nothing is gathered."""
     locals_ = [local(p) for p in group.params[start:end]]
@@ -285,16 +289,21 @@ def chunk_args(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor, 
     lead = (len(locals_), *_step_shape(group.local_shape, group.factored))
     numel = prod(lead)
     eight_bit = group.factored and "exp_avg_codes" in group.state_keys
-    sizes = [0 if _in_place(t) else numel for t in (locals_, grads)]
+    master = group.stacked.get("master_param")
+    sizes = [0 if master is not None or _in_place(locals_) else numel, 0 if _in_place(grads) else numel]
     if scratch is None:
         into_p, into_g = (torch.empty(size, device="meta") for size in sizes)
-        p = locals_[0].detach().view(lead) if _in_place(locals_) else into_p.view(lead)
         g = grads[0].view(lead) if _in_place(grads) else into_g.view(lead)
-        in_place = _in_place(locals_)
     else:
         into_p, into_g = scratch.take(sizes, locals_[0].device)
-        p, in_place = gather(locals_, lead, into_p)
         g, _ = gather(grads, lead, into_g)
+    if master is not None:  # stepped in place, then copied to the params
+        p, in_place = master[start:end].view(lead), False
+    elif scratch is None:
+        in_place = _in_place(locals_)
+        p = locals_[0].detach().view(lead) if in_place else into_p.view(lead)
+    else:
+        p, in_place = gather(locals_, lead, into_p)
     views, moment, dims, reduce = _state_views(group, start, end, lead)
     state = (*views, skipped)
     return (p, g, state, moment, hp, dims, reduce, eight_bit), None if in_place else locals_
@@ -309,7 +318,7 @@ def _state_views(group: Group, start: int, end: int, lead: tuple[int, ...]) -> t
     stacked = {key: value[start:end] for key, value in group.stacked.items()}
     if group.factored:
         stats = [stacked[k].view(lead[:3] if k.endswith("row") else (*lead[:2], lead[3])) for k in FACTORED_KEYS]
-        moment = [stacked[k] for k in group.state_keys[4:-1]]
+        moment = [stacked[k] for k in group.state_keys if k in MOMENT_KEYS]
         if len(moment) == 1:
             moment = [moment[0].view(lead)]
         elif came_math.rows_align(lead[-1], moment[0].shape[-1]):

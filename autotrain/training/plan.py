@@ -73,6 +73,7 @@ class RunPlan:
     length_grouped: bool = False  # batches of similar length in random order (see `groups_by_length`)
     padding_free: str = ""  # "rows", "one sequence" or "" (padded; see `padding_free`)
     load_dtype: str = "float32"  # the torch dtype the model's weights are loaded in (see `load_dtype`)
+    dtypes: dict[str, str] = field(default_factory=dict)  # of trained weights, gradients, state (`tensor_dtypes`)
     # (field, planned, used, why): what a builder changed once the model was loaded (see `refine`)
     refined: tuple[tuple[str, Any, Any, str], ...] = ()
 
@@ -108,6 +109,7 @@ class RunPlan:
             "length_grouped_batches": self.length_grouped,
             "padding_free": self.padding_free,
             "load_dtype": self.load_dtype,
+            "dtypes": self.dtypes,
             "refined_after_loading": [
                 {"field": key, "planned": planned, "used": used, "why": why} for key, planned, used, why in self.refined
             ],
@@ -140,7 +142,30 @@ def resolve_plan(cfg: TaskConfig, device: str | None = None) -> RunPlan:
         length_grouped=groups_by_length(cfg),
         padding_free=padding_free(cfg, precision),
         load_dtype=load_dtype(cfg, precision),
+        dtypes=tensor_dtypes(cfg, optimizer, load_dtype(cfg, precision)),
     )
+
+
+def tensor_dtypes(cfg: TaskConfig, optimizer: OptimizerPlan, loaded: str) -> dict[str, str]:
+    """What the trained weights, their gradients and the optimizer's state are kept in (autocast computes in
+    the half dtype from fp32 weights). The bundled optimizers keep fp32 (or 8-bit) state whatever the
+    weights, and fp32 master weights of half-precision ones unless `master_weights: false`; torch's keep
+    their state in the weights' dtype."""
+    from autotrain.optimizers.table import OPTIMIZERS
+
+    spec = OPTIMIZERS[optimizer.name]
+    trained = "float32" if cfg.uses_peft else loaded  # PEFT keeps adapter weights in fp32
+    state = trained if not spec.bundled else "float32"
+    state = "8-bit moments, float32 statistics" if spec.state_quantized else state
+    dtypes = {"weights": trained, "gradients": trained, "optimizer_state": state}
+    parts = (
+        [optimizer.kwargs.get(key, {}) for key in ("came", "adam")]
+        if "adam" in optimizer.kwargs
+        else [optimizer.kwargs]
+    )
+    if spec.bundled and trained != "float32" and all(part.get("master_weights", True) for part in parts):
+        dtypes["master_weights"] = "float32"
+    return dtypes
 
 
 def load_dtype(cfg: TaskConfig, precision: Precision) -> str:
