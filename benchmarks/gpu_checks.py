@@ -44,7 +44,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from autotrain.optimizers import CAME, CAME8Bit, CAME8BitFusedAdam, FusedAdam, came_auto, came_compile  # noqa: E402
+from autotrain.optimizers import CAME, CAME8Bit, CAME8BitFusedAdam, FusedAdam, came_compile, came_policy  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = {
@@ -252,14 +252,14 @@ def compiled_against_eager(device: str, sizes: dict) -> None:
     # here, so that it compiles afresh), then on CUDA each group times six steps, compiled and eager in
     # turn, and keeps the faster.
     compiler = came_compile.StepCompiler()
-    came_auto.BACKGROUND = came_auto.Background(compiler)
+    came_policy.BACKGROUND = came_policy.Background(compiler)
     auto = CAME8Bit(models[1].parameters(), lr=1e-4)
     for step in range(12):
         for p, g in zip(models[1].parameters(), grads, strict=True):
             p.grad = g.clone()
         auto.step()
         if step == 0:
-            came_auto.BACKGROUND.idle(timeout=300)
+            came_policy.BACKGROUND.idle(timeout=300)
     sync(device)
     choices = auto.compile_choices
     kept = sum(c["kept"] == "compiled" for c in choices)

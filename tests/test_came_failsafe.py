@@ -111,14 +111,14 @@ def test_a_failed_compiled_step_is_the_eager_step_from_the_state_before_it(
     params, reference = _params(), _params()
     opt, ref = cls(params, compile=True, **kwargs), cls(reference, compile=True, **kwargs)
     failed: set = set()
-    step_group = ref._step_group
+    step_group = ref._steps.step_group
 
     def reference_step_group(group, *args):  # the groups that failed in opt's step, eager from that step on
         if tuple(group.local_shape) in failed:
             group.failure = "by hand"
         return step_group(group, *args)
 
-    ref._step_group = reference_step_group
+    ref._steps.step_group = reference_step_group
     for step in range(1, 6):
         for ps in (params, reference):
             _set_grads(ps, step)

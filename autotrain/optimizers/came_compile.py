@@ -1,7 +1,7 @@
-"""How CAME's step functions are compiled: by inductor (torch.compile's compiler: C++ on the CPU, Triton on
-CUDA), once per (function, input layouts, thread count), traced by ``make_fx`` on fake tensors, with an eager
-fallback where compiling fails. ``StepCompiler.prepare`` compiles from fakes made to a call's layouts
-(``fake_plan``, ``fakes``) without running anything: the background compiler's way (``came_auto``).
+"""How CAME's step functions are compiled: by inductor (C++ on the CPU, Triton on CUDA), once per (function,
+input layouts, thread count), traced by ``make_fx`` on fake tensors. ``StepCompiler.prepare`` compiles from
+fakes made to a call's layouts (``fake_plan``, ``fakes``) without running anything: the background
+compiler's way (``came_policy``).
 """
 
 from __future__ import annotations
@@ -19,18 +19,13 @@ from torch import Tensor
 
 
 class StepCompiler:
-    """came_math's step functions compiled by inductor (torch.compile's compiler: C++ on the CPU, Triton on
-    CUDA), shared by every optimizer of the process.
+    """came_math's step functions compiled by inductor, shared by every optimizer of the process.
 
-    One graph per (function, input layouts, thread count): hyper-parameters are a tensor input, so no value
-    recompiles. The graph is traced by ``make_fx`` on fake tensors of the inputs' layouts, not by Dynamo:
-    the functions are straight-line tensor code, so Dynamo's bytecode analysis and guards only cost time,
-    and this class keys the graphs on what they are specialised to itself (``_flatten``, ``_aliases``). Less
-    Python runs around each call (SmolLM2-135M's 60 k/v matrices, one call each: 14.8 -> 12.6 ms a step), and
-    with inductor's caches warm a graph loads in about 0.1 s instead of the 0.5 s Dynamo took to trace it
-    again. A first call per layout is the compilation; its time adds to ``seconds``. If compiling fails (no
-    C++ compiler, no Triton), one line on stderr says so and every later step runs eagerly; a call that
-    fails raises, and its caller takes the eager step from the state before it (``came_groups``).
+    One graph per (function, input layouts, thread count); hyper-parameters are a tensor input, so no value
+    recompiles. Traced by ``make_fx`` on fakes, not by Dynamo (straight-line tensor code: Dynamo's guards only
+    cost time), and keyed here on what a graph is specialised to (``_flatten``, ``_aliases``). ``seconds``:
+    time spent compiling. If compiling fails (no C++ compiler, no Triton), one line on stderr says so and
+    nothing compiles again (``failure``); a call that fails raises, for ``came_groups`` to restore.
     """
 
     def __init__(self) -> None:
@@ -40,14 +35,9 @@ class StepCompiler:
         self.seconds = 0.0
 
     def __call__(self, fn: Callable, *args: Any, site: dict | None = None) -> Any:
-        """``fn(*args)`` through its graph, compiled on the first call with these layouts. ``site``: a dict
-        that one call site keeps, where every input keeps its layout and aliasing from call to call (a
-        chunk's, see ``came_groups``): the site's graph of ``fn`` is then looked up by the full key once,
-        and kept there for its later calls (the key took about a third of the Python a compiled step ran).
-
-        Raises whatever compiling or the call raised: the caller restores what the call wrote and takes the
-        eager step (``came_groups``). A failure to compile also ends compiling in this process
-        (``failure``, one line on stderr)."""
+        """``fn(*args)`` through its graph, compiled on the first call with these layouts. ``site``: a dict one
+        call site keeps whose inputs keep their layouts from call to call (a chunk's): the graph is looked up
+        by its full key once, then found there. Raises what compiling or the call raised."""
         tensors: list[Tensor] = []
         threads = torch.get_num_threads()
         compiled = None if site is None else site.get((fn, threads))
@@ -110,9 +100,8 @@ def describe(exc: BaseException) -> str:
 
 
 def _compile(fn: Callable, args: tuple, tensors: list[Tensor]) -> Callable[[list[Tensor]], Any]:
-    """``fn(*args)`` as an inductor graph of ``tensors`` (``args``' tensors, in ``_flatten``'s order; the
-    other values are constants of the graph; fake tensors, or real ones), traced on fake tensors: nothing is
-    run or written."""
+    """``fn(*args)`` as an inductor graph of ``tensors`` (``args``' tensors in ``_flatten``'s order, fake or
+    real; other values are constants), traced on fakes: nothing runs."""
     import torch._inductor
     from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -148,10 +137,9 @@ def _compile(fn: Callable, args: tuple, tensors: list[Tensor]) -> Callable[[list
 
 
 def writes_once(compiled: Callable) -> bool:
-    """Whether a call of inductor's ``compiled`` graph can only fail before it writes anything: its generated
-    code (where torch shows it) makes its buffers, then runs one C++ kernel function, then only drops
-    references (what inductor's C++ backend makes of came_math's functions). Otherwise (Triton's several
-    kernels, with buffers made between them; code that cannot be read) a call may fail between two writes."""
+    """Whether a call of inductor's ``compiled`` graph can only fail before it writes: its generated code makes
+    its buffers, then runs one C++ kernel (what the CPU backend makes of came_math's functions). Otherwise
+    (Triton's several kernels, buffers made between them; code that cannot be read) it may fail between."""
     source = getattr(compiled, "source_code", None)
     if not isinstance(source, str) or "def call(" not in source:
         return False
@@ -208,9 +196,7 @@ def _rebuild(value: Any, tensors: Any) -> Any:
 
 
 def _aliases(tensors: list[Tensor], storage: Callable[[Tensor, int], tuple] | None = None) -> tuple[int, ...]:
-    """For each tensor, the first of ``tensors`` on the same ``storage`` (``_storage``): a graph is traced
-    for one aliasing. (The step's inputs do not alias; this keeps a graph from being called on inputs that
-    would. A meta tensor, with no storage, aliases nothing.)"""
+    """For each tensor, the first of ``tensors`` on the same ``storage``: a graph is traced for one aliasing."""
     storage = storage or _storage
     first: dict[tuple, int] = {}
     return tuple(first.setdefault(storage(t, i), i) for i, t in enumerate(tensors))
@@ -234,15 +220,13 @@ def _fake_mode(tensors: list[Tensor]):
 
 
 def signature(args: Any, device: torch.device) -> Any:
-    """``StepCompiler``'s key of ``args`` whose meta tensors stand for tensors on ``device`` (see
-    ``Background``)."""
+    """``StepCompiler``'s key of ``args`` whose meta tensors stand for tensors on ``device``."""
     tensors: list[Tensor] = []
     flat = _flatten(args, tensors)
     return flat, _aliases(tensors), tuple(device if t.device.type == "meta" else t.device for t in tensors)
 
 
-# Recompute the update and m (a few element-wise ops on what is read anyway) in each loop that needs
-# them, rather than storing them in a full-size fp32 buffer between loops.
+# Recompute the update and m in each loop that needs them rather than store them in a full-size buffer.
 _RECOMPUTE = {"realize_reads_threshold": 64, "realize_opcount_threshold": 4096, "realize_acc_reads_threshold": 64}
 COMPILER = StepCompiler()
 
@@ -269,9 +253,8 @@ def with_inductor_settings(settings: dict | None):
 
 
 def fake_plan(args: Any, device: torch.device) -> Any:
-    """``args`` with each tensor replaced by how to make a fake of it: (storage number, dtype, shape,
-    stride, offset), and each storage's device (``device`` for a meta tensor, which has a storage of its
-    own, as in ``_aliases``) and the bytes its tensors reach."""
+    """``args`` with each tensor replaced by how to make a fake of it (``_TensorPlan``), and each storage's
+    device (``device`` for a meta tensor's own) and the bytes its tensors reach."""
     storages: dict[tuple, list] = {}
 
     def plan(value: Any) -> Any:
@@ -299,8 +282,8 @@ class _TensorPlan:
 
 
 def fakes(plan: Any) -> Any:
-    """Fake tensors as ``fake_plan`` describes, sharing storages as the originals did (made in a mode with
-    a shape environment of static shapes, which inductor's cache needs)."""
+    """Fakes as ``fake_plan`` describes, sharing storages as the originals did (a shape environment of static
+    shapes: inductor's cache needs one)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 

@@ -1,18 +1,10 @@
-"""How CAME steps many parameters at once: same-shaped parameters form a group whose state is stacked,
-and the group takes one call of ``came_math``'s step, compiled (inductor: C++ on the CPU, Triton on
-CUDA) or eager, with a fixed number of operations whatever the number of parameters in it.
-
-The state stays per parameter for everyone else: ``optimizer.state[p][key]`` is a view of row ``i`` of
-the group's stacked tensor, so ``state_dict()``, checkpoints and FSDP2's distributed checkpoints see the
-same per-parameter layout as before grouping. A group is (re)built from whatever per-parameter tensors
-the state holds (fresh zeros, a loaded checkpoint) the first time it steps and whenever that changes.
-
-A step gathers its params and gradients into stacked fp32 tensors (unless one fp32 tensor is stepped in
-place), so a group steps in chunks of params: at most ``budget`` elements each, or one param where a
-param is larger. That bounds the step's scratch memory to a few chunks of fp32 whatever the group's size.
-``CAME`` sets the budget to the larger of half the largest param and an eighth of all the params it
-steps, so on a GPU the number of chunks stays within the number of groups plus eight (and does not grow
-with the model's depth); on the CPU it caps the budget further (``came.CPU_CHUNK``), for speed.
+"""How CAME steps many params at once: the same-shaped params of a param group form a ``Group`` whose state
+is stacked, and each step calls ``came_math``'s functions once per chunk of the group, eager or compiled: a
+fixed number of operations whatever the number of params. ``optimizer.state[p][key]`` stays a view of row
+``i`` of the stacked tensor, so ``state_dict()`` and (FSDP2's) checkpoints see per-parameter state; a group
+is built again whenever its params or their state change. A chunk is stacked in fp32 (unless it is one fp32
+tensor, stepped in place), so its size (``chunk_budget``) bounds the step's scratch memory. Figures behind
+the sizes: docs/came.md.
 """
 
 from __future__ import annotations
@@ -33,6 +25,8 @@ from autotrain.optimizers.sharding import Shards, is_sharded, local, shards_of
 FACTORED_KEYS = ("exp_avg_sq_row", "exp_avg_sq_col", "exp_avg_res_row", "exp_avg_res_col")
 PLAIN_KEYS = ("exp_avg_sq",)
 MOMENT_KEYS = ("exp_avg", "exp_avg_codes", "exp_avg_absmax")  # the first moment: fp32, or 8-bit codes and scales
+CHUNKS = 8  # a chunk holds at least an eighth of a param group's elements (or half its largest param) ...
+CPU_CHUNK = 1 << 17  # ... and on the CPU at most this many (a larger matrix steps alone, in place, in cache)
 
 
 @dataclass
@@ -53,9 +47,7 @@ class Group:
     failure: str | None = None  # why its compiled step failed: it takes the eager step from then on
 
     def fail(self, reason: str, say: bool = True) -> None:
-        """The group's compiled step failed (``reason``): it takes the eager step from now on, one line says
-        so (``say``: unless the compiler said why), and its ``choice`` records it (run.json's
-        ``optimizer_compile``)."""
+        """The compiled step failed: the eager step from now on, one line (``say``), and ``choice`` says why."""
         if self.failure is not None:
             return
         self.failure = reason
@@ -88,6 +80,26 @@ class Group:
         return all(state[p].get("RMS") is view for p, view in zip(self.params, self.views, strict=True))
 
 
+def groups_of(params: list[Tensor], state: dict, moment_keys: Callable[[Tensor], tuple[str, ...]]) -> list[Group]:
+    """``params`` (with their state) in groups of one local and global shape, device, shard group and kind
+    (first moment, master weights), each in chunks of at most ``chunk_budget`` elements."""
+    buckets: dict[tuple, list[Tensor]] = {}
+    for p in params:
+        moment = moment_keys(p)
+        key = (local(p).shape, p.shape, p.device, moment, id(shards_of(p).group), "master_param" in state[p])
+        buckets.setdefault(key + tuple(local(state[p][k]).shape for k in moment), []).append(p)
+    return [build(ps, state, moment_keys(ps[0]), chunk_budget(params, ps[0].device)) for ps in buckets.values()]
+
+
+def chunk_budget(params: list[Tensor], device: torch.device) -> int:
+    """The most elements a chunk steps at once: half the largest param or an eighth of them all, whichever is
+    more, so the step's scratch stays a few chunks of fp32 and a GPU's chunks number at most the groups plus
+    ``CHUNKS`` whatever the depth; at most ``CPU_CHUNK`` on the CPU, where stepping matrices in place (no stack
+    and copy back) and in cache is faster. Global sizes: the same chunks on every rank."""
+    budget = max(max((p.numel() for p in params), default=0) // 2, sum(p.numel() for p in params) // CHUNKS)
+    return min(budget, CPU_CHUNK) if device.type == "cpu" else budget
+
+
 def chunks_of(count: int, numel: int, budget: int) -> list[tuple[int, int]]:
     """``count`` params of ``numel`` elements in near-equal runs of at most ``budget`` elements (at least
     one param each): equal runs where a number of runs up to twice the fewest possible divides ``count``
@@ -104,9 +116,8 @@ def chunks_of(count: int, numel: int, budget: int) -> list[tuple[int, int]]:
 
 
 def build(params: list[Tensor], state: dict, moment_keys: tuple[str, ...], budget: int | None = None) -> Group:
-    """Stack the per-parameter state of ``params`` (same local shape and kind) and leave views behind;
-    ``budget``: the most elements stepped at once (None: all of them). A ``master_param`` (fp32 weights of
-    half-precision params) is stacked too: the step updates it in place and copies it to the params."""
+    """Stack the per-parameter state of ``params`` (same shape and kind; a ``master_param`` too) and leave
+    views behind; ``budget``: the most elements stepped at once (None: all of them)."""
     shards = shards_of(params[0])
     keys = (FACTORED_KEYS if len(shards.shape) >= 2 else PLAIN_KEYS) + moment_keys + ("RMS",)
     keys += ("master_param",) if "master_param" in state[params[0]] else ()
@@ -134,21 +145,15 @@ def _like(original: Tensor, view: Tensor) -> Tensor:
 
 
 class Scratch:
-    """fp32 buffers that a ``step()`` lends to each of its chunks in turn, for their stacked weights and
-    gradients (one buffer each: the two never share a storage, so a chunk's compiled graph is the same
-    whether its params are stacked or stepped in place, see ``StepCompiler``). A fresh block this large comes
-    from the system (mmap) and goes back when freed, so each chunk allocating its own paid a page fault per
-    4 KiB page, every step (SmolLM2-135M: about 0.9 GB of them); reused, only the largest chunk's are paid.
-    They hold what one chunk needs at once, as the chunk's own tensors did, and live for one step. (The new
-    8-bit moment is not put in them: a compiled graph writing into a buffer it is given computes the value
-    and then copies it, a pass more than it saves.)"""
+    """Buffers a ``step()`` lends to each of its chunks in turn (and frees when it ends): the stacked weights
+    and gradients (one buffer each, so a chunk's graph is the same stacked or in place), and the copies a
+    guarded compiled call keeps (``keep``). Reused, a fresh buffer's page faults are paid once a step."""
 
     def __init__(self) -> None:
         self._buffers: dict[tuple, Tensor] = {}
 
     def take(self, sizes: list[int], device: torch.device, dtype: torch.dtype = torch.float32, kind: str = "stack"):
-        """A tensor of each of ``sizes`` elements (None for 0), each from a buffer of its own, grown when too
-        small."""
+        """A tensor of each of ``sizes`` elements (None for 0), each from a buffer of its own, grown as needed."""
         views = []
         for slot, size in enumerate(sizes):
             key = (device, dtype, kind, slot)
@@ -201,9 +206,7 @@ def _in_place(tensors: list[Tensor]) -> bool:
 
 
 def gather(tensors: list[Tensor], shape: tuple[int, ...], into: Tensor | None) -> tuple[Tensor, bool]:
-    """``tensors`` stacked in fp32 as ``shape`` (G, ...) in ``into`` (their numel of fp32; None where they
-    are one fp32, contiguous tensor, see ``_in_place``); True when the result is a view of that one tensor
-    (the param is then updated in place; otherwise the caller copies the result back)."""
+    """``tensors`` stacked in fp32 as ``shape`` in ``into``, or (True) a view of the one fp32 tensor."""
     if _in_place(tensors):
         return tensors[0].detach().view(shape), True
     assert into is not None, "a scratch buffer for the stack"
@@ -217,9 +220,8 @@ def step_group(
     compiler: came_compile.StepCompiler | None,
     scratch: Scratch | None = None,
 ) -> None:
-    """One step of every param of ``group``: one call of the eager step (``compiler`` None, or a group whose
-    compiled step failed) or of the compiled one per chunk of stacked params; ``scratch``: the step's buffers
-    (None: some for this group)."""
+    """One step of ``group``, chunk by chunk: eager (``compiler`` None, or the group's compiled step failed) or
+    compiled; ``scratch``: the step's buffers (None: some for this group)."""
     scratch = scratch or Scratch()
     for start, end in group.chunks:
         _step_chunk(group, start, end, hp, skipped, compiler, scratch)
@@ -239,16 +241,12 @@ def _step_chunk(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor,
 
 
 def _compiled_or_restored(group: Group, args: tuple, locals_, compiler, scratch: Scratch, site: dict) -> bool:
-    """The chunk's compiled step (its inputs keep their layouts from step to step, so the compiler finds its
-    graphs once for the chunk: ``StepCompiler``'s ``site``), guarded: what it writes in place (the state, the
-    params where stepped in place or sharded; a stack of gathered params is gathered again) is kept first, and
-    whatever fails in any call (compiling, a first call's autotuning, a launch, an out-of-memory) restores it
-    and fails the group (``Group.fail``). Returns False where the caller must then take the eager step.
-    Nothing needs keeping where the chunk's graphs all ran here before and each can only fail before it
-    writes (``came_compile.writes_once``, on the CPU: one graph, or a shard's phases, restored one by one).
-
-    A shard's phases have all-reduces between them, which every rank must make once and in turn: there a
-    failed phase is restored and run eagerly, and the step goes on (True)."""
+    """The chunk's compiled step, guarded: what it writes in place (state; params stepped in place; a stack of
+    gathered ones is gathered again) is kept first, and whatever fails at any call (compiling, a first
+    call's autotuning, a launch, an out-of-memory) restores it and fails the group; False: the caller takes
+    the eager step. Nothing is kept where the chunk's graphs all ran before and each fails, if at all,
+    before it writes (``came_compile.writes_once``). A shard's phases have all-reduces between them that
+    every rank makes once: there only the failed phase is restored and run eagerly (True)."""
     p, _, state, moment, *_, reduce, _ = args
     p_in_place = locals_ is None or reduce is not None or "master_param" in group.stacked
     proven = site and all(getattr(graph, "writes_once", False) for graph in site.values())
@@ -258,7 +256,7 @@ def _compiled_or_restored(group: Group, args: tuple, locals_, compiler, scratch:
         kept = scratch.keep([*([p] if p_in_place else []), *state, *moment])
     if reduce is None:
         try:
-            compiled_chunk(*args, site=site, compiler=compiler)
+            chunk_maths(partial(compiler, site=site), *args)
             return True
         except Exception as exc:  # the eager step goes on
             kept.restore()
@@ -279,11 +277,9 @@ def _compiled_or_restored(group: Group, args: tuple, locals_, compiler, scratch:
 
 
 def chunk_args(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor, scratch: Scratch | None):
-    """``chunk_maths``'s arguments for params ``[start, end)`` of ``group``, and the params' local tensors
-    where the step's result ``p`` is copied to them (None where ``p`` is the param itself, updated in place):
-    ``p`` is gathered from them, or is their fp32 master weights (``build``).
-    ``scratch`` None: only their layouts matter (see ``Background``): the stacked params and gradients are
-    then meta-device tensors, nothing is gathered."""
+    """``chunk_maths``'s arguments for params ``[start, end)``, and the params' local tensors that ``p`` (gathered
+    from them, or their master weights) is copied to after the step (None: ``p`` is the param, in place).
+    ``scratch`` None: only the layouts matter (``Background``): stacks are meta tensors, nothing is gathered."""
     locals_ = [local(p) for p in group.params[start:end]]
     grads = [local(q.grad) for q in group.params[start:end]]
     lead = (len(locals_), *_step_shape(group.local_shape, group.factored))
@@ -310,8 +306,8 @@ def chunk_args(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor, 
 
 
 def _state_views(group: Group, start: int, end: int, lead: tuple[int, ...]) -> tuple:
-    """The state of params ``[start, end)`` as came_math takes it (views of the group's stacked tensors,
-    which live as long as the group: made once per chunk, not each step), its moment, dims and reducer."""
+    """The state of params ``[start, end)`` as came_math takes it (views, made once per chunk), its moment, dims
+    and reducer."""
     cached = group.chunk_state.get((start, end))
     if cached is not None:
         return cached
@@ -332,8 +328,8 @@ def _state_views(group: Group, start: int, end: int, lead: tuple[int, ...]) -> t
 
 
 def chunk_maths(run: Callable, p: Tensor, g: Tensor, state: tuple, moment: tuple, hp: Tensor, dims, reduce, eight_bit):
-    """came_math's step of one chunk, each function through ``run`` (``eager`` or ``COMPILER``). A shard's
-    step calls each phase through ``run``, with the all-reduces (``reduce``) between them."""
+    """came_math's step of one chunk, each function through ``run`` (``eager`` or a compiler); a shard's phases
+    one by one, the all-reduces (``reduce``) between them."""
     if reduce is not None:
         if moment:
             came_math.factored_step(p, g, (*state, *moment), hp, dims, reduce, run)
@@ -356,8 +352,8 @@ def _step_shape(shape: torch.Size, factored: bool) -> tuple[int, ...]:
 
 
 def _reducer(shards: Shards) -> Callable:
-    """Sums over the shards where a phase's results span them: the per-parameter totals always, the
-    per-slice sums when a matrix's rows are split, the update's total when its slices are."""
+    """Sums over the shards what spans them: totals always, per-slice sums where a matrix's rows are split, the
+    update's total where its slices are."""
 
     def reduce(kind: str, tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
         needed = kind == "totals" or (kind == "slices") == shards.splits_columns
@@ -369,13 +365,6 @@ def _reducer(shards: Shards) -> Callable:
 eager = came_math.eager
 
 
-def eager_chunk(*args: Any, site: dict | None = None) -> None:
+def eager_chunk(*args: Any) -> None:
     """A chunk's step, eager."""
     chunk_maths(eager, *args)
-
-
-def compiled_chunk(*args: Any, site: dict | None = None, compiler: came_compile.StepCompiler | None = None) -> None:
-    """A chunk's step, compiled on its first call (which waits for the compilation) by ``compiler`` (None:
-    ``came_compile.COMPILER``); ``site``: the chunk's graphs (see ``StepCompiler``)."""
-    compiler = compiler or came_compile.COMPILER
-    chunk_maths(compiler if site is None else partial(compiler, site=site), *args)
