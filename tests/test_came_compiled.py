@@ -711,19 +711,26 @@ def test_the_worker_compiles_with_the_training_threads_inductor_settings(monkeyp
 def test_settings_inductor_hides_do_not_stop_the_worker():
     """A setting inductor hides (``unittest.mock`` and pytest's monkeypatch hide one when they undo a patch)
     is in the settings copied from the training thread, and inductor refuses to patch it, even to the value
-    it has: the worker patches only what differs from its own settings."""
+    it has: the worker patches only what differs from its own settings. Where settings are process-wide
+    (torch 2.8, whose copy of them fails on a hidden one) nothing is copied or patched."""
     config = torch._inductor.config
+    value = config.cpp.enable_kernel_profile
     settings = came_compile.inductor_settings()
     delattr(config.cpp, "enable_kernel_profile")  # hidden, as an undone mock leaves it
     try:
+        if not came_compile.per_thread_settings():
+            assert settings is None and came_compile.inductor_settings() is None
+            with came_compile.with_inductor_settings({"cpp.simdlen": 4}):
+                assert config.cpp.simdlen != 4
+            return
         with pytest.raises(AttributeError):
-            config.patch({"cpp.enable_kernel_profile": settings["cpp.enable_kernel_profile"]}).__enter__()
+            config.patch({"cpp.enable_kernel_profile": value}).__enter__()
         with came_compile.with_inductor_settings(settings):
             pass
         with came_compile.with_inductor_settings({**settings, "cpp.simdlen": 4}):
             assert config.cpp.simdlen == 4  # what differs is still applied
     finally:
-        config.cpp.enable_kernel_profile = settings["cpp.enable_kernel_profile"]  # shown again
+        config.cpp.enable_kernel_profile = value  # shown again
 
 
 def test_the_worker_compiles_on_the_groups_device(monkeypatch):
@@ -774,3 +781,28 @@ def test_two_ranks_that_disagree_about_compiling_still_vote_together(tmp_path):
     assert [rank["kept"] for rank in ranks] == ["compiled", "compiled"]
     assert [rank["after"] for rank in ranks] == [1.0, 1.0]
     assert len(ranks[0]["choices"]) == 1 and ranks[1]["choices"] == []
+
+
+def test_the_worker_never_changes_the_training_threads_inductor_settings():
+    """Where inductor keeps its settings per thread (torch 2.13), the worker patches its own; where they are
+    process-wide (torch 2.8), a patch on the worker would change the training thread's too, so it patches
+    nothing (it then sees the training thread's settings as they are)."""
+    config = torch._inductor.config
+    before = config.cpp.simdlen
+    entered, done, seen = threading.Event(), threading.Event(), []
+
+    def worker() -> None:
+        with came_compile.with_inductor_settings({**(came_compile.inductor_settings() or {}), "cpp.simdlen": 4}):
+            seen.append(config.cpp.simdlen)
+            entered.set()
+            done.wait(timeout=60)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    assert entered.wait(timeout=60)
+    try:
+        assert config.cpp.simdlen == before  # the training thread's view, while the worker compiles
+    finally:
+        done.set()
+        thread.join(timeout=60)
+    assert seen == [4 if came_compile.per_thread_settings() else before]

@@ -140,13 +140,29 @@ def writes_once(compiled: Callable) -> bool:
     """Whether a call of inductor's ``compiled`` graph can only fail before it writes: its generated code makes
     its buffers, then runs one C++ kernel (what the CPU backend makes of came_math's functions). Otherwise
     (Triton's several kernels, buffers made between them; code that cannot be read) it may fail between."""
-    source = getattr(compiled, "source_code", None)
-    if not isinstance(source, str) or "def call(" not in source:
+    source = _source_code(compiled)
+    if source is None or "def call(" not in source:
         return False
     body = [line.strip() for line in source.split("def call(", 1)[1].split("\n\n", 1)[0].splitlines()[1:]]
     work = [i for i, line in enumerate(body) if not _bookkeeping(line)]
     after = body[work[-1] + 1 :] if work else []
     return len(work) == 1 and body[work[0]].startswith("cpp_fused") and all(_drops(line) for line in after)
+
+
+def _source_code(compiled: Any, depth: int = 4) -> str | None:
+    """The code inductor generated for ``compiled``: on the callable (torch 2.13) or a few wrappers in (2.8)."""
+    source = getattr(compiled, "source_code", None)
+    if isinstance(source, str) or depth == 0:
+        return source if isinstance(source, str) else None
+    cells = []
+    for cell in getattr(compiled, "__closure__", None) or ():
+        with contextlib.suppress(ValueError):  # an empty cell
+            cells.append(cell.cell_contents)
+    for inner in (getattr(compiled, "_torchdynamo_orig_callable", None), *cells):
+        found = _source_code(inner, depth - 1) if callable(inner) else None
+        if found is not None:
+            return found
+    return None
 
 
 def _bookkeeping(line: str) -> bool:
@@ -231,19 +247,30 @@ _RECOMPUTE = {"realize_reads_threshold": 64, "realize_opcount_threshold": 4096, 
 COMPILER = StepCompiler()
 
 
+def per_thread_settings() -> bool:
+    """Whether inductor keeps its settings per thread (torch 2.13), not for the whole process (2.8); read from
+    how it stores them, and taken as process-wide where that cannot be read (the safe side)."""
+    from contextvars import ContextVar
+
+    import torch._inductor.config
+
+    entries = getattr(torch._inductor.config, "_config", None)
+    entry = next(iter(entries.values()), None) if isinstance(entries, dict) else None
+    return isinstance(getattr(entry, "user_override", None), ContextVar)
+
+
 def inductor_settings() -> dict | None:
-    """The calling thread's inductor settings (inductor keeps them per thread: one set on the training thread
-    is not seen on another), for a compilation elsewhere to use; None where inductor was never imported
-    (nothing was set)."""
+    """The calling thread's inductor settings, for the worker thread to compile with; None where inductor was
+    never imported (nothing was set) or keeps them for the whole process (the worker sees them already)."""
     config = sys.modules.get("torch._inductor.config")
-    return None if config is None else config.get_config_copy()
+    return config.get_config_copy() if config is not None and per_thread_settings() else None
 
 
 def with_inductor_settings(settings: dict | None):
-    """A context in which this thread compiles with ``settings`` (``inductor_settings``). Only the settings
-    that differ from this thread's are patched: inductor refuses to patch a setting it hides, even to the
-    value it already has."""
-    if settings is None:
+    """A context in which this thread compiles with ``settings`` (``inductor_settings``), where settings are per
+    thread: only those that differ from this thread's are patched (inductor refuses to patch one it hides,
+    even to its value). Where they are process-wide nothing is patched: that would change every thread's."""
+    if settings is None or not per_thread_settings():
         return contextlib.nullcontext()
     import torch._inductor.config
 
