@@ -154,7 +154,7 @@ def tensor_dtypes(cfg: TaskConfig, optimizer: OptimizerPlan, loaded: str) -> dic
     from autotrain.optimizers.table import OPTIMIZERS
 
     spec = OPTIMIZERS[optimizer.name]
-    trained = "float32" if cfg.uses_peft else loaded  # PEFT keeps adapter weights in fp32
+    trained = "float32" if getattr(cfg, "uses_peft", False) else loaded  # PEFT keeps adapter weights in fp32
     state = trained if not spec.bundled else "float32"
     state = "8-bit moments, float32 statistics" if spec.state_quantized else state
     dtypes = {"weights": trained, "gradients": trained, "optimizer_state": state}
