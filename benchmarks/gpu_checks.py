@@ -132,6 +132,7 @@ def inventory(device: str, sizes: dict) -> dict:
     found["deepspeed"] = importlib.util.find_spec("deepspeed") is not None
     found["c_compiler"] = next((shutil.which(cc) for cc in (os.environ.get("CC", ""), "cc", "gcc") if cc), None)
     found["inductor_settings_per_thread"] = came_compile.per_thread_settings()
+    found["3d_steps_compile_right"] = came_compile.slices_compile_right(torch.device(device))  # a probe
     for key, value in found.items():
         print(f"  {key}: {value}")
     return found

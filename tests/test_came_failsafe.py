@@ -50,6 +50,10 @@ class Faults:
         self.step, self.name, self.when = plan
         self.now = 0
         self.failed = 0
+        # Whether this torch compiles 3-D steps right, found before the faults (a probe under them would fail).
+        monkeypatch.setattr(
+            came_compile, "_SLICES_RIGHT", {"cpu": came_compile.slices_compile_right(torch.device("cpu"))}
+        )
         compile_ = came_compile._compile
 
         def faulty_compile(fn, args, tensors):
@@ -83,6 +87,7 @@ def traced_only(monkeypatch):
 
     monkeypatch.setattr(came_compile, "COMPILER", came_compile.StepCompiler())
     monkeypatch.setattr(torch._inductor, "compile", lambda graph, example_inputs, options=None: graph)
+    monkeypatch.setattr(came_compile, "_SLICES_RIGHT", {"cpu": True})  # the traced graphs run the eager ops
 
 
 POINTS = {
@@ -268,9 +273,12 @@ def test_cpu_graphs_fail_before_they_write_so_later_steps_keep_nothing(monkeypat
         kept.clear()
         opt.step()
         per_step.append(len(kept))
-    assert per_step == [5, 1, 1]  # two chunks of (64, 80), one of each other shape; then only (20, 257)
+    # Two chunks of (64, 80), one of each other shape (the 4-D one eager where this torch's compiler gets such
+    # steps wrong); then only the (20, 257) chunk.
+    three_d = 1 if came_compile.slices_compile_right(torch.device("cpu")) else 0
+    assert per_step == [4 + three_d, 1, 1]
     sites = [site for _, groups in opt._groups.values() for g in groups for site in g.sites.values()]
-    assert sum(len(site) for site in sites) == 6 and all(graph.writes_once for s in sites for graph in s.values())
+    assert sum(len(site) for site in sites) == 5 + three_d and all(g.writes_once for s in sites for g in s.values())
 
 
 def test_a_graph_writes_once_where_its_code_runs_one_kernel_after_its_buffers():

@@ -66,6 +66,11 @@ class Group:
         return len(self.shards.shape) >= 2
 
     @property
+    def slices(self) -> int:
+        """How many slices a factored param is factored within (its leading dims: 1 for a matrix)."""
+        return prod(self.shards.shape[:-2]) if self.factored else 1
+
+    @property
     def local_shape(self) -> torch.Size:
         return local(self.params[0]).shape
 
@@ -231,6 +236,9 @@ def _step_chunk(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor,
     args, locals_ = chunk_args(group, start, end, hp, skipped, scratch)
     if compiler is not None and compiler.failure is not None and group.failure is None:
         group.fail(compiler.failure, say=False)  # recorded; the compiler said why, once
+    wrong = compiler is not None and group.failure is None and group.slices > 1
+    if wrong and not came_compile.slices_compile_right(group.params[0].device):
+        group.fail(came_compile.SLICES_WRONG)
     if compiler is None or group.failure is not None:
         eager_chunk(*args)
     elif not _compiled_or_restored(group, args, locals_, compiler, scratch, group.sites.setdefault((start, end), {})):
