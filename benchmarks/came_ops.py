@@ -34,8 +34,8 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from autotrain.optimizers.came import CPU_CHUNK  # noqa: E402
 from autotrain.optimizers.came_compile import COMPILED_REGION  # noqa: E402
+from autotrain.optimizers.came_groups import CPU_CHUNK  # noqa: E402
 
 VIEW_OR_ALLOC = {
     "aten::view",
@@ -154,18 +154,18 @@ def profile_step(opt: torch.optim.Optimizer) -> tuple[int, Counter, int]:
 
 
 def ops_per_step(mode: str, layers: int, cls_name: str = "CAME8Bit", chunks: str = "gpu") -> tuple[int, Counter, int]:
-    from autotrain.optimizers import came
+    from autotrain.optimizers import came_groups
 
-    # On the CPU a step takes chunks of at most came.CPU_CHUNK elements (faster there), so their number
+    # On the CPU a step takes chunks of at most came_groups.CPU_CHUNK elements (faster there), so their number
     # follows the depth; "gpu" counts with the chunks a GPU steps (what it would launch), on the CPU.
-    came.CPU_CHUNK = (1 << 62) if chunks == "gpu" else CPU_CHUNK
+    came_groups.CPU_CHUNK = (1 << 62) if chunks == "gpu" else CPU_CHUNK
     params = make_params(smollm2_shapes(layers))
     opt = build(mode, params, cls_name)
     opt.step()
     if mode == "auto":  # auto compiles on a thread while the first steps run eagerly: count once it has
-        from autotrain.optimizers import came_auto
+        from autotrain.optimizers import came_policy
 
-        came_auto.BACKGROUND.idle()
+        came_policy.BACKGROUND.idle()
     opt.step()
     return profile_step(opt)
 

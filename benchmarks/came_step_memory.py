@@ -44,9 +44,9 @@ def step_memory(mode: str) -> dict[str, float]:
     before = proc_status()["VmHWM"]
     start = time.perf_counter()
     if mode == "background":  # compile: null after its first (eager) step: the worker compiles the layouts
-        from autotrain.optimizers import came_auto
+        from autotrain.optimizers import came_policy
 
-        came_auto.BACKGROUND.idle()
+        came_policy.BACKGROUND.idle()
     else:
         opt.step()
     seconds = time.perf_counter() - start

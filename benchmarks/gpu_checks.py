@@ -1,37 +1,47 @@
-"""Checks that need a CUDA GPU, in one script that runs in well under 10 minutes on one recent GPU.
+"""Checks that need a CUDA GPU, in parts of at most 8 minutes each, run in order of risk (what would fail a
+user's first run on a GPU host first), each in a child process of its own.
 
-    python benchmarks/gpu_checks.py [--budget-s 540] [--params 1.0]
-    python benchmarks/gpu_checks.py --cpu-smoke    # the same code paths, tiny sizes, on the CPU
+    python benchmarks/gpu_checks.py [--parts 0,1,2,3] [--budget-s 840] [--out DIR]
+    python benchmarks/gpu_checks.py --cpu-smoke          # every part's code path, tiny sizes, on the CPU
 
-1. Mixed precision with every bundled optimizer: a small Llama (built from a LlamaConfig, no download)
-   trained 30 steps under bf16 and fp16 autocast (fp16 with a GradScaler), and with bf16 parameters: loss
-   first/last, all finite, ms/step.
-2. CAME8Bit against bitsandbytes' 8-bit AdamW on a ~1B-parameter Llama (random weights, random gradients):
-   step time (median of 10, after warm-up) and optimizer-state memory (allocated after the first step,
-   minus before), and the peak extra memory of a step. Also fp32 AdamW as the baseline both save on.
-3. CAME8Bit's compiled step (Triton) against its eager step on the same model: step time, compile time,
-   and how far the parameters are apart after 5 steps; then what `compile: null` measured and kept per
-   group of same-shaped params.
-4. QLoRA through `autotrain llm` (4-bit base, LoRA, 5 steps) if bitsandbytes is installed.
-5. SFT's padding-free batches on CUDA: one batch of 8 samples of mixed length on a small Llama, padded
-   (sdpa) against packed into rows (sdpa, autotrain's default) and, with flash-attn installed, flattened
-   into one sequence (flash_attention_2, bf16): loss, gradient difference and ms per forward + backward.
-6. CAME8Bit's grouped step captured in a CUDA graph (``capturable=True``, eager and compiled) against
-   bitsandbytes' AdamW8bit, fused AdamW and fp32 CAME on check 2's model: ms per step, ratios measured in
-   the same run, and kernels launched per step per group of same-shaped params (target: <= 25).
-7. The memory estimate (run.json) against torch.cuda.max_memory_allocated for bf16, bf16 with gradient
-   checkpointing and QLoRA: 2 steps each through `autotrain llm` on a random Llama (target +-15%).
+--budget-s: the seconds this run may take in all (a lent GPU gives 15 minutes, start-up included). A part
+runs with a limit of min(8 minutes, what is left); one whose estimate (``PARTS``) no longer fits is skipped
+and named. Each part prints its lines as it goes and writes its figures to DIR/part-N.json (on a lent
+device, pass --out "$OUT" so that they come back).
 
-Each check prints its own lines as it finishes; a check that fails prints the error and the others still
-run. Without CUDA (and without --cpu-smoke) the script says so and exits 0.
+0. Inventory: nvidia-smi, the GPU, torch / CUDA / Triton and library versions, bitsandbytes, flash-attn,
+   DeepSpeed, a C compiler.
+1. CAME's first compiled step on CUDA, compiled from fakes, with ``compile: null`` (the background worker,
+   then the timed choice) and ``compile: true``, on bf16 weights (fp32 master weights, as `mixed_precision:
+   auto` trains): per group of same-shaped params the eager and compiled step times, the compiled step's
+   largest relative difference from the eager one, what auto kept, any failure; and what the guard of a
+   compiled call (copies of what it writes) costs.
+2. Part 1 with no C compiler (``CC=CXX=/bin/false``) and empty Triton and inductor caches, as in a Docker
+   image without build tools: the run must end with the eager step (one line per failure), never exit 1.
+3. ``autotrain llm`` end to end, ``came_8bit+fused_adam`` with ``mixed_precision: auto``, 240 steps of a
+   small Llama: exit status, losses, what run.json records (the plan's dtypes, optimizer_compile, memory).
+4. QLoRA (4-bit base, LoRA) through ``autotrain llm``, where bitsandbytes is installed.
+5. A reward model with LoRA in fp16 through ``autotrain llm``.
+6. Performance on a 0.83B-parameter Llama (random gradients): CAME8Bit (compiled, and captured in a CUDA
+   graph) against bitsandbytes' AdamW8bit, fused AdamW and fp32 CAME: ms per step and ratios from this run,
+   kernels per step (per group), optimizer-state bytes, the peak extra memory of a step.
+7. The memory estimate (run.json) against ``torch.cuda.max_memory_allocated``: bf16, bf16 with gradient
+   checkpointing, QLoRA, 2 steps each through ``autotrain llm`` (target +-15%).
+8. SFT's padding-free batches on CUDA: padded vs rows (sdpa) vs one sequence (flash_attention_2).
+9. Every bundled optimizer under bf16 / fp16 autocast and with bf16 weights, 30 steps of a small Llama.
+
+Without CUDA (and without --cpu-smoke) the script says so and exits 0.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import importlib.util
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -44,15 +54,40 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from autotrain.optimizers import CAME, CAME8Bit, CAME8BitFusedAdam, FusedAdam, came_auto, came_compile  # noqa: E402
+from autotrain.optimizers import (  # noqa: E402
+    CAME,
+    CAME8Bit,
+    CAME8BitFusedAdam,
+    FusedAdam,
+    came_compile,
+    came_groups,
+    came_policy,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
-BUNDLED = {
-    "came": lambda params: CAME(params, lr=1e-3),
-    "came_8bit": lambda params: CAME8Bit(params, lr=1e-3),
-    "fused_adam": lambda params: FusedAdam(params, lr=1e-3),
-    "came_8bit+fused_adam": lambda params: CAME8BitFusedAdam(params, lr=1e-3),
+PART_LIMIT_S = 480  # no part may take longer (a device command is limited to 10 minutes, start-up included)
+# part: (what it checks, its estimated seconds on one H200, cold caches)
+PARTS = {
+    0: ("inventory", 15),
+    1: ("CAME's first compiled step from CUDA fakes, compile null and true", 150),
+    2: ("the same without a C compiler, empty Triton/inductor caches", 120),
+    3: ("autotrain llm, came_8bit+fused_adam, mixed_precision auto, 240 steps", 180),
+    4: ("QLoRA through autotrain llm", 90),
+    5: ("reward model + LoRA in fp16 through autotrain llm", 90),
+    6: ("performance on a 0.83B Llama: CAME8Bit vs AdamW8bit vs fused AdamW", 300),
+    7: ("memory estimate vs max_memory_allocated", 180),
+    8: ("SFT padding-free batches on CUDA", 40),
+    9: ("bundled optimizers under bf16/fp16 autocast and bf16 weights", 120),
 }
+NO_COMPILER = {"CC": "/bin/false", "CXX": "/bin/false"}
+
+
+def sizes_for(smoke: bool) -> dict:
+    if smoke:
+        return {"hidden": 64, "layers": 2, "vocab": 256, "seq": 32, "steps": 6, "reps": 2, "e2e_steps": 6}
+    # 0.83B: 16 layers of width 2048 plus a 32k x 2048 embedding and head.
+    big = {"big_hidden": 2048, "big_layers": 16, "big_vocab": 32000}
+    return {"hidden": 512, "layers": 4, "vocab": 1024, "seq": 128, "steps": 30, "reps": 10, "e2e_steps": 240, **big}
 
 
 def llama(hidden: int, layers: int, vocab: int, device: str, dtype: torch.dtype = torch.float32):
@@ -77,358 +112,288 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def precision_runs(device: str, sizes: dict) -> None:
-    """Check 1: each bundled optimizer under bf16 / fp16 autocast and with bf16 parameters."""
-    print("\n== 1. mixed precision x bundled optimizers (30 steps, small Llama)")
-    for mode in ("bf16-autocast", "fp16-autocast", "bf16-params"):
-        for name, make in BUNDLED.items():
-            try:
-                first, last, ms = _train_steps(device, sizes, mode, make, steps=sizes["steps"])
-                verdict = "ok" if math.isfinite(first) and math.isfinite(last) and last < first else "CHECK"
-                print(f"  {mode:14s} {name:22s} loss {first:.3f} -> {last:.3f}  {ms:7.1f} ms/step  {verdict}")
-            except Exception as exc:  # one failing combination must not hide the others
-                print(f"  {mode:14s} {name:22s} FAILED: {type(exc).__name__}: {exc}")
+# --- 0. inventory -----------------------------------------------------------------------------------------
 
 
-def _train_steps(device: str, sizes: dict, mode: str, make, steps: int) -> tuple[float, float, float]:
-    dtype = torch.bfloat16 if mode == "bf16-params" else torch.float32
-    model = llama(sizes["hidden"], sizes["layers"], sizes["vocab"], device, dtype)
-    opt = make(model.parameters())
-    autocast = {"bf16-autocast": torch.bfloat16, "fp16-autocast": torch.float16}.get(mode)
-    scaler = torch.amp.GradScaler(device) if mode == "fp16-autocast" else None
-    gen = torch.Generator().manual_seed(0)
-    data = torch.randint(0, sizes["vocab"] // 4, (8, sizes["seq"]), generator=gen).to(device)  # learnable
-    losses, times = [], []
-    for _ in range(steps):
-        sync(device)
-        start = time.perf_counter()
-        with torch.autocast(device, dtype=autocast, enabled=autocast is not None):
-            loss = model(input_ids=data, labels=data).loss
-        opt.zero_grad()
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-        else:
-            loss.backward()
-            opt.step()
-        sync(device)
-        times.append(time.perf_counter() - start)
-        losses.append(loss.item())
-    return losses[0], losses[-1], statistics.median(times[3:]) * 1e3
-
-
-def _step_figures(name: str, make, params: list, device: str, reps: int) -> dict:
-    """Optimizer-state bytes, peak extra bytes of a step, median step time (random gradients)."""
-    for p in params:
-        p.grad = torch.randn_like(p) * 1e-3
-    before = torch.cuda.memory_allocated() if device == "cuda" else 0
-    opt = make(params)
-    start = time.perf_counter()
-    opt.step()  # creates the state (and compiles, for a compiled step)
-    sync(device)
-    first = time.perf_counter() - start
-    state = (torch.cuda.memory_allocated() - before) if device == "cuda" else _state_bytes(opt)
-    opt.step()
-    sync(device)
+def inventory(device: str, sizes: dict) -> dict:
+    found = {"torch": torch.__version__, "cuda": torch.version.cuda, "device": device}
     if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-    times = []
-    for _ in range(reps):
-        sync(device)
-        start = time.perf_counter()
-        opt.step()
-        sync(device)
-        times.append(time.perf_counter() - start)
-    peak = (torch.cuda.max_memory_allocated() - base) if device == "cuda" else 0
-    del opt
-    return {"name": name, "state": state, "peak": peak, "ms": statistics.median(times) * 1e3, "first_s": first}
-
-
-def _state_bytes(opt) -> int:
-    return sum(t.nbytes for s in opt.state.values() for t in s.values() if isinstance(t, torch.Tensor))
-
-
-def eight_bit_against_bnb(device: str, sizes: dict) -> None:
-    """Check 2: CAME8Bit vs bitsandbytes AdamW8bit (and fp32 AdamW) on a ~1B-parameter Llama."""
-    model = llama(sizes["big_hidden"], sizes["big_layers"], sizes["big_vocab"], device)
-    params = [p for p in model.parameters()]
-    count = sum(p.numel() for p in params)
-    print(f"\n== 2. optimizer step on a {count / 1e9:.2f}B-parameter Llama (random gradients)")
-    candidates = {
-        "came_8bit (compiled)": lambda ps: CAME8Bit(ps, lr=1e-4, compile=True),
-        "came_8bit (eager)": lambda ps: CAME8Bit(ps, lr=1e-4, compile=False),
-        "came fp32 (compiled)": lambda ps: CAME(ps, lr=1e-4, compile=True),
-        "adamw foreach (fp32 state)": lambda ps: torch.optim.AdamW(ps, lr=1e-4, foreach=True),
-        "adamw fused (fp32 state)": lambda ps: torch.optim.AdamW(ps, lr=1e-4, fused=True),
-    }
-    try:
-        import bitsandbytes
-
-        candidates["bnb AdamW8bit"] = lambda ps: bitsandbytes.optim.AdamW8bit(ps, lr=1e-4)
-    except ImportError:
-        print("  bitsandbytes is not installed: no AdamW8bit figure (pip install bitsandbytes)")
-    rows = []
-    for name, make in candidates.items():
+        props = torch.cuda.get_device_properties(0)
+        found.update(gpu=props.name, memory_gib=round(props.total_memory / 2**30, 1))
+        found["bf16"] = torch.cuda.is_bf16_supported()
+    if shutil.which("nvidia-smi"):
+        smi = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=60)
+        print(smi.stdout[-3000:])
+    for package in ("triton", "transformers", "trl", "peft", "accelerate", "datasets", "bitsandbytes", "flash-attn"):
         try:
-            rows.append(_step_figures(name, make, params, device, sizes["reps"]))
-        except Exception as exc:
-            print(f"  {name}: FAILED: {type(exc).__name__}: {exc}")
-        torch.cuda.empty_cache() if device == "cuda" else None
-    for row in rows:
-        print(
-            f"  {row['name']:26s} state {row['state'] / 2**30:6.2f} GiB ({row['state'] / count:5.2f} B/param)  "
-            f"step {row['ms']:8.1f} ms  peak extra in step {row['peak'] / 2**20:8.1f} MiB  "
-            f"first step {row['first_s']:.1f} s"
-        )
-    by_name = {r["name"]: r for r in rows}
-    ours = by_name.get("came_8bit (compiled)")
-    for other in ("bnb AdamW8bit", "came fp32 (compiled)", "adamw foreach (fp32 state)", "adamw fused (fp32 state)"):
-        if ours and other in by_name:
-            theirs = by_name[other]
-            print(
-                f"  CAME8Bit compiled / {other}: step {ours['ms'] / theirs['ms']:.2f}x, "
-                f"state {ours['state'] / max(theirs['state'], 1):.2f}x"
-            )
-    if ours:
-        _launch_bound(CAME8Bit(params, lr=1e-4, compile=True), device)
-    del model, params
+            found[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            found[package] = None
+    found["deepspeed"] = importlib.util.find_spec("deepspeed") is not None
+    found["c_compiler"] = next((shutil.which(cc) for cc in (os.environ.get("CC", ""), "cc", "gcc") if cc), None)
+    found["inductor_settings_per_thread"] = came_compile.per_thread_settings()
+    found["3d_steps_compile_right"] = came_compile.slices_compile_right(torch.device(device))  # a probe
+    for key, value in found.items():
+        print(f"  {key}: {value}")
+    return found
 
 
-def _launch_bound(opt, device: str) -> None:
-    """One profiled step: GPU kernel time against the step's wall time (a step far longer than its
-    kernels is bound by the host launching them), and the number of kernels."""
-    if device != "cuda":
-        return
-    from torch.profiler import ProfilerActivity, profile
+# --- 1 and 2. CAME's compiled step ------------------------------------------------------------------------
 
-    opt.step()
-    sync(device)
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        start = time.perf_counter()
+
+def _came_params(sizes: dict, device: str) -> list[torch.nn.Parameter]:
+    """A small Llama's parameters in bf16 (as `mixed_precision: auto` loads a full fine-tune on CUDA)."""
+    model = llama(sizes["hidden"], sizes["layers"], sizes["vocab"], device, torch.bfloat16)
+    return [torch.nn.Parameter(p.detach().clone()) for p in model.parameters()]
+
+
+def _set_grads(params: list, step: int) -> None:
+    gen = torch.Generator(device=params[0].device).manual_seed(step)
+    for p in params:
+        p.grad = (torch.randn(p.shape, generator=gen, device=p.device) * 1e-3).to(p.dtype)
+
+
+STEPS = 1 + 2 * came_policy.TRIAL_STEPS + 2  # the first step, auto's timed turns, and two after
+
+
+def _train(opt, params: list, device: str, wait: bool) -> float:
+    """``STEPS`` steps on seeded gradients (``wait``: for the background compiler after the first); seconds."""
+    start = time.perf_counter()
+    for step in range(1, STEPS + 1):
+        _set_grads(params, step)
         opt.step()
-        sync(device)
-        wall = time.perf_counter() - start
-    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    busy = sum(e.device_time for e in kernels) / 1e3
-    print(
-        f"  profiled CAME8Bit compiled step: wall {wall * 1e3:.1f} ms (with profiler), kernels {len(kernels)}, "
-        f"GPU busy {busy:.1f} ms"
-    )
-    table = prof.key_averages().table(sort_by="device_time_total", row_limit=8)
-    print("  " + table.replace("\n", "\n  "))
-
-
-def compiled_against_eager(device: str, sizes: dict) -> None:
-    """Check 3: CAME8Bit compiled (Triton) vs eager, same model, same gradients."""
-    print("\n== 3. CAME8Bit compiled vs eager")
-    models = [llama(sizes["big_hidden"], sizes["big_layers"], sizes["big_vocab"], device) for _ in range(2)]
-    grads = [torch.randn_like(p) * 1e-3 for p in models[0].parameters()]
-    opts = [CAME8Bit(m.parameters(), lr=1e-4, compile=c) for m, c in zip(models, (True, False), strict=True)]
-    times: dict[int, list[float]] = {0: [], 1: []}
-    seconds_before = came_compile.COMPILER.seconds
-    for step in range(sizes["reps"] + 1):
-        for i, (model, opt) in enumerate(zip(models, opts, strict=True)):
-            for p, g in zip(model.parameters(), grads, strict=True):
-                p.grad = g.clone()
-            sync(device)
-            start = time.perf_counter()
-            opt.step()
-            sync(device)
-            if step > 0:
-                times[i].append(time.perf_counter() - start)
-    compiled, eager = (statistics.median(times[i]) * 1e3 for i in (0, 1))
-    diff = max(
-        ((a - b).norm() / b.norm()).item() for a, b in zip(models[0].parameters(), models[1].parameters(), strict=True)
-    )
-    print(
-        f"  step: compiled {compiled:.1f} ms, eager {eager:.1f} ms ({compiled / eager:.2f}x); "
-        f"compile (new shapes) {came_compile.COMPILER.seconds - seconds_before:.1f} s; "
-        f"max relative param difference after {sizes['reps'] + 1} steps {diff:.1e}"
-        + (f"; compile failed: {came_compile.COMPILER.failure}" if came_compile.COMPILER.failure else "")
-    )
-    # compile: null on the same model: a worker compiles each group from fake tensors (a compiler of its own
-    # here, so that it compiles afresh), then on CUDA each group times six steps, compiled and eager in
-    # turn, and keeps the faster.
-    compiler = came_compile.StepCompiler()
-    came_auto.BACKGROUND = came_auto.Background(compiler)
-    auto = CAME8Bit(models[1].parameters(), lr=1e-4)
-    for step in range(12):
-        for p, g in zip(models[1].parameters(), grads, strict=True):
-            p.grad = g.clone()
-        auto.step()
-        if step == 0:
-            came_auto.BACKGROUND.idle(timeout=300)
+        if wait and step == 1:
+            came_policy.BACKGROUND.idle(timeout=PART_LIMIT_S / 2)
     sync(device)
-    choices = auto.compile_choices
-    kept = sum(c["kept"] == "compiled" for c in choices)
-    print(
-        f"  auto (compile: null): background compile {compiler.seconds:.1f} s"
-        + (f" (failed: {compiler.failure})" if compiler.failure else "")
-        + f"; compiled kept for {kept} of {len(choices)} measured groups"
-        + "".join(
-            f"; {'x'.join(map(str, c['shape']))} ({c['params']}): eager {c['eager_ms']:.2f} / compiled "
-            f"{c['compiled_ms']:.2f} ms"
-            for c in choices
-        )
-        + ("" if choices else " (auto measures on CUDA only)")
+    return time.perf_counter() - start
+
+
+def _step_ms(opt, params: list, device: str, reps: int) -> float:
+    """The median time of ``opt``'s step, in ms."""
+    _set_grads(params, 0)
+    return _median_ms(opt.step, device, reps)
+
+
+def _guard_cost(opt, params: list, device: str, reps: int) -> float:
+    """The compiled step with its guard's copies against the same step without them (median of the ratios of
+    steps taken in turns)."""
+    keep = came_groups.Scratch.keep
+    ratios = []
+    _set_grads(params, 0)
+    try:
+        for _ in range(reps):
+            times = []
+            for guarded in (True, False):
+                came_groups.Scratch.keep = keep if guarded else (lambda self, tensors: came_groups.Kept([], []))
+                times.append(_median_ms(opt.step, device, 3))
+            ratios.append(times[0] / times[1])
+    finally:
+        came_groups.Scratch.keep = keep
+    return statistics.median(ratios)
+
+
+def _apart(params: list, reference: list) -> float:
+    return max(
+        ((p.float() - q.float()).norm() / q.float().norm()).item() for p, q in zip(params, reference, strict=True)
     )
 
 
-QLORA_CONFIG = {
-    "task": "llm",
-    "trainer": "sft",
-    "data": {"path": str(ROOT / "tests/assets/data/chat.jsonl"), "column_mapping": {"messages": "messages"}},
-    "peft": {"enabled": True, "r": 8, "alpha": 16, "quantization": "int4", "target_modules": "all-linear"},
-    "training_args": {"max_steps": 5, "batch_size": 4, "lr": 2e-4, "max_length": 128, "logging_steps": 1},
-}
+def compiled_step(device: str, sizes: dict) -> dict:
+    """Part 1 (and 2): CAME8Bit's compiled step from fakes, compile null and true, against the eager step.
+    Auto times each group's eager and compiled steps itself (on CUDA; the smoke makes it do so on the CPU)."""
+    if device == "cpu":
+        came_policy.CPU_MIN_NUMEL, came_policy.MEASURED_ON = 0, {"cpu", "cuda"}
+    params = _came_params(sizes, device)
+    eager = CAME8Bit(params, lr=1e-4, compile=False)
+    result = {"eager": {"seconds": round(_train(eager, params, device, False), 1)}}
+    reference = [p.detach().clone() for p in params]  # after the same steps as each compiled run
+    result["eager"]["step_ms"] = _step_ms(eager, params, device, sizes["reps"])
+    for mode in (None, True):
+        compiler = came_compile.StepCompiler()  # compiles afresh, as a first run does
+        came_compile.COMPILER = compiler
+        came_policy.BACKGROUND = came_policy.Background(compiler)
+        params = _came_params(sizes, device)
+        opt = CAME8Bit(params, lr=1e-4, compile=mode)
+        row = {"seconds": round(_train(opt, params, device, mode is None), 1), "compile_s": round(compiler.seconds, 1)}
+        row.update(failure=compiler.failure, choices=opt.compile_choices, apart_from_eager=_apart(params, reference))
+        if mode and compiler.failure is None:
+            row["step_ms"] = _step_ms(opt, params, device, sizes["reps"])
+            row["guard_cost"] = round(_guard_cost(opt, params, device, sizes["reps"]), 3)
+        result["auto" if mode is None else "true"] = row
+        _print_compiled(mode, row, result["eager"]["step_ms"])
+    return result
 
 
-def qlora(device: str, sizes: dict) -> None:
-    """Check 4: QLoRA (4-bit base + LoRA) through the CLI on a small random Llama."""
-    print("\n== 4. QLoRA through `autotrain llm`")
-    try:
-        import bitsandbytes  # noqa: F401
-    except ImportError:
-        print("  bitsandbytes is not installed: skipped (pip install bitsandbytes)")
-        return
+def _print_compiled(mode, row: dict, eager_ms: float) -> None:
+    print(
+        f"  compile {'null' if mode is None else 'true'}: {row['seconds']} s for {STEPS} steps, compiling "
+        f"{row['compile_s']} s"
+        + (f", compiler failed: {row['failure']}" if row["failure"] else "")
+        + f"; largest relative difference from the eager step {row['apart_from_eager']:.1e}"
+    )
+    for choice in row["choices"]:  # per group: what auto timed and kept, or why its compiled step failed
+        print(f"    group {choice}")
+    if "step_ms" in row:
+        print(
+            f"    whole step: compiled {row['step_ms']:.2f} ms, eager {eager_ms:.2f} ms "
+            f"({row['step_ms'] / eager_ms:.2f}x); the guard's copies cost {row['guard_cost']:.3f}x the compiled step"
+        )
+
+
+# --- 3, 4, 5, 7. through the command line -----------------------------------------------------------------
+
+
+def _base_model(folder: Path, hidden: int, layers: int) -> str:
+    """A random Llama with the test tokenizer (320 tokens), saved to ``folder``."""
     from transformers import AutoTokenizer
 
+    tokenizer = AutoTokenizer.from_pretrained(ROOT / "tests/assets/tiny-llama")
+    llama(hidden, layers, len(tokenizer), "cpu").save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def _autotrain(config: dict, folder: Path, env: dict | None = None) -> dict:
+    """``autotrain llm`` on ``config``: exit status, seconds, losses, run.json."""
+    path = folder / "config.json"
+    path.write_text(json.dumps(config))
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "autotrain.cli.main", "llm", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+    )
+    run = Path(config["project_name"])
+    state = run / "trainer_state.json"
+    history = json.loads(state.read_text())["log_history"] if state.exists() else []
+    record = json.loads((run / "run.json").read_text()) if (run / "run.json").exists() else {}
+    found = {
+        "exit": done.returncode,
+        "seconds": round(time.perf_counter() - start, 1),
+        "losses": [round(e["loss"], 4) for e in history if "loss" in e],
+        "dtypes": record.get("plan", {}).get("dtypes"),
+        "optimizer_compile": record.get("optimizer_compile"),
+        "memory": record.get("memory"),
+    }
+    if done.returncode != 0:
+        found["output"] = (done.stdout[-1500:] + done.stderr[-2500:]).strip()
+    return found
+
+
+def _print_run(label: str, found: dict) -> None:
+    losses = found["losses"]
+    trend = f"loss {losses[0]} -> {losses[-1]} ({len(losses)} logged)" if losses else "no losses logged"
+    ok = found["exit"] == 0 and losses and all(math.isfinite(x) for x in losses)
+    print(f"  {label}: exit {found['exit']}, {found['seconds']} s, {trend}: {'ok' if ok else 'FAILED'}")
+    for key in ("dtypes", "optimizer_compile"):
+        if found.get(key):
+            print(f"    {key}: {found[key]}")
+    if found.get("output"):
+        print("    " + found["output"].replace("\n", "\n    "))
+
+
+def came_end_to_end(device: str, sizes: dict) -> dict:
+    """Part 3: `autotrain llm` with came_8bit+fused_adam, mixed_precision auto, 240 steps."""
+    with tempfile.TemporaryDirectory(prefix="autotrain-e2e-") as name:
+        tmp = Path(name)
+        hidden, layers = (sizes["hidden"], sizes["layers"])
+        config = {
+            "task": "llm", "trainer": "sft", "base_model": _base_model(tmp / "base", hidden, layers),
+            "project_name": str(tmp / "run"), "log": "none",
+            "data": {"path": str(ROOT / "tests/assets/data/text.jsonl"), "column_mapping": {"text": "text"}},
+            "training_args": {
+                "optimizer": "came_8bit+fused_adam", "mixed_precision": "auto", "max_steps": sizes["e2e_steps"],
+                "batch_size": 8, "lr": 2e-4, "max_length": 128, "logging_steps": max(1, sizes["e2e_steps"] // 12),
+                "save_steps": 10**6,
+                "warmup_ratio": 0.05,
+            },
+        }  # fmt: skip
+        found = _autotrain(config, tmp)
+    _print_run("came_8bit+fused_adam, mixed_precision auto", found)
+    return found
+
+
+def qlora(device: str, sizes: dict) -> dict:
+    """Part 4: QLoRA through the CLI, where bitsandbytes is installed (it needs CUDA)."""
+    if importlib.util.find_spec("bitsandbytes") is None or device != "cuda":
+        print("  skipped: bitsandbytes is not installed, or no CUDA (pip install bitsandbytes)")
+        return {"skipped": True}
     with tempfile.TemporaryDirectory(prefix="autotrain-qlora-") as name:
         tmp = Path(name)
-        llama(sizes["hidden"], sizes["layers"], 320, "cpu").save_pretrained(tmp / "base")
-        AutoTokenizer.from_pretrained(ROOT / "tests/assets/tiny-llama").save_pretrained(tmp / "base")
-        config = {**QLORA_CONFIG, "base_model": str(tmp / "base"), "project_name": str(tmp / "run")}
-        (tmp / "qlora.json").write_text(json.dumps(config))
-        start = time.perf_counter()
-        done = subprocess.run(
-            [sys.executable, "-m", "autotrain.cli.main", "llm", "--config", str(tmp / "qlora.json")],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-        )
-        wall = time.perf_counter() - start
-        state = tmp / "run" / "trainer_state.json"
-        losses = (
-            [e["loss"] for e in json.loads(state.read_text())["log_history"] if "loss" in e] if state.exists() else []
-        )
-        verdict = "ok" if done.returncode == 0 and losses else f"FAILED (exit {done.returncode})"
-        print(f"  exit {done.returncode}, {wall:.0f} s, losses {[round(x, 3) for x in losses]}: {verdict}")
-        if done.returncode != 0:
-            print("  " + done.stdout[-2000:].replace("\n", "\n  ") + done.stderr[-2000:].replace("\n", "\n  "))
+        config = {
+            "task": "llm", "trainer": "sft", "base_model": _base_model(tmp / "base", sizes["hidden"], 2),
+            "project_name": str(tmp / "run"), "log": "none",
+            "data": {"path": str(ROOT / "tests/assets/data/chat.jsonl"), "column_mapping": {"messages": "messages"}},
+            "peft": {"enabled": True, "r": 8, "alpha": 16, "quantization": "int4", "target_modules": "all-linear"},
+            "training_args": {"max_steps": 5, "batch_size": 4, "lr": 2e-4, "max_length": 128, "logging_steps": 1},
+        }  # fmt: skip
+        found = _autotrain(config, tmp)
+    _print_run("QLoRA", found)
+    return found
 
 
-def padding_free_batches(device: str, sizes: dict) -> None:
-    import importlib.util
-
-    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
-
-    from autotrain.training.batching import RowPackingCollator, keeps_packed_samples_apart
-
-    print("\n== 5. SFT padding-free batches: padded vs rows (sdpa) vs one sequence (flash_attention_2)")
-    gen = torch.Generator().manual_seed(0)
-    top = sizes["seq"] * 4
-    lengths = [int(16 * (top / 16) ** torch.rand((), generator=gen).item()) for _ in range(8)]
-    examples = [{"input_ids": torch.randint(3, sizes["vocab"], (n,), generator=gen).tolist()} for n in lengths]
-    padded_collator = DataCollatorForLanguageModeling(pad_token_id=0)
-    batches = {"padded": padded_collator(examples), "rows": RowPackingCollator(padded_collator)(examples)}
-    flat = DataCollatorForLanguageModeling(pad_token_id=0, padding_free=True)(examples)
-    batches["one sequence"] = {k: flat[k] for k in ("input_ids", "labels", "position_ids")}
-
-    def run(model, batch, reps=5):
-        batch = {
-            k: v.to(device) for k, v in batch.items() if k in ("input_ids", "labels", "position_ids", "attention_mask")
-        }
-        times = []
-        for _ in range(reps):
-            model.zero_grad(set_to_none=True)
-            sync(device)
-            t0 = time.perf_counter()
-            loss = model(**batch, use_cache=False).loss
-            loss.backward()
-            sync(device)
-            times.append(time.perf_counter() - t0)
-        grads = torch.cat([p.grad.float().flatten() for p in model.parameters() if p.grad is not None])
-        return loss.item(), grads, statistics.median(times[1:]) * 1000
-
-    model = llama(sizes["hidden"], sizes["layers"], sizes["vocab"], device).train()
-    print(f"  lengths {lengths}; rows layout kept apart: {keeps_packed_samples_apart(model)}")
-    base_loss, base_grads, base_ms = run(model, batches["padded"])
-    for name in ("padded", "rows"):
-        loss, grads, ms = run(model, batches[name])
-        gap = ((grads - base_grads).norm() / base_grads.norm()).item()
-        shape = tuple(batches[name]["input_ids"].shape)
-        print(
-            f"  sdpa fp32 {name:>12} {shape}: loss {loss:.6f} (padded {base_loss:.6f}), "
-            f"grad rel diff {gap:.1e}, {ms:.1f} ms"
-        )
-    if device != "cuda" or importlib.util.find_spec("flash_attn") is None:
-        print("  flash_attention_2: skipped (needs CUDA and the flash-attn package)")
-        return
-    for attn in ("sdpa", "flash_attention_2"):
-        model = llama(sizes["hidden"], sizes["layers"], sizes["vocab"], device, torch.bfloat16).train()
-        model.config._attn_implementation = attn
-        for name in ("padded", "one sequence"):
-            loss, _, ms = run(model, batches[name])
-            print(f"  {attn} bf16 {name:>12}: loss {loss:.4f}, {ms:.1f} ms")
+def reward_lora_fp16(device: str, sizes: dict) -> dict:
+    """Part 5: a reward model with LoRA in fp16 (fp16 needs CUDA: the smoke runs fp32)."""
+    with tempfile.TemporaryDirectory(prefix="autotrain-reward-") as name:
+        tmp = Path(name)
+        config = {
+            "task": "llm", "trainer": "reward", "base_model": _base_model(tmp / "base", sizes["hidden"], 2),
+            "project_name": str(tmp / "run"), "log": "none",
+            "data": {
+                "path": str(ROOT / "tests/assets/data/preferences.jsonl"),
+                "column_mapping": {"prompt": "question", "chosen": "good", "rejected": "bad"},
+            },
+            "peft": {"enabled": True, "r": 8, "alpha": 16},
+            "training_args": {
+                "max_steps": 10, "batch_size": 4, "lr": 1e-4, "max_length": 64, "logging_steps": 1,
+                "mixed_precision": "fp16" if device == "cuda" else "no",
+            },
+        }  # fmt: skip
+        found = _autotrain(config, tmp)
+    _print_run("reward + LoRA, fp16", found)
+    return found
 
 
-def captured_came_step(device: str, sizes: dict) -> None:
-    """Check 6: CAME8Bit's grouped step captured in a CUDA graph against bitsandbytes AdamW8bit, fused AdamW
-    and fp32 CAME (all in this run), and the kernels one step launches per group of same-shaped params."""
-    model = llama(sizes["big_hidden"], sizes["big_layers"], sizes["big_vocab"], device)
-    params = list(model.parameters())
-    for p in params:
-        p.grad = torch.randn_like(p) * 1e-3
-    print(f"\n== 6. CAME8Bit step, CUDA-graph captured, on a {sum(p.numel() for p in params) / 1e9:.2f}B Llama")
-    makers = {
-        "came_8bit eager, captured": lambda: CAME8Bit(params, lr=1e-4, compile=False, capturable=True),
-        "came_8bit compiled, captured": lambda: CAME8Bit(params, lr=1e-4, compile=True, capturable=True),
-        "came fp32 compiled, captured": lambda: CAME(params, lr=1e-4, compile=True, capturable=True),
-        "adamw fused": lambda: torch.optim.AdamW(params, lr=1e-4, fused=True),
+def memory_estimates(device: str, sizes: dict) -> dict:
+    """Part 7: the memory estimate against the measured peak, 2 steps each through `autotrain llm`."""
+    precision = "bf16" if device == "cuda" else "no"
+    cases = {
+        "bf16 full": ({"enabled": False}, {"mixed_precision": precision}),
+        "bf16 full ckpt": ({"enabled": False}, {"mixed_precision": precision, "gradient_checkpointing": True}),
     }
-    try:
-        import bitsandbytes
+    if device == "cuda" and importlib.util.find_spec("bitsandbytes") is not None:
+        cases["qlora int4"] = ({"enabled": True, "quantization": "int4"}, {"mixed_precision": "bf16"})
+    found = {}
+    with tempfile.TemporaryDirectory(prefix="autotrain-memory-") as name:
+        tmp = Path(name)
+        hidden, layers = (1024, 8) if device == "cuda" else (sizes["hidden"], sizes["layers"])
+        base = _base_model(tmp / "base", hidden, layers)
+        text = " ".join(["the quick brown fox jumps over the lazy dog"] * 120)
+        (tmp / "data.jsonl").write_text("".join(json.dumps({"text": text}) + "\n" for _ in range(32)))
+        for label, (peft, training) in cases.items():
+            run = tmp / label.replace(" ", "-")
+            run.mkdir()
+            args = {"batch_size": 4, "max_length": 512, "max_steps": 2, "save_steps": 1000, "padding_free": False}
+            config = {
+                "task": "llm", "trainer": "sft", "base_model": base, "project_name": str(run / "out"), "log": "none",
+                "data": {"path": str(tmp / "data.jsonl"), "chat_template": "none"},
+                "peft": peft, "training_args": {**args, **training},
+            }  # fmt: skip
+            memory = _autotrain(config, run).get("memory") or {}
+            ratio = memory.get("estimate_over_measured")
+            found[label] = {
+                "estimate": memory.get("bytes_per_device"),
+                "measured": memory.get("measured"),
+                "ratio": ratio,
+            }
+            verdict = "no figure" if ratio is None else ("ok" if 0.85 <= ratio <= 1.15 else "OUTSIDE +-15%")
+            print(f"  {label}: estimate/measured {ratio}: {verdict} ({memory.get('measured')})")
+    return found
 
-        makers["bnb AdamW8bit"] = lambda: bitsandbytes.optim.AdamW8bit(params, lr=1e-4)
-    except ImportError:
-        print("  bitsandbytes is not installed: no AdamW8bit figure")
-    ms = {}
-    for name, make in makers.items():
-        try:
-            opt = make()
-            step = _captured(opt, device) if "captured" in name else opt.step
-            ms[name] = _median_ms(step, device, sizes["reps"])
-            if "came" in name:
-                groups = sum(len(g[1]) for g in opt._groups.values())
-                kernels = _kernels(step, device)
-                print(f"  {name}: {ms[name]:.1f} ms, {groups} groups, {kernels} kernels ({kernels / groups:.1f}/group)")
-            del opt
-        except Exception as exc:
-            print(f"  {name}: FAILED: {type(exc).__name__}: {str(exc)[:300]}")
-    for ours in [n for n in ms if n.startswith("came_8bit")]:
-        for other in ("bnb AdamW8bit", "adamw fused", "came fp32 compiled, captured"):
-            if other in ms:
-                print(f"  {ours} / {other}: {ms[ours] / ms[other]:.2f}x (target vs bnb: <= 1.0x)")
 
-
-def _captured(opt, device: str):
-    """``opt.step`` captured in a CUDA graph after warm-up steps on a side stream; its replay. On the CPU
-    (smoke): the plain step."""
-    if device != "cuda":
-        opt.step()
-        return opt.step
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):  # state, groups, compiled graphs, hyper-parameter tensors: all made before capture
-            opt.step()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        opt.step()
-    return graph.replay
+# --- 6. performance ---------------------------------------------------------------------------------------
 
 
 def _median_ms(step, device: str, reps: int) -> float:
@@ -440,6 +405,24 @@ def _median_ms(step, device: str, reps: int) -> float:
         sync(device)
         times.append(time.perf_counter() - start)
     return statistics.median(times[1:]) * 1e3
+
+
+def _captured(opt, device: str):
+    """``opt.step`` captured in a CUDA graph after warm-up steps on a side stream; its replay (the CPU: the
+    plain step)."""
+    if device != "cuda":
+        opt.step()
+        return opt.step
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):  # state, groups, graphs and hyper-parameter tensors all made before capture
+            opt.step()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        opt.step()
+    return graph.replay
 
 
 def _kernels(step, device: str) -> int:
@@ -457,83 +440,224 @@ def _kernels(step, device: str) -> int:
     return count_ops([e for e in prof.events() if e.cpu_parent is None])[0]
 
 
-def memory_estimates(device: str, sizes: dict) -> None:
-    """Check 7: the memory estimate (run.json) against torch.cuda.max_memory_allocated for bf16, bf16 with
-    gradient checkpointing and QLoRA, 2 steps each through `autotrain llm` on a random Llama (target +-15%)."""
-    print("\n== 7. memory estimate against the measured peak")
-    from transformers import AutoTokenizer
+def _state_bytes(opt) -> int:
+    return sum(t.nbytes for s in opt.state.values() for t in s.values() if isinstance(t, torch.Tensor))
 
-    cases = {
-        "bf16 full": {"training_args": {"mixed_precision": "bf16" if device == "cuda" else "no"}},
-        "bf16 full ckpt": {"training_args": {"mixed_precision": "bf16" if device == "cuda" else "no",
-                                             "gradient_checkpointing": True}},
-        "qlora int4": {"peft": {"enabled": True, "quantization": "int4"},
-                       "training_args": {"mixed_precision": "bf16", "gradient_checkpointing": True}},
-    }  # fmt: skip
-    if device != "cuda":
-        cases.pop("qlora int4")  # bitsandbytes needs CUDA
-    with tempfile.TemporaryDirectory(prefix="autotrain-memory-") as name:
-        tmp = Path(name)
-        hidden, layers = (1024, 8) if device == "cuda" else (sizes["hidden"], sizes["layers"])
-        llama(hidden, layers, 32000 if device == "cuda" else 320, "cpu").save_pretrained(tmp / "base")
-        AutoTokenizer.from_pretrained(ROOT / "tests/assets/tiny-llama").save_pretrained(tmp / "base")
-        text = " ".join(["the quick brown fox jumps over the lazy dog"] * 120)
-        (tmp / "data.jsonl").write_text("".join(json.dumps({"text": text}) + "\n" for _ in range(32)))
-        for label, change in cases.items():
-            run = tmp / label.replace(" ", "-")
-            training = {"batch_size": 4, "max_length": 512, "max_steps": 2, "save_steps": 1000, "padding_free": False}
-            config = {
-                "task": "llm", "trainer": "sft", "base_model": str(tmp / "base"), "project_name": str(run),
-                "log": "none", "data": {"path": str(tmp / "data.jsonl"), "chat_template": "none"},
-                "peft": change.get("peft", {"enabled": False}),
-                "training_args": {**training, **change["training_args"]},
-            }  # fmt: skip
-            (tmp / "c.json").write_text(json.dumps(config))
-            done = subprocess.run(
-                [sys.executable, "-m", "autotrain.cli.main", "llm", "--config", str(tmp / "c.json")],
-                capture_output=True, text=True, cwd=ROOT,
-            )  # fmt: skip
-            if done.returncode != 0:
-                print(f"  {label}: FAILED (exit {done.returncode}) {done.stderr[-800:]}")
-                continue
-            memory = json.loads((run / "run.json").read_text())["memory"]
-            measured = memory["measured"].get("max_memory_allocated", memory["measured"].get("peak_above_baseline"))
-            ratio = memory["estimate_over_measured"]
-            print(
-                f"  {label}: estimate {memory['bytes_per_device'] / 2**20:.0f} MiB, measured {measured / 2**20:.0f} "
-                f"MiB, ratio {ratio:.2f} {'ok' if 0.85 <= ratio <= 1.15 else 'OUTSIDE +-15%'}"
-            )
+
+def performance(device: str, sizes: dict) -> dict:
+    """Part 6: optimizer steps on a 0.83B Llama (the smoke: a tiny one), ratios measured in this run."""
+    shape = (sizes.get("big_hidden", sizes["hidden"]), sizes.get("big_layers", 2), sizes.get("big_vocab", 256))
+    params = list(llama(*shape, device).parameters())
+    count = sum(p.numel() for p in params)
+    for p in params:
+        p.grad = torch.randn_like(p) * 1e-3
+    makers = {
+        "came_8bit compiled": lambda: CAME8Bit(params, lr=1e-4, compile=True),
+        "came_8bit compiled, captured": lambda: CAME8Bit(params, lr=1e-4, compile=True, capturable=True),
+        "came fp32 compiled": lambda: CAME(params, lr=1e-4, compile=True),
+        "adamw fused": lambda: torch.optim.AdamW(params, lr=1e-4, fused=device == "cuda"),
+    }
+    if device == "cuda" and importlib.util.find_spec("bitsandbytes") is not None:
+        import bitsandbytes
+
+        makers["bnb AdamW8bit"] = lambda: bitsandbytes.optim.AdamW8bit(params, lr=1e-4)
+    rows = {}
+    for name, make in makers.items():
+        try:
+            rows[name] = _one_optimizer(name, make, params, device, sizes["reps"])
+        except Exception as exc:  # one candidate failing must not hide the others
+            print(f"  {name}: FAILED: {type(exc).__name__}: {str(exc)[:300]}")
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    for ours in [n for n in rows if n.startswith("came_8bit")]:
+        for other in ("bnb AdamW8bit", "adamw fused", "came fp32 compiled"):
+            if other in rows:
+                print(f"  {ours} / {other}: {rows[ours]['ms'] / rows[other]['ms']:.2f}x the step time")
+    return {"params": count, "rows": rows}
+
+
+def _one_optimizer(name: str, make, params: list, device: str, reps: int) -> dict:
+    count = sum(p.numel() for p in params)
+    before = torch.cuda.memory_allocated() if device == "cuda" else 0
+    opt = make()
+    step = _captured(opt, device) if "captured" in name else opt.step
+    step()
+    state = (torch.cuda.memory_allocated() - before) if device == "cuda" else _state_bytes(opt)
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated() if device == "cuda" else 0
+    ms = _median_ms(step, device, reps)
+    peak = (torch.cuda.max_memory_allocated() - base) if device == "cuda" else 0
+    kernels = _kernels(step, device)
+    groups = len({(tuple(p.shape), p.dtype) for p in params}) if "came" in name else 0  # same-shaped params
+    row = {"ms": round(ms, 3), "state_bytes_per_param": round(state / count, 3), "peak_extra_mib": peak / 2**20}
+    row.update(kernels=kernels, groups=groups)
+    per_group = f" ({kernels / groups:.1f} per group of {groups})" if groups else ""
+    extra = f", peak extra in a step {peak / 2**20:.0f} MiB" if device == "cuda" else ""
+    print(f"  {name}: {ms:.2f} ms, state {state / count:.2f} B/param, {kernels} kernels{per_group}{extra}")
+    return row
+
+
+# --- 8, 9. batches and precisions -------------------------------------------------------------------------
+
+
+def padding_free_batches(device: str, sizes: dict) -> dict:
+    """Part 8: one batch of mixed lengths, padded vs packed into rows (sdpa, fp32: the same loss and gradients to
+    rounding) and, with flash-attn on CUDA, padded vs one sequence (flash_attention_2, bf16)."""
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+    from autotrain.training.batching import RowPackingCollator
+
+    gen = torch.Generator().manual_seed(0)
+    lengths = [int(16 * (sizes["seq"] * 4 / 16) ** torch.rand((), generator=gen).item()) for _ in range(8)]
+    examples = [{"input_ids": torch.randint(3, sizes["vocab"], (n,), generator=gen).tolist()} for n in lengths]
+    padded = DataCollatorForLanguageModeling(pad_token_id=0)
+    batches = {"padded": padded(examples), "rows": RowPackingCollator(padded)(examples)}
+    flat = DataCollatorForLanguageModeling(pad_token_id=0, padding_free=True)(examples)
+    batches["one sequence"] = {k: flat[k] for k in ("input_ids", "labels", "position_ids")}
+    found = {}
+    cases = [("sdpa", torch.float32, "padded"), ("sdpa", torch.float32, "rows")]
+    if device == "cuda" and importlib.util.find_spec("flash_attn") is not None:
+        cases += [
+            ("flash_attention_2", torch.bfloat16, "padded"),
+            ("flash_attention_2", torch.bfloat16, "one sequence"),
+        ]
+    for attn, dtype, name in cases:
+        model = llama(sizes["hidden"], sizes["layers"], sizes["vocab"], device, dtype).train()
+        model.config._attn_implementation = attn
+        batch = {k: v.to(device) for k, v in batches[name].items() if k != "attention_mask" or name == "padded"}
+        loss = model(**batch, use_cache=False).loss
+        loss.backward()
+        grads = torch.cat([p.grad.float().flatten() for p in model.parameters() if p.grad is not None])
+        base = found.get(f"{attn} padded")
+        gap = None if base is None else ((grads - base[1]).norm() / base[1].norm()).item()
+        found[f"{attn} {name}"] = (loss.item(), grads)
+        print(f"  {attn} {name}: loss {loss.item():.6f}" + ("" if gap is None else f", gradient rel diff {gap:.1e}"))
+    return {key: round(loss, 6) for key, (loss, _) in found.items()} | {"lengths": lengths}
+
+
+def precision_runs(device: str, sizes: dict) -> dict:
+    """Part 9: each bundled optimizer under bf16 / fp16 autocast and with bf16 weights."""
+    bundled = {"came": CAME, "came_8bit": CAME8Bit, "fused_adam": FusedAdam, "came_8bit+fused_adam": CAME8BitFusedAdam}
+    modes = ("bf16-autocast", "fp16-autocast", "bf16-params") if device == "cuda" else ("bf16-autocast", "bf16-params")
+    found = {}
+    for mode in modes:
+        for name, cls in bundled.items():
+            try:
+                first, last = _train_steps(device, sizes, mode, cls)
+                ok = math.isfinite(first) and math.isfinite(last) and last < first
+                found[f"{mode} {name}"] = (round(first, 3), round(last, 3), ok)
+                print(f"  {mode:14s} {name:22s} loss {first:.3f} -> {last:.3f}  {'ok' if ok else 'CHECK'}")
+            except Exception as exc:  # one failing combination must not hide the others
+                print(f"  {mode:14s} {name:22s} FAILED: {type(exc).__name__}: {exc}")
+    return found
+
+
+def _train_steps(device: str, sizes: dict, mode: str, cls) -> tuple[float, float]:
+    dtype = torch.bfloat16 if mode == "bf16-params" else torch.float32
+    model = llama(sizes["hidden"], sizes["layers"], sizes["vocab"], device, dtype)
+    opt = cls(model.parameters(), lr=1e-3)
+    autocast = {"bf16-autocast": torch.bfloat16, "fp16-autocast": torch.float16}.get(mode)
+    scaler = torch.amp.GradScaler(device) if mode == "fp16-autocast" else None
+    data = torch.randint(0, sizes["vocab"] // 4, (8, sizes["seq"]), generator=torch.Generator().manual_seed(0))
+    data = data.to(device)
+    losses = []
+    for _ in range(sizes["steps"]):
+        with torch.autocast(device, dtype=autocast, enabled=autocast is not None):
+            loss = model(input_ids=data, labels=data).loss
+        opt.zero_grad()
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
+        losses.append(loss.item())
+    return losses[0], losses[-1]
+
+
+# --- running the parts ------------------------------------------------------------------------------------
+
+FUNCTIONS = {
+    0: inventory,
+    1: compiled_step,
+    2: compiled_step,
+    3: came_end_to_end,
+    4: qlora,
+    5: reward_lora_fp16,
+    6: performance,
+    7: memory_estimates,
+    8: padding_free_batches,
+    9: precision_runs,
+}
+
+
+def run_part(part: int, device: str, out: Path) -> int:
+    """One part, in this (child) process: its figures to ``out``/part-N.json; 1 if it raised."""
+    torch.manual_seed(0)
+    try:
+        found = FUNCTIONS[part](device, sizes_for(device == "cpu"))
+        code = 0
+    except Exception:
+        traceback.print_exc()
+        found, code = {"error": traceback.format_exc(limit=3)}, 1
+    (out / f"part-{part}.json").write_text(json.dumps(found, indent=1, default=str))
+    return code
+
+
+def _child_env(part: int, scratch: Path) -> dict:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if part == 2:  # no C compiler, nothing cached: what a Docker image without build tools meets
+        env.update(NO_COMPILER, TRITON_CACHE_DIR=str(scratch / "triton"), TORCHINDUCTOR_CACHE_DIR=str(scratch / "ind"))
+    return env
+
+
+def run_all(parts: list[int], smoke: bool, out: Path, budget_s: float) -> int:
+    """Each part in a child process, in order, within ``budget_s``; a summary at the end."""
+    deadline = time.monotonic() + budget_s
+    summary = []
+    for part in parts:
+        what, estimate = PARTS[part]
+        left = deadline - time.monotonic()
+        if not smoke and estimate > left:
+            summary.append((part, "skipped", f"estimate {estimate} s, {left:.0f} s left"))
+            continue
+        print(f"\n== {part}. {what}", flush=True)
+        args = [sys.executable, __file__, "--part", str(part), "--out", str(out)] + (["--cpu-smoke"] if smoke else [])
+        start = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="gpu-checks-") as scratch:
+            try:
+                code = subprocess.run(
+                    args, env=_child_env(part, Path(scratch)), timeout=min(PART_LIMIT_S, left)
+                ).returncode
+            except subprocess.TimeoutExpired:
+                code = "timed out"
+        summary.append((part, code, f"{time.monotonic() - start:.0f} s"))
+    print("\n== summary (part, exit, time): " + "; ".join(f"{p}: {c}, {t}" for p, c, t in summary))
+    print(f"figures: {out}")
+    return 0 if all(code in (0, "skipped") for _, code, _ in summary) else 1
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on the CPU: the code paths only")
-    parser.add_argument("--checks", default="1,2,3,4,5,6,7", help="which checks to run, e.g. 2,3")
-    parser.add_argument("--params", type=float, default=1.0, help="billions of parameters of check 2/3's model")
+    parser.add_argument("--parts", default=",".join(map(str, PARTS)), help="which parts, in this order")
+    parser.add_argument("--budget-s", type=float, default=840.0, help="seconds for the whole run (default 840)")
+    parser.add_argument("--out", type=Path, default=None, help="folder for part-N.json (default: a temporary one)")
+    parser.add_argument("--part", type=int, default=None, help=argparse.SUPPRESS)  # a child: run this part
     args = parser.parse_args()
     if not torch.cuda.is_available() and not args.cpu_smoke:
         print("gpu_checks: no CUDA device here; nothing to check (run it on a GPU machine, or --cpu-smoke)")
         return 0
     device = "cpu" if args.cpu_smoke else "cuda"
-    # ~1B: 16 layers of width 2048 (12 * 2048^2 * 16 ~ 0.8B) plus a 32k x 2048 embedding and head.
-    big = {"big_hidden": 2048, "big_layers": int(16 * args.params), "big_vocab": 32000, "reps": 10}
-    small = {"hidden": 256, "layers": 2, "vocab": 1024, "seq": 128, "steps": 30}
-    if args.cpu_smoke:
-        big = {"big_hidden": 256, "big_layers": 2, "big_vocab": 1024, "reps": 2}
-        small = {"hidden": 64, "layers": 2, "vocab": 256, "seq": 32, "steps": 6}
-    start = time.perf_counter()
-    name = torch.cuda.get_device_name() if device == "cuda" else "cpu (smoke)"
-    print(f"device {name}, torch {torch.__version__}")
-    checks = (precision_runs, eight_bit_against_bnb, compiled_against_eager, qlora, padding_free_batches)
-    checks += (captured_came_step,)
-    checks += (memory_estimates,)
-    for check in [checks[int(n) - 1] for n in args.checks.split(",")]:
-        try:
-            check(device, {**small, **big})
-        except Exception:
-            print(f"  {check.__name__} FAILED:\n" + traceback.format_exc())
-        print(f"  [{time.perf_counter() - start:.0f} s elapsed]", flush=True)
-    return 0
+    out = args.out or Path(tempfile.mkdtemp(prefix="gpu-checks-"))
+    out.mkdir(parents=True, exist_ok=True)
+    if args.part is not None:
+        return run_part(args.part, device, out)
+    parts = [int(n) for n in args.parts.split(",")]
+    print(f"device {torch.cuda.get_device_name() if device == 'cuda' else 'cpu (smoke)'}, torch {torch.__version__}")
+    return run_all(parts, args.cpu_smoke, out, args.budget_s)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from _common import child, child_result  # noqa: E402
 from came_ops import smollm2_shapes  # noqa: E402
 
-from autotrain.optimizers import CAME8Bit, FusedAdam, came_auto, came_compile  # noqa: E402
+from autotrain.optimizers import CAME8Bit, FusedAdam, came_compile, came_policy  # noqa: E402
 from autotrain.optimizers.came import CAME  # noqa: E402
 
 MIX = [(4096, 4096), (2048, 1024)] + [(4096,)] * 4
@@ -148,7 +148,7 @@ def step_times(names: list[str], shapes: list[tuple[int, ...]], device: str, rou
     warmup = 3  # create the state, compile, and warm the allocator
     for rep in range(rounds + warmup):
         if rep == warmup - 1:  # the default (auto) candidates compile on a thread: timed once it is done
-            came_auto.BACKGROUND.idle()
+            came_policy.BACKGROUND.idle()
         # A new order each round: a step that comes right after one sweeping hundreds of MB (the eager
         # ones, came-pytorch) finds the caches cold, so a candidate with a fixed predecessor (as a
         # rotation gives) would be measured cold, or warm, every time.

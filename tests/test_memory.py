@@ -41,6 +41,15 @@ def test_optimizer_state_follows_the_table():
     assert estimate(SHAPE, dataclasses.replace(FULL, optimizer="sgd")).parts["optimizer state"] == 0
 
 
+def test_bf16_weights_keep_torch_state_in_bf16_and_the_bundled_state_in_fp32_beside_master_weights():
+    """A bf16 full fine-tune on a GPU: torch's AdamW keeps its moments like the weights (2 x 2 bytes); the bundled
+    optimizers keep fp32 (or 8-bit) state whatever the weights, and a 4-byte fp32 master copy of each."""
+    bf16 = dataclasses.replace(FULL, device="cuda", precision="bf16")
+    state = {name: estimate(SHAPE, dataclasses.replace(bf16, optimizer=name)).parts["optimizer state"] for name in
+             ("adamw_torch", "fused_adam", "came", "came_8bit")}  # fmt: skip
+    assert state == {"adamw_torch": 4_000_000, "fused_adam": 12_000_000, "came": 8_000_000, "came_8bit": 5_000_000}
+
+
 def test_lora_trains_the_adapter_and_4bit_shrinks_the_linear_layers():
     lora = dataclasses.replace(FULL, lora=(8, "all-linear", 0.0), device="cuda", precision="bf16")
     parts = estimate(SHAPE, lora).parts

@@ -136,6 +136,40 @@ def test_came_half_precision_params(cls, dtype):
     assert all(t.dtype in (torch.float32, torch.int8) for t in state.values() if isinstance(t, torch.Tensor))
 
 
+@pytest.mark.parametrize("name", ["fused_adam", "came", "came_8bit"])
+def test_bf16_weights_learn_updates_below_half_their_ulp(name):
+    """lr 1e-5 on weights near 1 (bf16's ulp there is 2**-7): each update is far below half an ulp. The bf16
+    params' fp32 master weights follow the fp32 run; without them (master_weights=False) the weights do not
+    move at all. The state stays fp32 (or 8-bit)."""
+    make = {
+        "fused_adam": lambda ps, **kw: FusedAdam(ps, lr=1e-5, **kw),
+        "came": lambda ps, **kw: CAME(ps, lr=1e-5, compile=False, **kw),
+        "came_8bit": lambda ps, **kw: CAME8Bit(ps, lr=1e-5, compile=False, **SMALL_8BIT, **kw),
+    }[name]
+    gen = torch.Generator().manual_seed(0)
+    start = [
+        (1.0 + 0.1 * torch.randn(s, generator=gen)).bfloat16().float() for s in ((64, 80), (64, 80), (20, 257), (64,))
+    ]
+    fp32, master, plain = (
+        [nn.Parameter(t.to(dtype, copy=True)) for t in start] for dtype in (torch.float32,) + (torch.bfloat16,) * 2
+    )
+    runs = [(fp32, make(fp32)), (master, make(master)), (plain, make(plain, master_weights=False))]
+    for _ in range(20):
+        grads = [torch.randn(p.shape, generator=gen).bfloat16().float() for p in fp32]  # as bf16 would have them
+        for params, opt in runs:
+            for p, g in zip(params, grads, strict=True):
+                p.grad = g.to(p.dtype)
+            opt.step()
+    opt = runs[1][1]
+    for p, q, r, t in zip(fp32, master, plain, start, strict=True):
+        kept = opt.state[q]["master_param"]
+        torch.testing.assert_close(kept, p.detach(), rtol=0, atol=1e-7)  # the fp32 run, to rounding
+        assert torch.equal(q, kept.bfloat16())
+        assert not torch.equal(p, t) and torch.equal(r, t.bfloat16())  # plain bf16 stalled
+    tensors = [v for state in opt.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
+    assert {t.dtype for t in tensors} <= {torch.float32, torch.int8, torch.int64}
+
+
 # --- 8-bit quantization --------------------------------------------------------------------------
 
 
@@ -278,7 +312,8 @@ def test_fused_adam_matches_reference(adam_w_mode, bias_correction):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_fused_adam_half_precision_matches_torch_fused(dtype):
     ours, ref = _params(dtype), _params(dtype)
-    _run(FusedAdam(ours, lr=1e-2, weight_decay=0.1), ours, range(10))
+    # Apex's default: moments in the params' dtype, as torch's own fused AdamW keeps them.
+    _run(FusedAdam(ours, lr=1e-2, weight_decay=0.1, master_weights=False), ours, range(10))
     _run(torch.optim.AdamW(ref, lr=1e-2, weight_decay=0.1, fused=True), ref, range(10))
     for p, q, init in zip(ours, ref, _params(dtype), strict=True):
         assert p.dtype == dtype and torch.equal(p, q) and not torch.equal(p, init)
@@ -294,8 +329,8 @@ def test_fused_adam_master_weights_track_fp32():
         for p, q in zip(fp32, plain, strict=True):
             p.grad = q.grad.float()
         fp32_opt.step()
-    _run(FusedAdam(plain, **kwargs), plain, range(20))
-    opt = FusedAdam(master, master_weights=True, **kwargs)
+    _run(FusedAdam(plain, master_weights=False, **kwargs), plain, range(20))
+    opt = FusedAdam(master, **kwargs)  # master weights: the default
     _run(opt, master, range(20))
 
     state = opt.state[master[0]]

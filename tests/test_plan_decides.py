@@ -53,3 +53,34 @@ def test_inference_loads_in_the_recorded_dtype(tmp_path):
     assert _llm_dtype(tmp_path, "cpu") == torch.float32  # what a CPU cannot run fast
     (tmp_path / "run.json").write_text("{not json")
     assert _llm_dtype(tmp_path, "cpu") == torch.float32
+
+
+@pytest.mark.parametrize(
+    ("lora", "optimizer", "args", "expected"),
+    [
+        (False, "came_8bit", {}, ("bfloat16", "8-bit moments, float32 statistics", "float32")),
+        (False, "fused_adam", {}, ("bfloat16", "float32", "float32")),
+        (
+            False,
+            "came_8bit+fused_adam",
+            {"adam": {"master_weights": False}},
+            ("bfloat16", "8-bit moments, float32 statistics", None),
+        ),
+        (False, "adamw_torch", {}, ("bfloat16", "bfloat16", None)),  # torch keeps its state like the weights
+        (True, "came", {}, ("float32", "float32", None)),  # LoRA's adapter weights are fp32
+    ],
+)
+def test_the_plan_records_the_dtypes_of_weights_gradients_and_state(monkeypatch, lora, optimizer, args, expected):
+    """bf16 on a GPU: a full fine-tune's weights and gradients are bf16; the bundled optimizers keep fp32
+    (or 8-bit) state and fp32 master weights (unless told not to)."""
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)  # a GPU of bf16
+    training = {"mixed_precision": "bf16", "optimizer": optimizer, "optimizer_args": args}
+    cfg = LLMConfig.model_validate({**BASE, "peft": {"enabled": lora}, "training_args": training})
+    dtypes = resolve_plan(cfg, device="cuda").record()["dtypes"]
+    weights, state, master = expected
+    assert dtypes == {
+        "weights": weights,
+        "gradients": weights,
+        "optimizer_state": state,
+        **({"master_weights": master} if master else {}),
+    }

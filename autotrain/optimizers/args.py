@@ -40,8 +40,14 @@ class CameArgs(_Args):
             "ones in short runs (elements x max_steps >= 1e9); on CUDA every group in runs of 200 steps or "
             "more, each keeping whichever of the compiled and eager steps measured faster in the run (with "
             "several processes the ranks decide together); true compiles every group before its first step; "
-            "false never compiles. Where compiling fails, the eager step runs (one notice on stderr)."
+            "false never compiles. Where compiling or a compiled call fails, that group takes the eager step "
+            "from the state before it (one notice on stderr; run.json: optimizer_compile)."
         ),
+    )
+    master_weights: Bool = Field(
+        True,
+        description="Keep fp32 master weights of fp16/bf16 params (4 bytes per parameter): without them a bf16 "
+        "weight loses every update below half its ulp (lr 1e-5 on a weight of 0.01).",
     )
 
 
@@ -70,7 +76,11 @@ class FusedAdamArgs(_Args):
         description="Must stay false: FusedAdam reads lr as a Python float each step, which CUDA graph capture "
         "would freeze (use adamw_torch_fused for capture-safe steps).",
     )
-    master_weights: Bool = Field(False, description="Keep fp32 master copies (and fp32 moments) of fp16/bf16 params.")
+    master_weights: Bool = Field(
+        True,
+        description="Keep fp32 master copies (and fp32 moments) of fp16/bf16 params (4 + 8 bytes per parameter); "
+        "false keeps the moments in the params' dtype, where a bf16 weight loses every update below half its ulp.",
+    )
 
     @model_validator(mode="after")
     def _no_unsupported_flags(self) -> FusedAdamArgs:

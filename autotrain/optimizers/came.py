@@ -10,26 +10,10 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from autotrain.optimizers import came_auto, came_groups, came_math
+from autotrain.optimizers import came_groups, came_math, came_policy
 from autotrain.optimizers.sharding import local, shards_of
 
-# A step gathers a chunk of same-shaped params at a time, of at most an eighth of all params (or half the
-# largest one): its scratch memory stays a few such chunks in fp32, and the number of chunks stays within
-# the number of groups plus eight whatever the model's depth.
-CHUNKS = 8
-# On the CPU a step takes chunks of at most 2**17 elements: a matrix larger than that steps alone, in place
-# (no copy into a stack and back: 24 bytes per element, nearly an AdamW step's worth of memory traffic),
-# and a chunk's several passes find it in cache. Smaller params (norms, biases) still stack. The number of
-# calls then follows the model's depth, which costs the CPU tens of microseconds per call; a GPU keeps the
-# few large chunks (its launches stay fixed with depth). SmolLM2-135M's list, compiled: 0.18 s a step
-# against 0.26 s with chunks of 2**21.
-CPU_CHUNK = 1 << 17
-
-
-def _replicated() -> bool:
-    """Whether this process is one of several of a distributed run."""
-    dist = torch.distributed
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+HALF = (torch.float16, torch.bfloat16)
 
 
 def _zeros(shape: torch.Size, like: Tensor) -> Tensor:
@@ -67,42 +51,20 @@ class CAME(Optimizer):
       1-D params: :math:`s = m`
     * :math:`p \leftarrow p - \eta\lambda p`, then :math:`p \leftarrow p - \eta s`
 
-    There is no bias correction: with zero-initialised statistics the first factored steps are
-    about 10x ``lr`` in size, so use a learning-rate warmup. ``state["RMS"]`` holds the RMS of
-    the weights after the step, for monitoring; the update does not use it (came-pytorch records it
-    before its update: its value is ours one step later). Statistics are fp32 for any param dtype;
-    fp16/bf16 params are updated through an fp32 copy.
+    No bias correction: the first factored steps are about 10x ``lr``, so warm the learning rate up.
+    ``state["RMS"]``: the weights' RMS after the step (came-pytorch's, one step later), for monitoring. The
+    state is fp32 whatever the params' dtype, and fp16/bf16 params keep fp32 master weights
+    (``state["master_param"]``, 4 bytes per parameter; ``master_weights=False``: none, and any update below
+    half an ulp of its weight is lost). A param with a non-finite gradient (or one above ~1.8e19) is left
+    untouched for the step and counted in ``skipped_tensors``; the step never synchronises with the host.
 
-    Multi-tensor step: params of a param group with the same (local) shape, device and kind step
-    together (``came_groups``): their state is stacked, so row and column statistics are batched
-    reductions and each group takes a fixed number of operations per step, whatever its size. The
-    maths is stated once (``came_math``); the eager step runs it as it is, the compiled step compiled by
-    inductor (``came_compile.StepCompiler``: one graph per group shape; hyper-parameters are a tensor input,
-    so schedules and per-group settings never recompile, and fp16/bf16 params share the fp32 graphs).
-    ``compile=None`` (auto) compiles where that pays back within ``total_steps`` (``came_auto.compiles``):
-    groups of at least 2**20 elements on the CPU (larger ones in short runs) and every group on CUDA,
-    where each then keeps whichever of the compiled and eager steps measured faster over its next steps
-    (``came_auto.Background.choose``, ``compile_choices``; eager on CUDA where ``capturable``), on a
-    worker thread while the first steps run eagerly (``came_auto.Background``: a run never waits for
-    the compiler). In a run of several processes it compiles before the first step, and the ranks decide
-    together (``came_auto.Replicas``), so that every replica takes the same step each time. ``True``
-    compiles every group of whole tensors before its first step (which waits for it), ``False`` none.
-    If compiling fails, one line on stderr says so and the eager step runs. Compiled and eager steps
-    agree up to fp32 rounding (they sum in other orders), which CAME8Bit's codes then carry forward.
-
-    Non-finite gradients: a param whose gradient has a non-finite element, or one above ~1.8e19 (its
-    square overflows fp32), is left untouched for the step, weights and state, and counted in
-    ``skipped_tensors`` (no host synchronisation in the step; reading the count synchronises).
-
-    Under FSDP2 (``fully_shard``) params are DTensors split on dim 0, and each rank steps its own
-    shard with the same result as one process stepping the whole tensor: whether a param is
-    factored follows its global shape, means divide by global counts, and what spans the shards
-    (a matrix's column statistics, the mean of its row statistics, the update RMS, the weight RMS)
-    is summed in all-reduces between the passes, over the param's mesh group, for a whole group of
-    shards at once. A shard's compiled step compiles each phase between the all-reduces (``compile=True``,
-    or auto in a run of several processes). The state is laid
-    out like the param (DTensors, split on dim 0; a matrix's column statistics, small, on every rank),
-    so ``torch.distributed.checkpoint`` and ``get/set_optimizer_state_dict`` save and load it.
+    Same-shaped params step together on stacked state (``came_groups``), the maths stated once (``came_math``)
+    and run eagerly or compiled by inductor (``came_compile``). ``compile=None`` (auto) compiles where that
+    pays back within ``total_steps``, on a worker thread while the first steps run eagerly (``came_policy``);
+    ``True`` every group from its first step, ``False`` none. A compiled step that fails gives way to the
+    eager step from the state before it. Under FSDP2 each rank steps its dim-0 shard as one process steps the
+    whole tensor (all-reduces between the phases), and the state is laid out like the params (DTensors).
+    Details and figures: docs/came.md.
 
     Args:
         params: parameters or param groups.
@@ -111,12 +73,11 @@ class CAME(Optimizer):
         clip_threshold: RMS threshold of the update.
         betas: (beta1, beta2, beta3) for the update, squared gradient and instability EMAs.
         weight_decay: decoupled weight decay.
-        compile: compile the step (None: in the background, where compiling pays back within
-            ``total_steps``: on the CPU groups of at least 2**20 elements, fewer in short runs; on CUDA every
-            group, each kept compiled only where measured faster; see ``came_auto.compiles``).
+        compile: compile the step (None: auto, see ``came_policy.which_step``).
         capturable: keep the step free of host synchronisation so that it can be captured in a CUDA
             graph (it always is; this also lets ``lr`` be a tensor, read on the device each step).
         total_steps: the run's length in steps, if known: what auto weighs compiling against.
+        master_weights: keep fp32 master weights of fp16/bf16 params.
     """
 
     def __init__(
@@ -130,6 +91,7 @@ class CAME(Optimizer):
         compile: bool | None = None,
         capturable: bool = False,
         total_steps: int | None = None,
+        master_weights: bool = True,
     ) -> None:
         if not lr >= 0.0:
             raise ValueError(f"Invalid learning rate: {lr}")
@@ -151,6 +113,7 @@ class CAME(Optimizer):
         self.compile = compile
         self.capturable = capturable
         self.total_steps = total_steps
+        self.master_weights = master_weights
         super().__init__(params, defaults)
         self._reset_groups()
 
@@ -158,11 +121,11 @@ class CAME(Optimizer):
         self._groups: dict[int, tuple[list[Tensor], list[came_groups.Group]]] = {}  # by param group
         self._hyper: dict[tuple[int, torch.device], tuple[tuple, Tensor]] = {}
         self._skipped: dict[torch.device, Tensor] = {}
-        self._replicas = came_auto.Replicas()  # auto's choice in a run of several processes
+        self._steps = came_policy.Steps(self)
 
     def __getstate__(self) -> dict[str, Any]:
         # Optimizer pickles only defaults/state/param_groups.
-        extra = {"compile": self.compile, "capturable": self.capturable, "total_steps": self.total_steps}
+        extra = {key: getattr(self, key) for key in ("compile", "capturable", "total_steps", "master_weights")}
         return {**super().__getstate__(), **extra}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -170,6 +133,7 @@ class CAME(Optimizer):
         self.__dict__.setdefault("compile", None)  # pickled before the switch existed
         self.__dict__.setdefault("capturable", False)
         self.__dict__.setdefault("total_steps", None)
+        self.__dict__.setdefault("master_weights", True)
         self._reset_groups()
 
     @property
@@ -181,9 +145,8 @@ class CAME(Optimizer):
 
     @property
     def compile_choices(self) -> list[dict[str, Any]]:
-        """Where auto measured the compiled step against the eager one (on CUDA): per group, its local
-        ``shape``, ``params``, the median ``eager_ms`` and ``compiled_ms`` of its timed steps and which was
-        ``kept``."""
+        """Per group where auto measured (CUDA) or the compiled step failed: local ``shape``, ``params``, the
+        median ``eager_ms`` and ``compiled_ms``, which was ``kept`` and any ``failure``."""
         return [g.choice for _, groups in self._groups.values() for g in groups if g.choice is not None]
 
     def _moment_keys(self, p: Tensor) -> tuple[str, ...]:
@@ -223,6 +186,10 @@ class CAME(Optimizer):
             state = self.state[p]
             if len(state) == 0:
                 self._init_state(p, state)
+            if self.master_weights and p.dtype in HALF and "master_param" not in state:  # also a loaded state
+                state["master_param"] = shards_of(p).state(local(p).detach().to(torch.float32, copy=True), p.shape)
+            elif not (self.master_weights and p.dtype in HALF):
+                state.pop("master_param", None)
             state["step"] += 1
             if p.numel():  # a 0-element param has nothing to step
                 active.append(p)
@@ -238,27 +205,9 @@ class CAME(Optimizer):
             and all(g.still_valid(self.state) for g in cached[1])
         ):
             return cached[1]
-        buckets: dict[tuple, list[Tensor]] = {}
-        # A chunk steps at most half the largest param or an eighth of them all (see came_groups): the
-        # step's scratch stays a few such chunks in fp32, however many params share a shape.
-        budget = max(max((p.numel() for p in params), default=0) // 2, sum(p.numel() for p in params) // CHUNKS)
-        for p in params:
-            moment = self._moment_keys(p)
-            key = (local(p).shape, p.shape, p.device, moment, id(shards_of(p).group))
-            key += tuple(local(self.state[p][k]).shape for k in moment)
-            buckets.setdefault(key, []).append(p)
-        groups = [
-            came_groups.build(ps, self.state, self._moment_keys(ps[0]), self._budget(ps[0], budget))
-            for ps in buckets.values()
-        ]
+        groups = came_groups.groups_of(params, self.state, self._moment_keys)
         self._groups[index] = (params, groups)
         return groups
-
-    @staticmethod
-    def _budget(p: Tensor, budget: int) -> int:
-        """The most elements a chunk of ``p``'s group steps at once: at most ``CPU_CHUNK`` on the CPU (see
-        there), ``budget`` elsewhere."""
-        return min(budget, CPU_CHUNK) if p.device.type == "cpu" else budget
 
     def _hyper_tensor(self, index: int, group: dict[str, Any], device: torch.device) -> Tensor:
         """The group's hyper-parameters as one fp32 tensor on ``device`` (came_math.HP), refilled when
@@ -276,41 +225,6 @@ class CAME(Optimizer):
             cached[1][came_math.DECAY].copy_(1.0 - lr * group["weight_decay"])
         return cached[1]
 
-    def _compiles(self, group: came_groups.Group) -> bool:
-        """Whether ``group`` takes the compiled step; the same answer on every rank."""
-        # (Not whether compiling failed, which could differ between ranks: a failed compiler runs the eager
-        # step in its place, and Replicas votes for the eager step on every rank.)
-        if self.compile is False:
-            return False
-        if group.shards.group is not None and self.compile is None and not _replicated():
-            # Auto compiles shards on the training thread only (Replicas): the worker traces fakes, and a
-            # shard's phases have all-reduces between them.
-            return False
-        if self.compile:
-            return True
-        device = group.params[0].device.type
-        if device == "cuda" and self.capturable:
-            return False
-        # Where compiling would pay back within the run (on CUDA then measured against the eager step:
-        # Background, Replicas).
-        return came_auto.compiles(device, sum(p.numel() for p in group.params), self.total_steps)
-
-    def _step_group(self, group: came_groups.Group, hp: Tensor, skipped: Tensor, scratch: came_groups.Scratch):
-        """One step of ``group``: eager, compiled (``compile=True``: from the first step, which waits for the
-        compiler) or, where auto compiles it, eager until a worker thread has compiled it (see
-        ``came_auto.Background``): a run never waits for the compiler. Except in a run of several
-        processes: there auto compiles before the first step, and every process takes the same step each
-        time (``came_auto.Replicas``: a worker done sooner on one of them would switch it to the compiled
-        step, whose rounding differs, steps before the others, and data-parallel replicas would drift apart)."""
-        if not self._compiles(group):
-            came_groups.step_group(group, hp, skipped, came_groups.eager_chunk, scratch)
-        elif self.compile:
-            came_groups.step_group(group, hp, skipped, came_groups.compiled_chunk, scratch)
-        elif _replicated():
-            self._replicas.step_group(group, hp, skipped, scratch)
-        else:
-            came_auto.BACKGROUND.step_group(group, hp, skipped, scratch)
-
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
         """Perform one optimization step; ``closure`` re-evaluates the model and returns the loss."""
@@ -325,9 +239,8 @@ class CAME(Optimizer):
                 hp = self._hyper_tensor(index, param_group, device)
                 if device not in self._skipped:
                     self._skipped[device] = torch.zeros((), dtype=torch.int64, device=device)
-                self._step_group(group, hp, self._skipped[device], scratch)
-        came_auto.BACKGROUND.start()
-        self._replicas.step_done()
+                self._steps.step_group(group, hp, self._skipped[device], scratch)
+        self._steps.step_done({p.device.type for g in self.param_groups for p in g["params"]})
         return loss
 
     # --- saving and loading -----------------------------------------------------------------------

@@ -14,10 +14,9 @@ from autotrain.optimizers.sharding import local, shards_of
 
 
 def row_aligned_block(cols: int, block_size: int) -> int:
-    """The block size, at most ``block_size``, for a matrix of rows ``cols`` wide: a multiple of ``cols``
-    when a row fits (each block holds whole rows), else the largest divisor of ``cols`` of at least half
-    of ``block_size`` (each row is whole blocks), else ``block_size``. Either way a block costs at most
-    twice its share of scales: at most 8 / block_size bytes per parameter."""
+    """The block size, at most ``block_size``, for rows ``cols`` wide: a multiple of ``cols`` where a row fits,
+    else the largest divisor of ``cols`` of at least half of ``block_size``, else ``block_size`` (at most
+    twice the scales of ``block_size``)."""
     if cols <= block_size:
         return cols * (block_size // cols)
     return next((size for size in range(block_size, block_size // 2 - 1, -1) if size and cols % size == 0), block_size)
@@ -26,43 +25,26 @@ def row_aligned_block(cols: int, block_size: int) -> int:
 class CAME8Bit(CAME):
     r"""CAME (see :class:`~autotrain.optimizers.came.CAME` for the update rule) with an 8-bit ``m``.
 
-    For params CAME factors (``ndim >= 2``) with at least ``min_8bit_size`` elements, the first
-    moment ``m`` is stored as int8 codes in flat blocks of at most ``block_size`` elements over the
-    flattened tensor (``state["exp_avg_codes"]``, shape ``(n_blocks, block)``, the tail
-    zero-padded) with one fp32 scale per block (``state["exp_avg_absmax"]``). Each matrix gets the
-    block (``row_aligned_block``) under which its rows are whole blocks, or its blocks whole rows,
-    where one of at least half of ``block_size`` exists: the compiled step then finds a block's scale
-    by a division or none at all, rather than by comparisons. The factored
-    statistics, 1-D params and small tensors stay fp32, so with the defaults a large matrix costs
-    about 1.006 bytes of state per parameter (fp32 CAME: ~4, fp32 AdamW: 8).
+    For factored params (``ndim >= 2``) of at least ``min_8bit_size`` elements, the first moment is stored
+    as int8 codes in flat blocks of at most ``block_size`` elements (``state["exp_avg_codes"]``,
+    ``(n_blocks, block)``, the tail zero-padded) with one fp32 scale per block (``state["exp_avg_absmax"]``):
+    about 1.006 bytes of state per parameter of a large matrix (fp32 CAME: ~4, AdamW: 8). Each matrix gets
+    the block under which its rows are whole blocks or its blocks whole rows (``row_aligned_block``), so the
+    compiled step finds the scales in loops it makes anyway. Statistics, 1-D and small params stay fp32.
 
-    Quantization map: square-root companding,
-    ``code = sign(m) * round(127 * sqrt(|m| / absmax))`` and ``m = sign(code) (code/127)^2 absmax``.
-    Like the signed dynamic map of bitsandbytes it is non-linear, spending its levels on small
-    magnitudes: relative precision near ``1e-2 * absmax`` is ~8% against ~40% for linear absmax
-    int8, and a value is only flushed to zero below ``~1.5e-5 * absmax`` (linear absmax: below
-    ``absmax / 254``, which zeroes about half of the small entries of a block with one outlier).
-    Unlike a table map it encodes and decodes with a few element-wise ops (no search, no gather),
-    so dequantize -> update -> requantize stays vectorised over all blocks. Zero is code 0 and
-    decodes to exactly 0; an all-zero block has a clamped positive scale (no 0/0); code 127
-    decodes to ``absmax`` (to an ulp or two), so constant blocks round-trip.
+    The map is square-root companding, ``code = sign(m) round(127 sqrt(|m| / absmax))``, decoded as
+    ``sign(code) (code/127)^2 absmax``: non-linear like bitsandbytes' dynamic map (about 8% error at
+    ``1e-2 * absmax``, against 40% for linear int8), but a few element-wise ops, with no table to search.
+    Zero decodes to 0, all-zero blocks have a positive scale, constant blocks round-trip. Codes and scales
+    keep their dtypes through ``load_state_dict``; a state another variant or other blocks wrote is refused
+    with a message. With ``min_8bit_size`` above every param this is exactly :class:`CAME`.
 
-    Matrices of the same shape and blocks step together (see :class:`CAME`): decode, update and
-    re-encode are one statement of the maths (``came_math``) over the group's stacked codes, which the
-    compiled step fuses into its loops. Codes and scales are plain tensors in ``optimizer.state``
-    (views of the group's stacked ones) and keep their dtypes through ``load_state_dict`` (also for
-    bf16 params); a state with an fp32 first moment where this optimizer keeps codes (one CAME wrote,
-    or other ``min_8bit_size`` / ``block_size``) is refused with a message that says so.
-    With ``min_8bit_size`` larger than every param this is exactly :class:`CAME`.
-
-    Under FSDP2 the blocks tile each rank's shard (counted as the largest shard, so every rank has
-    the same number of blocks), the choice to quantize follows the param's global size, and each
-    rank stores about ``1/world`` of the state; the codes and scales are evenly dim-0 sharded
-    DTensors. Their blocks depend on the shard sizes, so resume with the same number of processes.
+    Under FSDP2 the blocks tile each rank's shard (counted as the largest, so every rank holds as many), and
+    the codes and scales are dim-0 sharded DTensors: resume with the same number of processes.
 
     Args:
-        params, lr, eps, clip_threshold, betas, weight_decay, compile, capturable, total_steps: as
-            :class:`CAME`.
+        params, lr, eps, clip_threshold, betas, weight_decay, compile, capturable, total_steps,
+            master_weights: as :class:`CAME`.
         block_size: elements per quantization block (one fp32 scale each).
         min_8bit_size: params with fewer elements keep an fp32 ``m``.
     """
@@ -80,6 +62,7 @@ class CAME8Bit(CAME):
         compile: bool | None = None,
         capturable: bool = False,
         total_steps: int | None = None,
+        master_weights: bool = True,
     ) -> None:
         if not block_size >= 1:
             raise ValueError(f"Invalid block_size value: {block_size}")
@@ -87,7 +70,9 @@ class CAME8Bit(CAME):
             raise ValueError(f"Invalid min_8bit_size value: {min_8bit_size}")
         self.block_size = block_size
         self.min_8bit_size = min_8bit_size
-        super().__init__(params, lr, eps, clip_threshold, betas, weight_decay, compile, capturable, total_steps)
+        super().__init__(
+            params, lr, eps, clip_threshold, betas, weight_decay, compile, capturable, total_steps, master_weights
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         # Optimizer pickles only defaults/state/param_groups.

@@ -1,7 +1,7 @@
-"""How CAME's step functions are compiled: by inductor (torch.compile's compiler: C++ on the CPU, Triton on
-CUDA), once per (function, input layouts, thread count), traced by ``make_fx`` on fake tensors, with an eager
-fallback where compiling fails. ``StepCompiler.prepare`` compiles from fakes made to a call's layouts
-(``fake_plan``, ``fakes``) without running anything: the background compiler's way (``came_auto``).
+"""How CAME's step functions are compiled: by inductor (C++ on the CPU, Triton on CUDA), once per (function,
+input layouts, thread count), traced by ``make_fx`` on fake tensors. ``StepCompiler.prepare`` compiles from
+fakes made to a call's layouts (``fake_plan``, ``fakes``) without running anything: the background
+compiler's way (``came_policy``).
 """
 
 from __future__ import annotations
@@ -17,19 +17,17 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from autotrain.optimizers import came_math
+
 
 class StepCompiler:
-    """came_math's step functions compiled by inductor (torch.compile's compiler: C++ on the CPU, Triton on
-    CUDA), shared by every optimizer of the process.
+    """came_math's step functions compiled by inductor, shared by every optimizer of the process.
 
-    One graph per (function, input layouts, thread count): hyper-parameters are a tensor input, so no value
-    recompiles. The graph is traced by ``make_fx`` on fake tensors of the inputs' layouts, not by Dynamo:
-    the functions are straight-line tensor code, so Dynamo's bytecode analysis and guards only cost time,
-    and this class keys the graphs on what they are specialised to itself (``_flatten``, ``_aliases``). Less
-    Python runs around each call (SmolLM2-135M's 60 k/v matrices, one call each: 14.8 -> 12.6 ms a step), and
-    with inductor's caches warm a graph loads in about 0.1 s instead of the 0.5 s Dynamo took to trace it
-    again. A first call per layout is the compilation; its time adds to ``seconds``. If compiling fails (no
-    C++ compiler, no Triton), one line on stderr says so and every later step runs eagerly.
+    One graph per (function, input layouts, thread count); hyper-parameters are a tensor input, so no value
+    recompiles. Traced by ``make_fx`` on fakes, not by Dynamo (straight-line tensor code: Dynamo's guards only
+    cost time), and keyed here on what a graph is specialised to (``_flatten``, ``_aliases``). ``seconds``:
+    time spent compiling. If compiling fails (no C++ compiler, no Triton), one line on stderr says so and
+    nothing compiles again (``failure``); a call that fails raises, for ``came_groups`` to restore.
     """
 
     def __init__(self) -> None:
@@ -39,12 +37,9 @@ class StepCompiler:
         self.seconds = 0.0
 
     def __call__(self, fn: Callable, *args: Any, site: dict | None = None) -> Any:
-        """``fn(*args)`` through its graph, compiled on the first call with these layouts. ``site``: a dict
-        that one call site keeps, where every input keeps its layout and aliasing from call to call (a
-        chunk's, see ``came_groups``): the site's graph of ``fn`` is then looked up by the full key once,
-        and kept there for its later calls (the key took about a third of the Python a compiled step ran)."""
-        if self.failure is not None:
-            return fn(*args)
+        """``fn(*args)`` through its graph, compiled on the first call with these layouts. ``site``: a dict one
+        call site keeps whose inputs keep their layouts from call to call (a chunk's): the graph is looked up
+        by its full key once, then found there. Raises what compiling or the call raised."""
         tensors: list[Tensor] = []
         threads = torch.get_num_threads()
         compiled = None if site is None else site.get((fn, threads))
@@ -54,16 +49,16 @@ class StepCompiler:
         key = (fn, _flatten(args, tensors), _aliases(tensors), threads)
         compiled = self._compiled.get(key)
         if compiled is None:
+            if self.failure is not None:
+                raise RuntimeError(f"compiling is unavailable ({self.failure})")
             start = time.perf_counter()
             try:
                 compiled = _compile(fn, args, tensors)
-                out = compiled(tensors)
-            except Exception as exc:  # compiling failed: the eager step does the same
+            except Exception as exc:
                 self._fail(exc)
-                return fn(*args)
+                raise
             self._add(key, compiled, start)
-        else:
-            out = compiled(tensors)
+        out = compiled(tensors)
         if site is not None:
             site[(fn, threads)] = compiled
         return out
@@ -87,8 +82,7 @@ class StepCompiler:
     def _fail(self, exc: Exception) -> None:
         if self.failure is not None:
             return
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        self.failure = f"{type(exc).__name__}: {reason}"[:300]
+        self.failure = describe(exc)
         print(
             f"autotrain: CAME's compiled step is unavailable ({self.failure}); using the eager step "
             "(same maths, slower)",
@@ -101,10 +95,65 @@ class StepCompiler:
         return len(self._compiled)
 
 
-def _compile(fn: Callable, args: tuple, tensors: list[Tensor]) -> Callable[[list[Tensor]], Any]:
-    """``fn(*args)`` as an inductor graph of ``tensors`` (``args``' tensors, in ``_flatten``'s order; the
-    other values are constants of the graph; fake tensors, or real ones), traced on fake tensors: nothing is
-    run or written."""
+_SLICES_RIGHT: dict[str, bool] = {}
+SLICES_WRONG = "this torch's compiler computes the step of a param factored over several slices wrong"
+
+
+def slices_compile_right(device: torch.device) -> bool:
+    """Whether inductor compiles the step of a 3-D+ param (factored within each of several slices) right on
+    ``device``'s type: torch 2.8's does not (a 3-D param's weights came out 12% off the eager step's; its
+    2-D steps are right). Probed once per device type and process: a small such step against the eager one."""
+    if device.type not in _SLICES_RIGHT:
+        _SLICES_RIGHT[device.type] = _probe(device)
+    return _SLICES_RIGHT[device.type]
+
+
+def _probe(device: torch.device) -> bool:
+    gen = torch.Generator().manual_seed(0)
+    shape = (1, 3, 5, 16)  # three factored slices of 5 x 16
+
+    def rand(*size: int, scale: float, signed: bool = True) -> Tensor:
+        values = torch.randn(size, generator=gen) if signed else torch.rand(size, generator=gen) + 0.01
+        return (values * scale).to(device)
+
+    def step(run: Callable) -> list[Tensor]:
+        gen.manual_seed(0)
+        p, g, m = (rand(*shape, scale=s) for s in (0.02, 1e-3, 1e-4))
+        state = (rand(1, 3, 5, scale=1e-6, signed=False), rand(1, 3, 16, scale=1e-6, signed=False)) * 2
+        state = (
+            *[t.clone() for t in state],
+            torch.zeros(1, device=device),
+            torch.zeros((), dtype=torch.int64, device=device),
+            m,
+        )
+        hp = torch.tensor(came_math.hyper_values(1e-3, (0.9, 0.999, 0.9999), (1e-30, 1e-16), 1.0, 0.1), device=device)
+        run(came_math.factored_step, p, g, state, hp, came_math.Dims(rows=5, numel=240))
+        return [p, *state[:5], m]
+
+    def compiled(fn: Callable, *args: Any) -> Any:
+        tensors: list[Tensor] = []
+        _flatten(args, tensors)
+        return _compile(fn, args, tensors)(tensors)
+
+    try:
+        with torch.no_grad():
+            pairs = zip(step(compiled), step(came_math.eager), strict=True)
+            return all(((a - b).norm() <= 1e-5 * b.norm()).item() for a, b in pairs)
+    except Exception:  # compiling fails here as it would for the step: nothing to decide
+        return False
+
+
+def describe(exc: BaseException) -> str:
+    """``exc`` in one line: its type and the first line of its message."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"[:300]
+
+
+def _compile(
+    fn: Callable, args: tuple, tensors: list[Tensor], realize: bool | None = None
+) -> Callable[[list[Tensor]], Any]:
+    """``fn(*args)`` as an inductor graph of ``tensors`` (``args``' tensors in ``_flatten``'s order, fake or
+    real; other values are constants), traced on fakes: nothing runs."""
     import torch._inductor
     from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -135,7 +184,51 @@ def _compile(fn: Callable, args: tuple, tensors: list[Tensor]) -> Callable[[list
             out = compiled(*inputs)
         return tree_unflatten(list(out), spec)
 
+    call.writes_once = writes_once(compiled)  # type: ignore[attr-defined]
     return call
+
+
+def writes_once(compiled: Callable) -> bool:
+    """Whether a call of inductor's ``compiled`` graph can only fail before it writes: its generated code makes
+    its buffers, then runs one C++ kernel (what the CPU backend makes of came_math's functions). Otherwise
+    (Triton's several kernels, buffers made between them; code that cannot be read) it may fail between."""
+    source = _source_code(compiled)
+    if source is None or "def call(" not in source:
+        return False
+    body = [line.strip() for line in source.split("def call(", 1)[1].split("\n\n", 1)[0].splitlines()[1:]]
+    work = [i for i, line in enumerate(body) if not _bookkeeping(line)]
+    after = body[work[-1] + 1 :] if work else []
+    return len(work) == 1 and body[work[0]].startswith("cpp_fused") and all(_drops(line) for line in after)
+
+
+def _source_code(compiled: Any, depth: int = 4) -> str | None:
+    """The code inductor generated for ``compiled``: on the callable (torch 2.13) or a few wrappers in (2.8)."""
+    source = getattr(compiled, "source_code", None)
+    if isinstance(source, str) or depth == 0:
+        return source if isinstance(source, str) else None
+    cells = []
+    for cell in getattr(compiled, "__closure__", None) or ():
+        with contextlib.suppress(ValueError):  # an empty cell
+            cells.append(cell.cell_contents)
+    for inner in (getattr(compiled, "_torchdynamo_orig_callable", None), *cells):
+        found = _source_code(inner, depth - 1) if callable(inner) else None
+        if found is not None:
+            return found
+    return None
+
+
+def _bookkeeping(line: str) -> bool:
+    """A line of a graph's ``call`` that neither writes a tensor nor runs a kernel: it checks an input, makes,
+    reuses or views a buffer, or drops a reference."""
+    if _drops(line) or line in ("", "args.clear()") or line.startswith(("assert_size_stride(", "assert_alignment(")):
+        return True
+    target, _, value = line.partition(" = ")
+    reuse = value.split(";")[0].isidentifier() and value.partition("; ")[2].startswith("del ")
+    return bool(value) and (value.startswith(("empty_strided_cpu(", "reinterpret_tensor(", "args")) or reuse)
+
+
+def _drops(line: str) -> bool:
+    return line.startswith(("del ", "return "))
 
 
 COMPILED_REGION = "CAME compiled step"  # the name of a call of a compiled graph in a profile
@@ -171,9 +264,7 @@ def _rebuild(value: Any, tensors: Any) -> Any:
 
 
 def _aliases(tensors: list[Tensor], storage: Callable[[Tensor, int], tuple] | None = None) -> tuple[int, ...]:
-    """For each tensor, the first of ``tensors`` on the same ``storage`` (``_storage``): a graph is traced
-    for one aliasing. (The step's inputs do not alias; this keeps a graph from being called on inputs that
-    would. A meta tensor, with no storage, aliases nothing.)"""
+    """For each tensor, the first of ``tensors`` on the same ``storage``: a graph is traced for one aliasing."""
     storage = storage or _storage
     first: dict[tuple, int] = {}
     return tuple(first.setdefault(storage(t, i), i) for i, t in enumerate(tensors))
@@ -197,32 +288,41 @@ def _fake_mode(tensors: list[Tensor]):
 
 
 def signature(args: Any, device: torch.device) -> Any:
-    """``StepCompiler``'s key of ``args`` whose meta tensors stand for tensors on ``device`` (see
-    ``Background``)."""
+    """``StepCompiler``'s key of ``args`` whose meta tensors stand for tensors on ``device``."""
     tensors: list[Tensor] = []
     flat = _flatten(args, tensors)
     return flat, _aliases(tensors), tuple(device if t.device.type == "meta" else t.device for t in tensors)
 
 
-# Recompute the update and m (a few element-wise ops on what is read anyway) in each loop that needs
-# them, rather than storing them in a full-size fp32 buffer between loops.
+# Recompute the update and m in each loop that needs them rather than store them in a full-size buffer.
 _RECOMPUTE = {"realize_reads_threshold": 64, "realize_opcount_threshold": 4096, "realize_acc_reads_threshold": 64}
 COMPILER = StepCompiler()
 
 
+def per_thread_settings() -> bool:
+    """Whether inductor keeps its settings per thread (torch 2.13), not for the whole process (2.8); read from
+    how it stores them, and taken as process-wide where that cannot be read (the safe side)."""
+    from contextvars import ContextVar
+
+    import torch._inductor.config
+
+    entries = getattr(torch._inductor.config, "_config", None)
+    entry = next(iter(entries.values()), None) if isinstance(entries, dict) else None
+    return isinstance(getattr(entry, "user_override", None), ContextVar)
+
+
 def inductor_settings() -> dict | None:
-    """The calling thread's inductor settings (inductor keeps them per thread: one set on the training thread
-    is not seen on another), for a compilation elsewhere to use; None where inductor was never imported
-    (nothing was set)."""
+    """The calling thread's inductor settings, for the worker thread to compile with; None where inductor was
+    never imported (nothing was set) or keeps them for the whole process (the worker sees them already)."""
     config = sys.modules.get("torch._inductor.config")
-    return None if config is None else config.get_config_copy()
+    return config.get_config_copy() if config is not None and per_thread_settings() else None
 
 
 def with_inductor_settings(settings: dict | None):
-    """A context in which this thread compiles with ``settings`` (``inductor_settings``). Only the settings
-    that differ from this thread's are patched: inductor refuses to patch a setting it hides, even to the
-    value it already has."""
-    if settings is None:
+    """A context in which this thread compiles with ``settings`` (``inductor_settings``), where settings are per
+    thread: only those that differ from this thread's are patched (inductor refuses to patch one it hides,
+    even to its value). Where they are process-wide nothing is patched: that would change every thread's."""
+    if settings is None or not per_thread_settings():
         return contextlib.nullcontext()
     import torch._inductor.config
 
@@ -232,9 +332,8 @@ def with_inductor_settings(settings: dict | None):
 
 
 def fake_plan(args: Any, device: torch.device) -> Any:
-    """``args`` with each tensor replaced by how to make a fake of it: (storage number, dtype, shape,
-    stride, offset), and each storage's device (``device`` for a meta tensor, which has a storage of its
-    own, as in ``_aliases``) and the bytes its tensors reach."""
+    """``args`` with each tensor replaced by how to make a fake of it (``_TensorPlan``), and each storage's
+    device (``device`` for a meta tensor's own) and the bytes its tensors reach."""
     storages: dict[tuple, list] = {}
 
     def plan(value: Any) -> Any:
@@ -262,8 +361,8 @@ class _TensorPlan:
 
 
 def fakes(plan: Any) -> Any:
-    """Fake tensors as ``fake_plan`` describes, sharing storages as the originals did (made in a mode with
-    a shape environment of static shapes, which inductor's cache needs)."""
+    """Fakes as ``fake_plan`` describes, sharing storages as the originals did (a shape environment of static
+    shapes: inductor's cache needs one)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 

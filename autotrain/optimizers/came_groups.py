@@ -1,22 +1,15 @@
-"""How CAME steps many parameters at once: same-shaped parameters form a group whose state is stacked,
-and the group takes one call of ``came_math``'s step, compiled (inductor: C++ on the CPU, Triton on
-CUDA) or eager, with a fixed number of operations whatever the number of parameters in it.
-
-The state stays per parameter for everyone else: ``optimizer.state[p][key]`` is a view of row ``i`` of
-the group's stacked tensor, so ``state_dict()``, checkpoints and FSDP2's distributed checkpoints see the
-same per-parameter layout as before grouping. A group is (re)built from whatever per-parameter tensors
-the state holds (fresh zeros, a loaded checkpoint) the first time it steps and whenever that changes.
-
-A step gathers its params and gradients into stacked fp32 tensors (unless one fp32 tensor is stepped in
-place), so a group steps in chunks of params: at most ``budget`` elements each, or one param where a
-param is larger. That bounds the step's scratch memory to a few chunks of fp32 whatever the group's size.
-``CAME`` sets the budget to the larger of half the largest param and an eighth of all the params it
-steps, so on a GPU the number of chunks stays within the number of groups plus eight (and does not grow
-with the model's depth); on the CPU it caps the budget further (``came.CPU_CHUNK``), for speed.
+"""How CAME steps many params at once: the same-shaped params of a param group form a ``Group`` whose state
+is stacked, and each step calls ``came_math``'s functions once per chunk of the group, eager or compiled: a
+fixed number of operations whatever the number of params. ``optimizer.state[p][key]`` stays a view of row
+``i`` of the stacked tensor, so ``state_dict()`` and (FSDP2's) checkpoints see per-parameter state; a group
+is built again whenever its params or their state change. A chunk is stacked in fp32 (unless it is one fp32
+tensor, stepped in place), so its size (``chunk_budget``) bounds the step's scratch memory. Figures behind
+the sizes: docs/came.md.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -31,6 +24,9 @@ from autotrain.optimizers.sharding import Shards, is_sharded, local, shards_of
 
 FACTORED_KEYS = ("exp_avg_sq_row", "exp_avg_sq_col", "exp_avg_res_row", "exp_avg_res_col")
 PLAIN_KEYS = ("exp_avg_sq",)
+MOMENT_KEYS = ("exp_avg", "exp_avg_codes", "exp_avg_absmax")  # the first moment: fp32, or 8-bit codes and scales
+CHUNKS = 8  # a chunk holds at least an eighth of a param group's elements (or half its largest param) ...
+CPU_CHUNK = 1 << 17  # ... and on the CPU at most this many (a larger matrix steps alone, in place, in cache)
 
 
 @dataclass
@@ -48,10 +44,31 @@ class Group:
     sites: dict = field(default_factory=dict)  # (start, end) -> that chunk's compiled graphs (StepCompiler)
     trial: list = field(default_factory=list)  # Background, where it measures: ("compiled"/"eager", Timing)s
     choice: dict | None = None  # ... and what it measured and kept (see Background.choose)
+    failure: str | None = None  # why its compiled step failed: it takes the eager step from then on
+
+    def fail(self, reason: str, say: bool = True) -> None:
+        """The compiled step failed: the eager step from now on, one line (``say``), and ``choice`` says why."""
+        if self.failure is not None:
+            return
+        self.failure = reason
+        self.choice = {"shape": list(self.local_shape), "params": len(self.params), **(self.choice or {})}
+        self.choice.update(kept="eager", failure=reason)
+        if say:
+            shape = "x".join(map(str, self.local_shape)) or "scalar"
+            print(
+                f"autotrain: CAME's compiled step failed for the group of {len(self.params)} {shape} "
+                f"parameter(s) ({reason}); it takes the eager step from the state before that step (same maths)",
+                file=sys.stderr,
+            )
 
     @property
     def factored(self) -> bool:
         return len(self.shards.shape) >= 2
+
+    @property
+    def slices(self) -> int:
+        """How many slices a factored param is factored within (its leading dims: 1 for a matrix)."""
+        return prod(self.shards.shape[:-2]) if self.factored else 1
 
     @property
     def local_shape(self) -> torch.Size:
@@ -66,6 +83,26 @@ class Group:
     def still_valid(self, state: dict) -> bool:
         """Whether the params' state still holds this group's views (nothing replaced it since)."""
         return all(state[p].get("RMS") is view for p, view in zip(self.params, self.views, strict=True))
+
+
+def groups_of(params: list[Tensor], state: dict, moment_keys: Callable[[Tensor], tuple[str, ...]]) -> list[Group]:
+    """``params`` (with their state) in groups of one local and global shape, device, shard group and kind
+    (first moment, master weights), each in chunks of at most ``chunk_budget`` elements."""
+    buckets: dict[tuple, list[Tensor]] = {}
+    for p in params:
+        moment = moment_keys(p)
+        key = (local(p).shape, p.shape, p.device, moment, id(shards_of(p).group), "master_param" in state[p])
+        buckets.setdefault(key + tuple(local(state[p][k]).shape for k in moment), []).append(p)
+    return [build(ps, state, moment_keys(ps[0]), chunk_budget(params, ps[0].device)) for ps in buckets.values()]
+
+
+def chunk_budget(params: list[Tensor], device: torch.device) -> int:
+    """The most elements a chunk steps at once: half the largest param or an eighth of them all, whichever is
+    more, so the step's scratch stays a few chunks of fp32 and a GPU's chunks number at most the groups plus
+    ``CHUNKS`` whatever the depth; at most ``CPU_CHUNK`` on the CPU, where stepping matrices in place (no stack
+    and copy back) and in cache is faster. Global sizes: the same chunks on every rank."""
+    budget = max(max((p.numel() for p in params), default=0) // 2, sum(p.numel() for p in params) // CHUNKS)
+    return min(budget, CPU_CHUNK) if device.type == "cpu" else budget
 
 
 def chunks_of(count: int, numel: int, budget: int) -> list[tuple[int, int]]:
@@ -84,10 +121,11 @@ def chunks_of(count: int, numel: int, budget: int) -> list[tuple[int, int]]:
 
 
 def build(params: list[Tensor], state: dict, moment_keys: tuple[str, ...], budget: int | None = None) -> Group:
-    """Stack the per-parameter state of ``params`` (same local shape and kind) and leave views behind;
-    ``budget``: the most elements stepped at once (None: all of them)."""
+    """Stack the per-parameter state of ``params`` (same shape and kind; a ``master_param`` too) and leave
+    views behind; ``budget``: the most elements stepped at once (None: all of them)."""
     shards = shards_of(params[0])
     keys = (FACTORED_KEYS if len(shards.shape) >= 2 else PLAIN_KEYS) + moment_keys + ("RMS",)
+    keys += ("master_param",) if "master_param" in state[params[0]] else ()
     numel = prod(shards.shape)
     group = Group(params, keys, shards, chunks=chunks_of(len(params), numel, budget or len(params) * numel))
     for key in keys:
@@ -112,29 +150,59 @@ def _like(original: Tensor, view: Tensor) -> Tensor:
 
 
 class Scratch:
-    """fp32 buffers that a ``step()`` lends to each of its chunks in turn, for their stacked weights and
-    gradients (one buffer each: the two never share a storage, so a chunk's compiled graph is the same
-    whether its params are stacked or stepped in place, see ``StepCompiler``). A fresh block this large comes
-    from the system (mmap) and goes back when freed, so each chunk allocating its own paid a page fault per
-    4 KiB page, every step (SmolLM2-135M: about 0.9 GB of them); reused, only the largest chunk's are paid.
-    They hold what one chunk needs at once, as the chunk's own tensors did, and live for one step. (The new
-    8-bit moment is not put in them: a compiled graph writing into a buffer it is given computes the value
-    and then copies it, a pass more than it saves.)"""
+    """Buffers a ``step()`` lends to each of its chunks in turn (and frees when it ends): the stacked weights
+    and gradients (one buffer each, so a chunk's graph is the same stacked or in place), and the copies a
+    guarded compiled call keeps (``keep``). Reused, a fresh buffer's page faults are paid once a step."""
 
     def __init__(self) -> None:
-        self._buffers: dict[tuple[torch.device, int], Tensor] = {}
+        self._buffers: dict[tuple, Tensor] = {}
 
-    def take(self, sizes: list[int], device: torch.device) -> list[Tensor | None]:
-        """An fp32 tensor of each of ``sizes`` elements (None for 0), each from a buffer of its own, grown
-        when too small."""
+    def take(self, sizes: list[int], device: torch.device, dtype: torch.dtype = torch.float32, kind: str = "stack"):
+        """A tensor of each of ``sizes`` elements (None for 0), each from a buffer of its own, grown as needed."""
         views = []
         for slot, size in enumerate(sizes):
-            buffer = self._buffers.get((device, slot))
+            key = (device, dtype, kind, slot)
+            buffer = self._buffers.get(key)
             if size and (buffer is None or buffer.numel() < size):
-                self._buffers.pop((device, slot), None)  # freed before the larger one is made
-                buffer = self._buffers[device, slot] = torch.empty(size, dtype=torch.float32, device=device)
+                self._buffers.pop(key, None)  # freed before the larger one is made
+                buffer = self._buffers[key] = torch.empty(size, dtype=dtype, device=device)
             views.append(buffer[:size] if size else None)
         return views
+
+    def keep(self, tensors: list[Tensor]) -> Kept:
+        """Copies of ``tensors`` (one copy per dtype, in buffers lent for this chunk), to restore them."""
+        by_dtype: dict[torch.dtype, list[Tensor]] = {}
+        for t in tensors:
+            by_dtype.setdefault(t.dtype, []).append(t)
+        kept = Kept([], [])
+        for dtype, group in by_dtype.items():
+            (buffer,) = self.take([sum(t.numel() for t in group)], group[0].device, dtype, "kept")
+            start = 0
+            for t in group:
+                kept.originals.append(t)
+                kept.copies.append(buffer[start : start + t.numel()].view(t.shape))
+                start += t.numel()
+        if kept.originals:
+            torch._foreach_copy_(kept.copies, kept.originals)
+        return kept
+
+
+@dataclass
+class Kept:
+    """What a chunk's compiled step writes in place, as it was before the step (``Scratch.keep``)."""
+
+    originals: list[Tensor]
+    copies: list[Tensor]
+
+    def restore(self, among: Any = None) -> None:
+        """Write the copies back: all of them, or those of the tensors in ``among`` (a phase's arguments)."""
+        pairs = list(zip(self.originals, self.copies, strict=True))
+        if among is not None:
+            found: list[Tensor] = []
+            came_compile._tensors(among, found)
+            pairs = [(t, copy) for t, copy in pairs if any(t is f for f in found)]
+        if pairs:
+            torch._foreach_copy_([t for t, _ in pairs], [copy for _, copy in pairs])
 
 
 def _in_place(tensors: list[Tensor]) -> bool:
@@ -143,68 +211,118 @@ def _in_place(tensors: list[Tensor]) -> bool:
 
 
 def gather(tensors: list[Tensor], shape: tuple[int, ...], into: Tensor | None) -> tuple[Tensor, bool]:
-    """``tensors`` stacked in fp32 as ``shape`` (G, ...) in ``into`` (their numel of fp32; None where they
-    are one fp32, contiguous tensor, see ``_in_place``); True when the result is a view of that one tensor
-    (the param is then updated in place; otherwise the caller copies the result back)."""
+    """``tensors`` stacked in fp32 as ``shape`` in ``into``, or (True) a view of the one fp32 tensor."""
     if _in_place(tensors):
         return tensors[0].detach().view(shape), True
     assert into is not None, "a scratch buffer for the stack"
     return torch.stack(tensors, out=into.view(len(tensors), *tensors[0].shape)).view(shape), False
 
 
-def step_group(group: Group, hp: Tensor, skipped: Tensor, run: Callable, scratch: Scratch | None = None) -> None:
-    """One step of every param of ``group``: one call of ``run`` (``eager_chunk`` or ``compiled_chunk``)
-    per chunk of stacked params; ``scratch``: the step's buffer (None: one for this group)."""
+def step_group(
+    group: Group,
+    hp: Tensor,
+    skipped: Tensor,
+    compiler: came_compile.StepCompiler | None,
+    scratch: Scratch | None = None,
+) -> None:
+    """One step of ``group``, chunk by chunk: eager (``compiler`` None, or the group's compiled step failed) or
+    compiled; ``scratch``: the step's buffers (None: some for this group)."""
     scratch = scratch or Scratch()
     for start, end in group.chunks:
-        _step_chunk(group, start, end, hp, skipped, run, scratch)
+        _step_chunk(group, start, end, hp, skipped, compiler, scratch)
 
 
-def _step_chunk(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor, run: Callable, scratch: Scratch):
+def _step_chunk(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor, compiler, scratch: Scratch):
     args, locals_ = chunk_args(group, start, end, hp, skipped, scratch)
-    # A chunk's inputs keep their layouts from step to step (its state's views, its params and gradients
-    # stacked in fp32 or stepped in place: the same shape, contiguous, on storages of their own), so the
-    # compiler finds its graphs once for the chunk (``StepCompiler``'s ``site``).
-    run(*args, site=group.sites.setdefault((start, end), {}))
+    if compiler is not None and compiler.failure is not None and group.failure is None:
+        group.fail(compiler.failure, say=False)  # recorded; the compiler said why, once
+    wrong = compiler is not None and group.failure is None and group.slices > 1
+    if wrong and not came_compile.slices_compile_right(group.params[0].device):
+        group.fail(came_compile.SLICES_WRONG)
+    if compiler is None or group.failure is not None:
+        eager_chunk(*args)
+    elif not _compiled_or_restored(group, args, locals_, compiler, scratch, group.sites.setdefault((start, end), {})):
+        args, locals_ = chunk_args(group, start, end, hp, skipped, scratch)  # gathered again: the call wrote there
+        eager_chunk(*args)
     if locals_ is not None:  # the params were gathered: copied back
         torch._foreach_copy_(locals_, list(args[0].view(len(locals_), *group.local_shape).unbind(0)))
 
 
+def _compiled_or_restored(group: Group, args: tuple, locals_, compiler, scratch: Scratch, site: dict) -> bool:
+    """The chunk's compiled step, guarded: what it writes in place (state; params stepped in place; a stack of
+    gathered ones is gathered again) is kept first, and whatever fails at any call (compiling, a first
+    call's autotuning, a launch, an out-of-memory) restores it and fails the group; False: the caller takes
+    the eager step. Nothing is kept where the chunk's graphs all ran before and each fails, if at all,
+    before it writes (``came_compile.writes_once``). A shard's phases have all-reduces between them that
+    every rank makes once: there only the failed phase is restored and run eagerly (True)."""
+    p, _, state, moment, *_, reduce, _ = args
+    p_in_place = locals_ is None or reduce is not None or "master_param" in group.stacked
+    proven = site and all(getattr(graph, "writes_once", False) for graph in site.values())
+    if proven and (reduce is not None or len(site) == 1):
+        kept = Kept([], [])
+    else:
+        kept = scratch.keep([*([p] if p_in_place else []), *state, *moment])
+    if reduce is None:
+        try:
+            chunk_maths(partial(compiler, site=site), *args)
+            return True
+        except Exception as exc:  # the eager step goes on
+            kept.restore()
+            group.fail(came_compile.describe(exc), say=compiler.failure is None)
+            return False
+
+    def run(fn: Callable, *phase: Any) -> Any:
+        if group.failure is None:
+            try:
+                return compiler(fn, *phase, site=site)
+            except Exception as exc:  # this phase, eagerly
+                kept.restore(among=phase)
+                group.fail(came_compile.describe(exc), say=compiler.failure is None)
+        return fn(*phase)
+
+    chunk_maths(run, *args)
+    return True
+
+
 def chunk_args(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor, scratch: Scratch | None):
-    """``chunk_maths``'s arguments for params ``[start, end)`` of ``group``, and the params' local tensors
-    where ``p`` is gathered from them (None where ``p`` is the param itself, updated in place).
-    ``scratch`` None: only their layouts matter (see ``Background``): the stacked params and gradients are
-    then meta-device tensors, nothing is gathered."""
+    """``chunk_maths``'s arguments for params ``[start, end)``, and the params' local tensors that ``p`` (gathered
+    from them, or their master weights) is copied to after the step (None: ``p`` is the param, in place).
+    ``scratch`` None: only the layouts matter (``Background``): stacks are meta tensors, nothing is gathered."""
     locals_ = [local(p) for p in group.params[start:end]]
     grads = [local(q.grad) for q in group.params[start:end]]
     lead = (len(locals_), *_step_shape(group.local_shape, group.factored))
     numel = prod(lead)
     eight_bit = group.factored and "exp_avg_codes" in group.state_keys
-    sizes = [0 if _in_place(t) else numel for t in (locals_, grads)]
+    master = group.stacked.get("master_param")
+    sizes = [0 if master is not None or _in_place(locals_) else numel, 0 if _in_place(grads) else numel]
     if scratch is None:
         into_p, into_g = (torch.empty(size, device="meta") for size in sizes)
-        p = locals_[0].detach().view(lead) if _in_place(locals_) else into_p.view(lead)
         g = grads[0].view(lead) if _in_place(grads) else into_g.view(lead)
-        in_place = _in_place(locals_)
     else:
         into_p, into_g = scratch.take(sizes, locals_[0].device)
-        p, in_place = gather(locals_, lead, into_p)
         g, _ = gather(grads, lead, into_g)
+    if master is not None:  # stepped in place, then copied to the params
+        p, in_place = master[start:end].view(lead), False
+    elif scratch is None:
+        in_place = _in_place(locals_)
+        p = locals_[0].detach().view(lead) if in_place else into_p.view(lead)
+    else:
+        p, in_place = gather(locals_, lead, into_p)
     views, moment, dims, reduce = _state_views(group, start, end, lead)
     state = (*views, skipped)
     return (p, g, state, moment, hp, dims, reduce, eight_bit), None if in_place else locals_
 
 
 def _state_views(group: Group, start: int, end: int, lead: tuple[int, ...]) -> tuple:
-    """The state of params ``[start, end)`` as came_math takes it (views of the group's stacked tensors,
-    which live as long as the group: made once per chunk, not each step), its moment, dims and reducer."""
+    """The state of params ``[start, end)`` as came_math takes it (views, made once per chunk), its moment, dims
+    and reducer."""
     cached = group.chunk_state.get((start, end))
     if cached is not None:
         return cached
     stacked = {key: value[start:end] for key, value in group.stacked.items()}
     if group.factored:
         stats = [stacked[k].view(lead[:3] if k.endswith("row") else (*lead[:2], lead[3])) for k in FACTORED_KEYS]
-        moment = [stacked[k] for k in group.state_keys[4:-1]]
+        moment = [stacked[k] for k in group.state_keys if k in MOMENT_KEYS]
         if len(moment) == 1:
             moment = [moment[0].view(lead)]
         elif came_math.rows_align(lead[-1], moment[0].shape[-1]):
@@ -218,8 +336,8 @@ def _state_views(group: Group, start: int, end: int, lead: tuple[int, ...]) -> t
 
 
 def chunk_maths(run: Callable, p: Tensor, g: Tensor, state: tuple, moment: tuple, hp: Tensor, dims, reduce, eight_bit):
-    """came_math's step of one chunk, each function through ``run`` (``eager`` or ``COMPILER``). A shard's
-    step calls each phase through ``run``, with the all-reduces (``reduce``) between them."""
+    """came_math's step of one chunk, each function through ``run`` (``eager`` or a compiler); a shard's phases
+    one by one, the all-reduces (``reduce``) between them."""
     if reduce is not None:
         if moment:
             came_math.factored_step(p, g, (*state, *moment), hp, dims, reduce, run)
@@ -242,8 +360,8 @@ def _step_shape(shape: torch.Size, factored: bool) -> tuple[int, ...]:
 
 
 def _reducer(shards: Shards) -> Callable:
-    """Sums over the shards where a phase's results span them: the per-parameter totals always, the
-    per-slice sums when a matrix's rows are split, the update's total when its slices are."""
+    """Sums over the shards what spans them: totals always, per-slice sums where a matrix's rows are split, the
+    update's total where its slices are."""
 
     def reduce(kind: str, tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
         needed = kind == "totals" or (kind == "slices") == shards.splits_columns
@@ -255,13 +373,6 @@ def _reducer(shards: Shards) -> Callable:
 eager = came_math.eager
 
 
-def eager_chunk(*args: Any, site: dict | None = None) -> None:
+def eager_chunk(*args: Any) -> None:
     """A chunk's step, eager."""
     chunk_maths(eager, *args)
-
-
-def compiled_chunk(*args: Any, site: dict | None = None, compiler: came_compile.StepCompiler | None = None) -> None:
-    """A chunk's step, compiled on its first call (which waits for the compilation) by ``compiler`` (None:
-    ``came_compile.COMPILER``); ``site``: the chunk's graphs (see ``StepCompiler``)."""
-    compiler = compiler or came_compile.COMPILER
-    chunk_maths(compiler if site is None else partial(compiler, site=site), *args)

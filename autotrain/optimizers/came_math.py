@@ -1,18 +1,12 @@
 """CAME's update rule, stated once, for a group of same-shaped parameters stacked along a leading dim.
 
-Every function here is plain torch on stacked tensors: ``p`` and ``g`` are ``[G, L, R, C]`` (a matrix
-is ``L = 1``; a 3-D+ tensor is factored within each of its ``L`` leading slices) or ``[G, N]`` for
-unfactored (1-D) params, fp32. The eager step runs these functions as they are; the compiled step runs
-the very same functions compiled by inductor (one graph per group shape), so there is no second
-copy of the maths to keep in step. Row and column statistics are batched reductions over the group.
-
-Hyper-parameters arrive as one fp32 tensor ``hp`` (``HP`` names its slots), never as Python numbers, so
-a scheduler's new learning rate, another group's betas or a weight decay of 0 reuse the compiled graph.
-
-A parameter whose gradient holds a non-finite value (or one whose square overflows fp32, |g| > ~1.8e19)
-is skipped inside the same pass: its ``ok`` flag is false, so its state and weights are written back
-unchanged, with no host synchronisation. ``reduce`` (FSDP2 shards) sums partial results over the ranks
-between the phases; a whole tensor passes ``reduce=None`` and the phases run as one function.
+Plain torch on stacked fp32 tensors: ``p`` and ``g`` are ``[G, L, R, C]`` (a matrix is ``L = 1``; a 3-D+
+tensor is factored within each of its ``L`` leading slices) or ``[G, N]`` for 1-D params. The eager step runs
+these functions as they are, the compiled step the same functions compiled by inductor. Hyper-parameters
+arrive as one fp32 tensor ``hp`` (``HP`` names its slots), so no value recompiles. A param whose gradient
+holds a non-finite value (or one whose square overflows fp32) is skipped in the same pass (its ``ok`` flag),
+with no host synchronisation. ``reduce`` (FSDP2 shards) sums partial results over the ranks between the
+phases; a whole tensor passes None. Why each pass is written as it is (measured): docs/came.md.
 """
 
 from __future__ import annotations
@@ -25,8 +19,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional
 
-# 1 - beta and 1 - lr * weight_decay are computed in float64 before rounding, as Python numbers would be:
-# 1 - fp32(0.9999) is 1.7e-4 (relative) off 1e-4, which would move the statistics' EMAs that much.
+# 1 - beta and 1 - lr * weight_decay are computed in float64 (1 - fp32(0.9999) is 1.7e-4 off 1e-4).
 HP = ("lr", "beta1", "1-beta1", "beta2", "1-beta2", "beta3", "1-beta3", "eps1", "eps2", "clip_threshold", "decay")
 LR, BETA1, BETA1_C, BETA2, BETA2_C, BETA3, BETA3_C, EPS1, EPS2, CLIP, DECAY = range(len(HP))
 
@@ -87,10 +80,6 @@ def from_blocks(x: Tensor, shape: torch.Size) -> Tensor:
     return x.reshape(x.shape[0], -1)[:, : shape[1:].numel()].reshape(shape)
 
 
-def block_absmax(m: Tensor, blocks: int, block: int) -> Tensor:
-    return _absmax(to_blocks(m, blocks, block))
-
-
 def _absmax(blocks: Tensor) -> Tensor:
     """Each block's largest magnitude (no full-size ``abs()``), at least MIN_ABSMAX."""
     return torch.linalg.vector_norm(blocks, float("inf"), dim=-1).clamp_(min=MIN_ABSMAX)
@@ -115,13 +104,9 @@ def _sum_sq(x: Tensor, dims: tuple[int, ...]) -> Tensor:
 
 
 def _realized(x: Tensor) -> Tensor:
-    """``x`` itself (a view of it, eagerly), but written to memory once in a compiled graph.
-
-    Inductor inlines a pointwise result into every loop that reads it, so a row or column factor such as
-    ``rsqrt(col / mean)`` was recomputed (a vector division and square root) for every element of every
-    full-size pass that broadcasts it: most of a compiled step's time (SmolLM2-135M's embedding, 8-bit:
-    100 -> 62 ms). ``as_strided`` needs a buffer under it, so the factor becomes a small tensor of its own
-    that the full-size passes only load."""
+    """``x`` itself (a view, eagerly), but written to memory once in a compiled graph: inductor would inline
+    a pointwise result (a row factor's division and square root) into every full-size loop that reads it;
+    ``as_strided`` needs a buffer under it."""
     return x.as_strided(x.size(), x.stride())
 
 
@@ -129,12 +114,9 @@ PARTIAL_SUMS = 1 << 17  # the most elements of a column sum's first stage (see _
 
 
 def _col_sum(x: Tensor) -> Tensor:
-    """``x`` (..., R, C) summed over its rows, in two stages where R has a fitting divisor ``k``: the sums of
-    each block of ``k`` rows, then of those. A compiled step then reads each block's rows one after the
-    other, where one stage swept a strip of 16 columns down every row, once per strip: one cache line per
-    2 KiB row, and each element divided by its row's statistic again (SmolLM2-135M's 576x576 matrices:
-    26% off the step, its embedding 20%). ``k`` is the smallest divisor of at least 16 that keeps the
-    blocks' sums within 2**17 elements (512 KiB: a step's extra memory stays small)."""
+    """``x`` (..., R, C) summed over its rows in two stages where R has a divisor ``k`` (the smallest of at
+    least 16 that keeps the partial sums within ``PARTIAL_SUMS`` elements): a compiled step then reads the
+    rows in order, where one stage swept each strip of columns down every row."""
     rows, cols = x.shape[-2:]
     least = max(16, -(-rows * cols // PARTIAL_SUMS))
     block = next((k for k in range(least, rows // 2 + 1) if rows % k == 0), rows)
@@ -148,11 +130,8 @@ def _keep(ok: Tensor, new: Tensor, old: Tensor) -> Tensor:
 
 
 def factored_stats(g: Tensor, row: Tensor, hp: Tensor) -> tuple[Tensor, tuple, tuple]:
-    """Pass 1: the row EMA of ``G^2 + eps1``, and what the rest needs summed over the whole tensor.
-
-    Returns the new row statistics, the per-slice sums (column sums of ``G^2`` and of ``G^2 / row``, the
-    sum of the rows) and the per-parameter totals (the sum of ``G^2``).
-    """
+    """Pass 1: the row EMA of ``G^2 + eps1``; the per-slice sums (columns of ``G^2`` and of ``G^2 / row``, the
+    rows) and per-parameter totals (``G^2``) that the rest needs summed over the whole tensor."""
     sq = g * g
     row_new = _ema(row, sq.mean(-1) + hp[EPS1], hp, BETA2)
     col_sq = _col_sum(sq)
@@ -176,23 +155,15 @@ def _clip(update_sq: Tensor, hp: Tensor, numel: int) -> Tensor:
     return ((update_sq / numel).sqrt() / hp[CLIP]).clamp(min=1.0)
 
 
-# A chunk of at most this many elements has its new first moment written to a buffer of its own (4 MiB at
-# most, which stays in cache) by the pass that computes it (see factored_moment). At 2**21 a 2048x1024 matrix
-# stepped 0.85-0.97x as long, but the benchmark's mix then took 9.3 MiB of extra memory in a step, where the
-# per-parameter step took 4.
-STORED_MOMENT = 1 << 20
+STORED_MOMENT = 1 << 20  # a chunk this small keeps its new first moment in a buffer (in cache), not recomputed
 
 
 def factored_moment(
     g: Tensor, m: Tensor, rf: Tensor, cf: Tensor, update_sq: Tensor, res_row: Tensor, hp: Tensor, dims: Dims
 ) -> tuple[Tensor, Tensor, tuple]:
-    """Pass 2: the clipped update, the new first moment ``m``, the instability's row EMA and its sums.
-
-    A compiled step recomputes the new moment (the 8-bit one decoded again) in each later loop that reads
-    it, the instability's column sums and the update, unless it is written once (``_realized``); for a
-    chunk of at most ``STORED_MOMENT`` elements those loops load it instead: SmolLM2-135M's list on the CPU
-    (each matrix a chunk, the 28M-element embedding excepted), in one process against recomputing it,
-    0.89-0.95x CAME8Bit's step and 0.85x CAME's."""
+    """Pass 2: the clipped update, the new first moment ``m``, the instability's row EMA and its sums. A
+    compiled step recomputes the new moment in each later loop that reads it, except in a chunk of at most
+    ``STORED_MOMENT`` elements, where those loops load it from a buffer."""
     rf = _realized(rf / _per_param(_clip(update_sq, hp, dims.numel), rf))
     u = (g * rf.unsqueeze(-1)).mul_(_realized(cf).unsqueeze(-2))
     m_new = (m * hp[BETA1]).add_(u * hp[BETA1_C])
@@ -214,21 +185,17 @@ def factored_apply(p: Tensor, m_new: Tensor, res_row_new: Tensor, res_col: Tenso
 
 
 def eager(fn: Callable, *args: Any) -> Any:
-    """``fn(*args)``: a phase called directly (the default ``run``; the eager step's)."""
+    """``fn(*args)``: the eager step's ``run``."""
     return fn(*args)
 
 
 def factored_step(
     p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, dims: Dims, reduce: Reduce = None, run: Run = eager
 ):
-    """One CAME step of a group of factored params; updates ``p`` and ``state`` in place.
-
-    ``state`` is (row, col, res_row, res_col, rms, skipped, *moment): the row and column statistics of
-    ``G^2`` and of the instability, the weights' RMS after the step (G,), the count of skipped tensors,
-    and the first moment: ``(m,)`` fp32 like ``p``, or ``(codes, absmax)``: int8 codes in (G, blocks, block)
-    blocks or laid out like ``p`` (``rows_align``), and their blocks' scales (G, blocks). ``reduce`` and
-    ``run``: see ``factored_update``.
-    """
+    """One CAME step of a group of factored params, in place. ``state`` is (row, col, res_row, res_col, rms,
+    skipped, *moment): the statistics of ``G^2`` and of the instability, the weights' RMS (G,), the count of
+    skipped tensors, and the first moment: ``(m,)``, or ``(codes, absmax)`` (int8 codes in blocks, or laid out
+    like ``p``: ``rows_align``; the blocks' scales)."""
     m_new, ok = factored_update(p, g, state, hp, dims, reduce, run)
     run(write_moment, tuple(state[6:]), m_new, ok, dims)
 
@@ -237,16 +204,11 @@ def factored_update(
     p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, dims: Dims, reduce: Reduce = None, run: Run = eager
 ):
     """``factored_step`` up to the first moment: updates ``p`` and the statistics in place and returns the
-    new first moment (fp32, like ``p``) and which params took the step, for ``write_moment``.
+    new first moment (fp32, like ``p``) and which params took the step, for ``write_moment`` (a separate
+    compiled call for 8-bit codes in blocks that cut rows: the new moment is then made once).
 
-    The grouped step runs the two as separate compiled calls for 8-bit codes in blocks that cut rows: the
-    new moment is then computed once into a buffer, where one compiled call recomputed it for each block's
-    maximum and again for the codes. Codes laid out like the weights (``rows_align``) take one call.
-
-    ``run`` calls each phase. A whole tensor's step calls them directly, and its compiled step traces them
-    all into one graph. A shard's step (``reduce`` sums over the ranks between the phases) can run each
-    phase through the compiler, the all-reduces between them; the new moment then passes from one phase
-    to the next as a buffer."""
+    ``run`` calls each phase: a whole tensor's compiled step traces them all into one graph; a shard's
+    (``reduce`` sums over the ranks between the phases) compiles each phase, the all-reduces between."""
     row, col, res_row, res_col, rms, skipped, *moment = state
     row_new, slices, totals = run(factored_stats, g, row, hp)
     if reduce is not None:
@@ -289,21 +251,15 @@ def _record(rms: Tensor, skipped: Tensor, weights: Tensor, ok: Tensor, dims: Dim
 
 
 def _weights_sq(p_new: Tensor) -> Tensor:
-    """The per-parameter sum of the squared new weights ``p_new`` (G, ..., C), for ``state["RMS"]`` (summed
-    over the ranks for shards). Taken from the new weights as they are written (``_realized``: a compiled
-    step sums each row in the loop that writes them): the weights before the step, as came-pytorch records
-    them, took a pass of their own over the weights, about a sixth of a compiled step (SmolLM2-135M)."""
+    """The per-parameter sum of the squared new weights ``p_new`` (G, ..., C), for ``state["RMS"]``: summed in
+    the loop that writes them (the weights before the step, as came-pytorch records them, took a pass)."""
     rows = _sum_sq(p_new, (-1,))
     return rows.reshape(rows.shape[0], -1).sum(-1)  # (not .sum(()), which would sum every dim)
 
 
 def _row_sum(x: Tensor, dims: Dims) -> Tensor:
-    """``x`` (..., C) summed over each row; first by 8-bit blocks where a row holds several whole ones.
-
-    A compiled step then finds the instability's row sums and the blocks' maxima (``write_moment``) in one
-    loop over the gradient and the codes: summed over whole rows of 4096 with blocks of 2048, the two were
-    reductions of other shapes, and the maxima took a pass of their own (a 4096x4096 matrix, CAME8Bit:
-    0.91x the step with that pass)."""
+    """``x`` (..., C) summed over each row; first by 8-bit blocks where a row holds several whole ones, so
+    that a compiled step finds these sums and the blocks' maxima (``write_moment``) in one loop."""
     segments = _segmented(x, dims.block)
     return x.sum(-1) if segments is x else segments.sum(-1).sum(-1)
 
@@ -317,13 +273,10 @@ def _segmented(x: Tensor, block: int) -> Tensor:
 
 
 def rows_align(cols: int, block: int) -> bool:
-    """Whether 8-bit blocks of ``block`` elements hold whole rows ``cols`` wide, or rows whole blocks.
-
-    Such codes reach the step laid out like the weights (``row_codes``), (G, L, R, C); where a row holds
-    whole blocks the step views them as (G, L, R, C // block, block) (``_segmented``). A compiled step then
-    finds each block's maximum in the loop over rows that sums the instability's rows, and writes the codes
-    in the loop that writes the weights (SmolLM2-135M's 49152x576 embedding: 6 passes over the gradient,
-    not 8). Other codes reach it as their blocks, (G, blocks, block)."""
+    """Whether 8-bit blocks of ``block`` elements hold whole rows ``cols`` wide, or rows whole blocks. Such
+    codes reach the step laid out like the weights, (G, L, R, C) (``row_codes``; ``_segmented`` views rows
+    of several blocks), so a compiled step finds the block maxima and writes the codes in the loops over
+    rows it makes anyway. Other codes reach it as their blocks, (G, blocks, block)."""
     return block % cols == 0 or cols % block == 0
 
 
@@ -371,11 +324,9 @@ def write_moment(moment: tuple[Tensor, ...] | list[Tensor], m_new: Tensor, ok: T
         if seg_max.shape[1] != n_blocks * per_block:  # the padded tail of the last block
             seg_max = functional.pad(seg_max, (0, n_blocks * per_block - seg_max.shape[1]))
         scale = seg_max.view(count, n_blocks, per_block).amax(-1).clamp_(min=MIN_ABSMAX)
-        # Encoded by segments, written as rows (``codes`` is laid out like the weights): a compiled step then
-        # writes the codes in the loop that writes the weights, where a row holds several blocks too.
+        # Encoded by segments, written as rows: in the loop that writes the weights, once compiled.
         new_codes = _encoded(segments, _segment_scales(scale, segments.shape, dims.block)).view(codes.shape)
-    # Kept in fp32, then cast: inductor's C++ select between int8 vectors under a per-param mask ran 8x
-    # slower than the rest of this pass together (the codes come back exactly: int8 -> fp32 -> int8).
+    # Selected in fp32, then cast (exact): inductor's C++ select between int8 vectors ran 8x slower.
     codes.copy_(_keep(ok, new_codes, codes.float()).to(torch.int8))
     absmax.copy_(_keep(ok, scale, absmax))
 

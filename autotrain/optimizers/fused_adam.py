@@ -84,10 +84,12 @@ class FusedAdam(Optimizer):
     * ``bias_correction=False``: the kernel always corrects, so it is handed a step of 1e30,
       where :math:`\beta^t` is exactly 0 and both corrections exactly 1 (``state["step"]`` still
       counts real steps).
-    * ``master_weights=True``: fp16/bf16 params get an fp32 copy (``state["master_param"]``) and
-      fp32 moments; the kernel updates the copy from the grad cast to fp32, and the param is
-      refreshed from it. Without it, moments are kept in the param dtype (the kernel needs one
-      dtype per call); for fp16 training prefer master weights.
+    * ``master_weights=True`` (the default here; Apex's is False): fp16/bf16 params get an fp32
+      copy (``state["master_param"]``, 4 bytes per parameter) and fp32 moments; the kernel updates
+      the copy from the grad cast to fp32, and the param is refreshed from it. With False, moments
+      are kept in the param dtype (the kernel needs one dtype per call) and each update is rounded
+      into the param: in bf16 any update below half an ulp of its weight (``lr=1e-5`` on a weight of
+      0.01) is lost.
     * ``capturable=True`` is refused: the learning rate reaches the kernel as a Python float read
       at each step, so a captured CUDA graph would replay the first one and an LR schedule would
       silently stop working. For graph capture use ``torch.optim.AdamW(fused=True,
@@ -114,7 +116,7 @@ class FusedAdam(Optimizer):
         amsgrad: bool = False,
         set_grad_none: bool = True,
         capturable: bool = False,
-        master_weights: bool = False,
+        master_weights: bool = True,
     ) -> None:
         if amsgrad:
             raise ValueError("FusedAdam does not support amsgrad=True (no fused amsgrad path)")

@@ -189,7 +189,7 @@ def _compiler_note(plan: RunPlan) -> str | None:
         return None
     device = plan.precision.device
     if came["compile"] is None:
-        from autotrain.optimizers.came_auto import CPU_MIN_NUMEL, compiles
+        from autotrain.optimizers.came_policy import CPU_MIN_NUMEL, compiles
 
         if not compiles(device, CPU_MIN_NUMEL, came.get("total_steps")):
             return None  # auto compiles nothing in a run this short

@@ -199,9 +199,12 @@ def _record_compile_choices(this: Run, trainer) -> None:
     if not choices:
         return
     kept = sum(choice["kept"] == "compiled" for choice in choices)
+    failed = sum("failure" in choice for choice in choices)
     this.say(
         f"optimizer: the compiled step measured faster and kept for {kept} of {len(choices)} groups of "
-        "same-shaped parameters (run.json: optimizer_compile)"
+        "same-shaped parameters"
+        + (f"; {failed} took the eager step after it failed" if failed else "")
+        + " (run.json: optimizer_compile)"
     )
     if this.manifest is not None:
         this.manifest.data["optimizer_compile"] = choices

@@ -138,7 +138,9 @@ def estimate(shape: ModelShape, setup: Setup) -> Estimate:
     tw = 4 if setup.lora else w  # PEFT keeps adapter weights in fp32
     weights += shape.lora_params * 4 if setup.lora else 0
     grads = trained * tw
-    state = trained * spec.state_bytes * (1 if spec.state_quantized else tw / 4)
+    # The bundled optimizers keep fp32 (or 8-bit) state whatever the weights, and fp32 master weights of half ones.
+    state = trained * spec.state_bytes * (1 if spec.state_quantized or spec.bundled else tw / 4)
+    state += trained * 4 if spec.bundled and tw == 2 else 0
     extra = {}
     if trainer_spec(setup).reference_model and not setup.lora:
         extra["reference model"] = shape.params * w

@@ -76,6 +76,7 @@ class RunPlan:
     load_dtype: str = "float32"  # the torch dtype the model's weights are loaded in (see `load_dtype`)
     attn_implementation: str = ""  # the attention kernel an LLM loads with (see `attention`; "" for classifiers)
     notes: tuple[str, ...] = ()  # what the plan chose instead of what was asked, and why (said before the run)
+    dtypes: dict[str, str] = field(default_factory=dict)  # of trained weights, gradients, state (`tensor_dtypes`)
     # (field, planned, used, why): what a builder changed once the model was loaded (see `refine`)
     refined: tuple[tuple[str, Any, Any, str], ...] = ()
 
@@ -113,6 +114,7 @@ class RunPlan:
             "load_dtype": self.load_dtype,
             "attn_implementation": self.attn_implementation,
             "notes": list(self.notes),
+            "dtypes": self.dtypes,
             "refined_after_loading": [
                 {"field": key, "planned": planned, "used": used, "why": why} for key, planned, used, why in self.refined
             ],
@@ -148,7 +150,30 @@ def resolve_plan(cfg: TaskConfig, device: str | None = None) -> RunPlan:
         load_dtype=load_dtype(cfg, precision),
         attn_implementation=attn,
         notes=notes,
+        dtypes=tensor_dtypes(cfg, optimizer, load_dtype(cfg, precision)),
     )
+
+
+def tensor_dtypes(cfg: TaskConfig, optimizer: OptimizerPlan, loaded: str) -> dict[str, str]:
+    """What the trained weights, their gradients and the optimizer's state are kept in (autocast computes in
+    the half dtype from fp32 weights). The bundled optimizers keep fp32 (or 8-bit) state whatever the
+    weights, and fp32 master weights of half-precision ones unless `master_weights: false`; torch's keep
+    their state in the weights' dtype."""
+    from autotrain.optimizers.table import OPTIMIZERS
+
+    spec = OPTIMIZERS[optimizer.name]
+    trained = "float32" if getattr(cfg, "uses_peft", False) else loaded  # PEFT keeps adapter weights in fp32
+    state = trained if not spec.bundled else "float32"
+    state = "8-bit moments, float32 statistics" if spec.state_quantized else state
+    dtypes = {"weights": trained, "gradients": trained, "optimizer_state": state}
+    parts = (
+        [optimizer.kwargs.get(key, {}) for key in ("came", "adam")]
+        if "adam" in optimizer.kwargs
+        else [optimizer.kwargs]
+    )
+    if spec.bundled and trained != "float32" and all(part.get("master_weights", True) for part in parts):
+        dtypes["master_weights"] = "float32"
+    return dtypes
 
 
 def load_dtype(cfg: TaskConfig, precision: Precision) -> str:
@@ -184,7 +209,7 @@ def resolve_optimizer(name: str, optimizer_args, lr: float, max_steps: int | Non
 def _give_run_length(kwargs: dict[str, Any], max_steps: int | None) -> None:
     """A CAME variant with `compile: null` (auto) weighs compiling each group of same-shaped params against
     the run's length (what a group's compilation costs is paid back in proportion to its size and the
-    steps left: `came_auto.compiles`), so it is given `total_steps`, recorded with the plan. A run given in
+    steps left: `came_policy.compiles`), so it is given `total_steps`, recorded with the plan. A run given in
     epochs has no known length here (auto then compiles the groups of 2**20 elements or more)."""
     if max_steps is not None and "compile" in kwargs and kwargs["compile"] is None:
         kwargs["total_steps"] = max_steps

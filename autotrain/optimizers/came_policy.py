@@ -1,7 +1,7 @@
-"""What ``compile=None`` (auto) does with CAME's compiled step: compile it on a worker thread while the first
-steps run eagerly (``Background``), keep it where it is measured faster on devices where that is not settled
-(``MEASURED_ON``: CUDA; ``Background.choose``), and in a run of several processes take the same step on every
-rank (``Replicas``).
+"""Which step each group of CAME's same-shaped params takes: eager, compiled, compiled in the background, or
+measured against the eager one; decided by ``which_step`` from the group, its device, the run's length and
+whether the process is one of several ranks. ``Steps`` runs that decision for one optimizer. Figures behind
+the thresholds and the history of these choices: docs/came.md.
 """
 
 from __future__ import annotations
@@ -10,33 +10,93 @@ import contextlib
 import queue
 import threading
 import time
-from functools import partial
 from statistics import median
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from autotrain.optimizers import came_compile, came_groups
-from autotrain.optimizers.came_compile import (
-    StepCompiler,
-    fake_plan,
-    fakes,
-    inductor_settings,
-    signature,
-    with_inductor_settings,
-)
+from autotrain.optimizers import came_compile
+from autotrain.optimizers.came_compile import fake_plan, fakes, inductor_settings, signature, with_inductor_settings
 from autotrain.optimizers.came_groups import Group, Scratch, chunk_args, chunk_maths, step_group
+
+# Auto compiles a group where its compilation (seconds per shape, whatever its size) pays back within the
+# run: on the CPU where elements x total_steps >= CPU_PAYS_ELEMENT_STEPS (never under CPU_MIN_NUMEL); on
+# CUDA, where neither figure has been measured, every group in runs of CUDA_MIN_STEPS or more.
+CPU_MIN_NUMEL = 1 << 20
+CPU_PAYS_ELEMENT_STEPS = 1e9
+CUDA_MIN_STEPS = 200
+TRIAL_STEPS = 3  # steps of each kind timed before auto keeps one
+MEASURED_ON = {"cuda"}  # where auto times its compiled step against the eager one (not settled there)
+
+
+def compiles(device_type: str, numel: int, total_steps: int | None) -> bool:
+    """Whether auto compiles a group of ``numel`` elements on ``device_type`` in a run of ``total_steps``
+    steps (None: a run of unknown length)."""
+    if device_type == "cuda":
+        return total_steps is None or total_steps >= CUDA_MIN_STEPS
+    if device_type != "cpu" or numel < CPU_MIN_NUMEL:
+        return False
+    return total_steps is None or numel * total_steps >= CPU_PAYS_ELEMENT_STEPS
+
+
+def replicated() -> bool:
+    """Whether this process is one of several of a distributed run."""
+    dist = torch.distributed
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def which_step(group: Group, compile: bool | None, capturable: bool, total_steps: int | None, ranks: bool) -> str:
+    """The step ``group`` takes: "eager"; "compiled" (``compile=True``, from the first step); or where auto
+    compiles it, "background" (one process: eager until a worker thread has compiled it) or "replicas"
+    (several ``ranks``: compiled before the first step everywhere, so every rank takes the same step). The
+    same on every rank (global sizes). Auto leaves shards of one process eager (the worker cannot run their
+    all-reduces) and a capturable CUDA step (a switch would not reach a captured graph)."""
+    if compile is not None:
+        return "compiled" if compile else "eager"
+    device = group.params[0].device.type
+    if (group.shards.group is not None and not ranks) or (device == "cuda" and capturable):
+        return "eager"
+    if not compiles(device, sum(p.numel() for p in group.params), total_steps):
+        return "eager"
+    return "replicas" if ranks else "background"
+
+
+class Steps:
+    """``which_step`` for the groups of ``optimizer`` (its ``compile``, ``capturable`` and ``total_steps``, read
+    each step), and what it keeps between steps (the ranks' vote)."""
+
+    def __init__(self, optimizer: Any) -> None:
+        self.optimizer = optimizer
+        self.replicas = Replicas()
+
+    def which(self, group: Group) -> str:
+        opt = self.optimizer
+        return which_step(group, opt.compile, opt.capturable, opt.total_steps, replicated())
+
+    def step_group(self, group: Group, hp: Tensor, skipped: Tensor, scratch: Scratch) -> None:
+        kind = self.which(group)
+        if kind in ("eager", "compiled"):
+            step_group(group, hp, skipped, came_compile.COMPILER if kind == "compiled" else None, scratch)
+        elif kind == "replicas":
+            self.replicas.step_group(group, hp, skipped, scratch)
+        else:
+            BACKGROUND.step_group(group, hp, skipped, scratch)
+
+    def step_done(self, device_types: set[str]) -> None:
+        """Called when each ``step()`` ends: the worker starts on what was queued; with several ranks under
+        auto, the step is counted (the vote follows the count, the same on every rank)."""
+        BACKGROUND.start()
+        if self.optimizer.compile is None and replicated():
+            self.replicas.step_done(measured=bool(device_types & MEASURED_ON))
 
 
 class Background:
-    """A group's step compiled on a worker thread while the eager step runs it: the group's first step
-    queues the compilation of each of its chunk layouts and steps eagerly; once all of them are compiled,
-    the group takes the compiled step. The thread compiles from fake tensors of the same layouts and
-    aliasing (``StepCompiler.prepare``): it never touches the real tensors, allocates none of their memory
-    and runs no kernel. Training never waits for a compilation, and nothing is compiled twice. Pending
-    compilations are dropped when the interpreter exits (the one running finishes first)."""
+    """Groups compiled on a worker thread while their eager step runs; once all its chunk layouts are compiled a
+    group takes the compiled step (or whichever ``choose`` keeps). The thread compiles from fakes of the same
+    layouts (``StepCompiler.prepare``): no real tensor, no kernel. Pending work is dropped at exit."""
 
-    def __init__(self, compiler: StepCompiler) -> None:
+    def __init__(self, compiler: came_compile.StepCompiler) -> None:
         self.compiler = compiler
         self.ready: set = set()
         self._pending: set = set()
@@ -46,8 +106,6 @@ class Background:
         self._registered = False
 
     def step_group(self, group: Group, hp: Tensor, skipped: Tensor, scratch: Scratch | None = None) -> None:
-        """One step of ``group``: compiled (or whichever step ``choose`` kept) if all its chunk layouts are
-        compiled, else eager (queueing the rest)."""
         if group.compiled and self.compiler.failure is None:  # checked once, not each step
             return self.choose(group, hp, skipped, scratch)
         device = group.params[0].device
@@ -60,34 +118,27 @@ class Background:
             if key not in self.ready and key not in self._pending and self.compiler.failure is None:
                 self._pending.add(key)
                 self._queue.put((key, device, fake_plan(args, device), torch.get_num_threads(), inductor_settings()))
-        return step_group(group, hp, skipped, came_groups.eager_chunk, scratch)
+        return step_group(group, hp, skipped, None, scratch)
 
     def choose(self, group: Group, hp: Tensor, skipped: Tensor, scratch: Scratch | None = None) -> None:
-        """One step of ``group``, whose layouts are all compiled: the compiled step, except on a device auto
-        measures on (``MEASURED_ON``: CUDA, where whether the compiled step is faster has not been settled).
-        There the group's next ``TRIAL_STEPS`` steps of each kind take turns, compiled and eager, each timed
-        (``Timing``), and the group keeps the one with the lower median; its ``choice`` records both. Until
-        the timings are in (a GPU's come a step or so later, read without waiting) and while a CUDA graph
-        is being captured, the group takes the compiled step."""
-        compiled = partial(came_groups.compiled_chunk, compiler=self.compiler)
+        """The compiled step; where auto measures, the group's next ``TRIAL_STEPS`` steps of each kind first take
+        turns, timed, and it keeps the one with the lower median (``choice``), compiled meanwhile."""
         device = group.params[0].device
         if group.choice is not None or device.type not in MEASURED_ON:
-            run = compiled if group.choice is None or group.choice["kept"] == "compiled" else came_groups.eager_chunk
-            return step_group(group, hp, skipped, run, scratch)
+            kept = group.choice is None or group.choice["kept"] == "compiled"
+            return step_group(group, hp, skipped, self.compiler if kept else None, scratch)
         if len(group.trial) == 2 * TRIAL_STEPS or _capturing(device):
-            step_group(group, hp, skipped, compiled, scratch)
+            step_group(group, hp, skipped, self.compiler, scratch)
             return self._decide(group)
-        turn = "compiled" if len(group.trial) % 2 == 0 else "eager"  # compiled first, then eager, in turn
+        turn = "compiled" if len(group.trial) % 2 == 0 else "eager"
         timing = Timing(device)
-        step_group(group, hp, skipped, compiled if turn == "compiled" else came_groups.eager_chunk, scratch)
+        step_group(group, hp, skipped, self.compiler if turn == "compiled" else None, scratch)
         group.trial.append((turn, timing.stop()))
 
     @staticmethod
     def _decide(group: Group) -> None:
-        if len(group.trial) < 2 * TRIAL_STEPS:
-            return
         seconds = [(turn, timing.seconds()) for turn, timing in group.trial]
-        if any(s is None for _, s in seconds):  # a GPU's timings not in yet
+        if len(seconds) < 2 * TRIAL_STEPS or any(s is None for _, s in seconds):  # a GPU's timings not in yet
             return
         ms = _medians(seconds)
         kept = "compiled" if ms["compiled_ms"] <= ms["eager_ms"] else "eager"
@@ -95,9 +146,8 @@ class Background:
         group.trial = []
 
     def start(self) -> None:
-        """Begin compiling what was queued: called when a step ends, so the first step does not share the
-        machine with the compiler."""
-        if self._pending:  # after a failure, the worker only drops what is queued
+        """Begin compiling what was queued (when a step ends: the first step never shares the machine)."""
+        if self._pending:
             self._start()
 
     def idle(self, timeout: float | None = None) -> bool:
@@ -111,8 +161,8 @@ class Background:
     def _start(self) -> None:
         if self._thread is not None and self._thread.is_alive():
             return
-        # Not a daemon where the interpreter can tell it to stop before joining it at exit (a daemon thread
-        # killed inside the compiler at exit can crash the interpreter's shutdown).
+        # Not a daemon where the interpreter can stop it before joining it at exit (a daemon thread killed
+        # inside the compiler can crash the interpreter's shutdown).
         register = getattr(threading, "_register_atexit", None)
         self._thread = threading.Thread(target=self._work, name="came-compile", daemon=register is None)
         if register is not None and not self._registered:
@@ -125,10 +175,8 @@ class Background:
         self._queue.put(None)
 
     def _work(self) -> None:
-        """Compile what is queued, then end: whatever OpenMP team the thread started ends with it. A team
-        left waiting (an earlier worker ran its kernels once) made OpenMP count more threads than cores and
-        stop spinning between parallel regions, which slowed every later compiled step of the process
-        (SmolLM2-135M's list: 0.19 -> 0.37 s). Work queued later starts a new thread (``start``)."""
+        """Compile what is queued, then end: the OpenMP team the thread started ends with it (one left
+        waiting slowed every later compiled step of the process; docs/came.md)."""
         while not self._stopping:
             try:
                 item = self._queue.get_nowait()
@@ -151,72 +199,32 @@ class Background:
                 self._pending.discard(key)
 
 
-# Which groups auto compiles, before anything is measured. Compiling a group's step costs seconds per group
-# shape, whatever its size; each later step then saves time in proportion to the group's elements. So a
-# group compiles where the run is long enough to pay that back: on the CPU, a group of ``n`` elements in a
-# run of ``total_steps`` steps where n * total_steps >= CPU_PAYS_ELEMENT_STEPS (and n >= 2**20 always),
-# from about 8 s of compiling per shape (cold, on 2 cores; 6 s a shape in a whole run, 12-20 s for a lone
-# shape in a fresh process) and about 10 ns saved per element and step (SmolLM2-135M's groups: 6-25 ns),
-# with a margin of 1.25 (benchmarks/compile_pays.py --groups; whole runs: its default figures).
-# On CUDA, where neither figure has been measured, nothing compiles in runs of under CUDA_MIN_STEPS.
-CPU_MIN_NUMEL = 1 << 20
-CPU_PAYS_ELEMENT_STEPS = 1e9
-CUDA_MIN_STEPS = 200
-
-
-def compiles(device_type: str, numel: int, total_steps: int | None) -> bool:
-    """Whether auto compiles a group of ``numel`` elements on ``device_type`` in a run of ``total_steps``
-    steps (None: a run of unknown length)."""
-    if device_type == "cuda":
-        return total_steps is None or total_steps >= CUDA_MIN_STEPS
-    if device_type != "cpu" or numel < CPU_MIN_NUMEL:
-        return False
-    return total_steps is None or numel * total_steps >= CPU_PAYS_ELEMENT_STEPS
-
-
-TRIAL_STEPS = 3  # steps of each kind timed before auto keeps one (Background.choose, Replicas)
-# Device types where auto times its compiled step against the eager one before keeping one: CUDA, where
-# which is faster has not been settled; on the CPU the compiled step is, for the groups auto compiles there.
-MEASURED_ON = {"cuda"}
-
-
 class Replicas:
-    """``compile=None`` in a run of several processes, where every rank must take the same step each time
-    (a data-parallel replica taking the compiled step's roundings while another takes the eager one's
-    would drift from it). Every group compiles before its first step, on the training thread
-    (``came_compile.COMPILER``), on every rank. Where auto measures (``MEASURED_ON``), the optimizer's
-    steps 2 to 7 take turns, compiled then eager, each group's step timed; at the end of step 7 the ranks
-    add up their groups' median times in one all-reduce and every group of every rank keeps the step with
-    the lower total (the eager one if compiling failed on any rank). Turns and decision follow the
-    optimizer's step count, so every rank takes them at the same step; each group's ``choice`` records its
-    own medians and what was kept."""
+    """Auto with several ranks, which must take the same step (other roundings would drift apart): every group
+    compiles before its first step. Where auto measures, steps 2 to 7 take turns, compiled then eager, timed;
+    when step 7 ends every rank, whatever its groups, adds its medians and failures to one all-reduce, and all
+    keep the faster step (eager if anything failed). ``steps`` counts ``step()`` calls: the same everywhere."""
 
     def __init__(self) -> None:
-        self.steps = 0  # optimizer steps that stepped a group through here
-        self.stepped = False
+        self.steps = 0
         self.kept: str | None = None
         self.trials: dict[int, tuple[Group, list]] = {}
 
     def step_group(self, group: Group, hp: Tensor, skipped: Tensor, scratch: Scratch | None = None) -> None:
         device = group.params[0].device
-        self.stepped = True
-        runs = {"compiled": came_groups.compiled_chunk, "eager": came_groups.eager_chunk}
+        compiler = came_compile.COMPILER
         timed = self.kept is None and device.type in MEASURED_ON and 1 <= self.steps <= 2 * TRIAL_STEPS
         if timed and not _capturing(device):
             turn = "compiled" if self.steps % 2 == 1 else "eager"
             timing = Timing(device)
-            step_group(group, hp, skipped, runs[turn], scratch)
+            step_group(group, hp, skipped, compiler if turn == "compiled" else None, scratch)
             self.trials.setdefault(id(group), (group, []))[1].append((turn, timing.stop()))
         else:
-            step_group(group, hp, skipped, runs[self.kept or "compiled"], scratch)
+            step_group(group, hp, skipped, None if self.kept == "eager" else compiler, scratch)
 
-    def step_done(self) -> None:
-        """Called when the optimizer's step ends: counts it, and after the last timed one, decides."""
-        if not self.stepped:
-            return
-        self.stepped = False
+    def step_done(self, measured: bool) -> None:
         self.steps += 1
-        if self.steps == 1 + 2 * TRIAL_STEPS and self.kept is None and self.trials:
+        if self.steps == 1 + 2 * TRIAL_STEPS and self.kept is None and measured:
             self._agree()
 
     def _agree(self) -> None:
@@ -227,14 +235,15 @@ class Replicas:
                 continue  # a group (re)built during the turns
             ms = _medians(seconds)
             group.choice = {"shape": list(group.local_shape), "params": len(group.params), **ms}
+            group.choice.update({"failure": group.failure} if group.failure else {})
             for key in totals:
                 totals[key] += ms[key]
-        vote = [totals["eager_ms"], totals["compiled_ms"], float(came_compile.COMPILER.failure is not None)]
-        eager, compiled, failures = _all_sum(vote)
+        failed = came_compile.COMPILER.failure is not None or any(g.failure for g, _ in self.trials.values())
+        eager, compiled, failures = _all_sum([totals["eager_ms"], totals["compiled_ms"], float(failed)])
         self.kept = "compiled" if compiled <= eager and failures == 0 else "eager"
         for group, _ in self.trials.values():
             if group.choice is not None:
-                group.choice["kept"] = self.kept
+                group.choice["kept"] = "eager" if group.failure else self.kept
         self.trials = {}
 
 
@@ -253,8 +262,7 @@ def _all_sum(values: list[float]) -> list[float]:
 
 
 class Timing:
-    """How long one group's step took: on the CPU the host's time; on CUDA the longer of the host's
-    (launching kernels) and the GPU's between two events (running them), read without waiting."""
+    """How long one group's step took: the host's time, or on CUDA the longer of it and the GPU's."""
 
     def __init__(self, device: torch.device) -> None:
         self.events = None
@@ -281,8 +289,8 @@ class Timing:
 
 
 def _on(device: torch.device):
-    """A context in which ``device`` is this thread's current CUDA device: a new thread's is device 0
-    whatever the training thread set, and what the compiler creates on the GPU belongs on the group's."""
+    """``device`` as this thread's current CUDA device (a new thread's is device 0, whatever the training
+    thread set)."""
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
