@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 import yaml
-from _common import AUTOTRAIN, print_table
+from _common import AUTOTRAIN, ROOT, print_table
 from real_model import ENV, smollm2_folder
 
 SYSTEM = (
@@ -179,7 +179,9 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=240, help="Training conversations.")
     parser.add_argument("--held-out", type=int, default=40, help="Held-out conversations (facts never trained).")
     parser.add_argument("--threads", type=int, default=2, help="OMP_NUM_THREADS of the runs and of this process.")
-    parser.add_argument("--smoke", action="store_true", help="3 steps, 24 rows, 8 held out: shows it works.")
+    parser.add_argument(
+        "--smoke", action="store_true", help="The tiny test model, 3 steps, 24 rows, 8 held out: shows it works."
+    )
     parser.add_argument(
         "--keep", type=Path, help="Train into this folder and keep the runs; runs finished there are measured again."
     )
@@ -192,7 +194,8 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     from autotrain.inference.load import load_run
 
-    model = smollm2_folder()
+    # the smoke run: the 2-layer model of tests/assets (its own chat template), seconds instead of minutes
+    model = ROOT / "tests" / "assets" / "tiny-llama" if args.smoke else smollm2_folder()
     training, tests, wanted = conversations(random.Random(0), args.held_out, args.rows)
     results = {}
     with tempfile.TemporaryDirectory(prefix="autotrain-answers-") as name:
@@ -229,8 +232,9 @@ def main() -> int:
         f"answers-only / every-token held-out loss: {answers / everything:.3f} "
         f"({results['base model (no training)']['tokens']} assistant tokens in {n} held-out conversations)"
     )
+    name = "the tiny test model" if args.smoke else "SmolLM2-135M-Instruct"
     print(
-        f"(SmolLM2-135M-Instruct, LoRA r 16, {args.steps} steps of batch {args.batch}, lr 5e-4, fp32, seed 42; "
+        f"({name}, LoRA r 16, {args.steps} steps of batch {args.batch}, lr 5e-4, fp32, seed 42; "
         f"{args.rows} training conversations with a system prompt, a third of them two exchanges; "
         f"{os.cpu_count()} CPUs)"
     )
