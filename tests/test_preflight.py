@@ -229,10 +229,13 @@ def test_came_with_a_compiler_or_without_compiling_needs_no_note(tmp_path, monke
         pytest.skip("no g++ on this machine to find")
     monkeypatch.delenv("CXX", raising=False)
     cfg = load_config(write_config(tmp_path, optimizer="came", optimizer_args={"compile": True})).config
-    assert preflight(cfg, resolve_plan(cfg, device="cpu")).notes == []
+    notes = preflight(cfg, resolve_plan(cfg, device="cpu")).notes
+    # a CUDA build of torch on a machine without a GPU says so; no note about the compiler
+    assert [n for n in notes if not n.startswith("no GPU is visible")] == []
     monkeypatch.setenv("CXX", "/bin/false")
     short = load_config(write_config(tmp_path, optimizer="came")).config  # auto: 2 steps compile nothing
-    assert preflight(short, resolve_plan(short, device="cpu")).notes == []
+    notes = preflight(short, resolve_plan(short, device="cpu")).notes
+    assert [n for n in notes if not n.startswith("no GPU is visible")] == []
 
 
 def test_the_dry_run_reports_every_preflight_problem(cli, tmp_path, hide, monkeypatch):
