@@ -60,5 +60,9 @@ def summary_line(report: dict) -> str:
             continue
         row = result.get("vs_trained", result)
         diff = row.get("max_logit_diff", row.get("max_logit_diff_first_token"))
-        parts.append(f"{reader}: {row['prompts_agreeing']}/{row['prompts']} prompts agree, max logit diff {diff:.3g}")
+        rows = "prompts" if report.get("task", "llm") == "llm" else "rows"  # other tasks: rows of data predicted
+        part = f"{reader}: {row['prompts_agreeing']}/{row['prompts']} {rows} agree, max logit diff {diff:.3g}"
+        if "max_prediction_diff" in row:  # scores, values, embeddings: the numbers predict writes
+            part += f", max prediction diff {row['max_prediction_diff']:.3g}"
+        parts.append(part)
     return "parity passed: " + "; ".join(parts)
