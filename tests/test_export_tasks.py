@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -108,6 +109,25 @@ def test_f16_rounds_the_weights_and_says_so_in_the_config(cli, regressor, tmp_pa
     figures = json.loads((out / "export_report.json").read_text())["parity"]["readers"]["transformers"]
     assert figures["vs_written_weights"]["max_logit_diff"] < 1e-5
     assert 0 < figures["vs_trained"]["max_logit_diff"] < 1e-2  # rounded: close, not equal
+
+
+def test_a_sharded_model_is_copied_shard_by_shard(cli, regressor, tmp_path):
+    """Weights in several files with their index: every shard rounded, the index's size made to match."""
+    from transformers import AutoModelForSequenceClassification
+
+    run = tmp_path / "sharded"
+    shutil.copytree(regressor, run, ignore=shutil.ignore_patterns("model.safetensors"))
+    AutoModelForSequenceClassification.from_pretrained(regressor).save_pretrained(run, max_shard_size="30KB")
+    shards = sorted(p.name for p in run.glob("model-*.safetensors"))
+    assert len(shards) > 1
+    result = cli("export", run, "-f", "merged", "-q", "bf16", "-o", tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.glob("model-*.safetensors")) == shards
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    stored = json.loads((run / "model.safetensors.index.json").read_text())["metadata"]["total_size"]
+    assert index["metadata"]["total_size"] == stored // 2  # every weight a float: 2 bytes instead of 4
+    assert json.loads((out / "export_report.json").read_text())["passed"]
 
 
 def test_weights_that_are_not_the_trained_ones_fail_and_are_kept_aside(cli, regressor, tmp_path, monkeypatch):

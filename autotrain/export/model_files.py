@@ -70,19 +70,21 @@ def copy_model(source: Path, stage: Path, quant: str, remote_code: bool = False)
         raise UserInputError(f"`{source}` holds no safetensors weights to export")
     for module in _module_folders(source):  # an empty one (Normalize) is a module all the same
         (stage / module.relative_to(source)).mkdir(parents=True, exist_ok=True)
+    written = 0
     for relative in files:
         target = stage / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         if relative.suffix == ".safetensors" and quant in DTYPES:
-            _rounded_weights(source / relative, target, quant)
+            written += _rounded_weights(source / relative, target, quant)
         else:
             shutil.copyfile(source / relative, target)
     if quant in DTYPES:
-        _record_dtype(stage / "config.json", DTYPES[quant])
+        _record_dtype(stage / "config.json", DTYPES[quant], written)
     return [stage / w for w in weights]
 
 
-def _rounded_weights(source: Path, target: Path, quant: str) -> None:
+def _rounded_weights(source: Path, target: Path, quant: str) -> int:
+    """Write `source`'s tensors rounded to `quant` into `target`; returns the bytes of the tensors."""
     import torch
     from safetensors import safe_open
     from safetensors.torch import save_file
@@ -95,19 +97,33 @@ def _rounded_weights(source: Path, target: Path, quant: str) -> None:
             tensor = handle.get_tensor(name)
             tensors[name] = tensor.to(dtype) if tensor.is_floating_point() else tensor
     save_file(tensors, str(target), metadata=metadata)
+    return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
-def _record_dtype(config: Path, dtype: str) -> None:
-    """What the weights now are, in the model's config (as `save_pretrained` writes it)."""
-    if not config.is_file():
-        return
-    data = json.loads(config.read_text(encoding="utf-8"))
-    if not isinstance(data, dict) or "model_type" not in data:
-        return
-    data["dtype"] = dtype
-    if "torch_dtype" in data:
-        data["torch_dtype"] = dtype
-    config.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+def _record_dtype(config: Path, dtype: str, size: int) -> None:
+    """What the weights now are, in the model's config (as `save_pretrained` writes it), and their size in a
+    sharded model's index."""
+    data = _json(config)
+    if data is not None and "model_type" in data:
+        data["dtype"] = dtype
+        if "torch_dtype" in data:
+            data["torch_dtype"] = dtype
+        config.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    for index in config.parent.glob("*.safetensors.index.json"):
+        data = _json(index)
+        if data is not None and isinstance(data.get("metadata"), dict):
+            data["metadata"]["total_size"] = size
+            index.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def _json(path: Path) -> dict | None:
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:
+        return None  # not ours to repair: copied as it was
+    return data if isinstance(data, dict) else None
 
 
 def save_merged(model, processor, quant: str, stage: Path) -> list[Path]:
