@@ -85,7 +85,7 @@ def test_the_export_predicts_what_the_run_predicts(cli, regressor, tmp_path):
     from transformers import pipeline
 
     out = tmp_path / "out"
-    assert cli("export", regressor, "-f", "merged", "-o", out).exit_code == 0
+    assert cli("export", regressor, "-o", out).exit_code == 0  # merged: the default beyond LLMs
     data = regressor.parent / "data" / "train.csv"
     result = cli("predict", regressor, "-i", data)
     assert result.exit_code == 0, result.output

@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from autotrain.config.export_formats import DEFAULT_QUANT, quant_problem
@@ -18,7 +18,7 @@ from autotrain.export import output
 @dataclass
 class ExportRequest:
     run: Path
-    format: str = "gguf"
+    format: str | None = None  # gguf for an LLM run, merged (the only one) for the others
     quant: str | None = None
     output: Path | None = None
     force: bool = False
@@ -46,6 +46,8 @@ def export_run(request: ExportRequest, say: Callable[[str], None] = print) -> Ex
     from autotrain.export.source import check_run
 
     cfg = check_run(request.run, request.running_ok)
+    if request.format is None:
+        request = replace(request, format="gguf" if cfg.task == "llm" else "merged")
     quant, out = request.resolved()
     if cfg.task != "llm" and request.format != "merged":
         raise UserInputError(
