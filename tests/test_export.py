@@ -187,7 +187,7 @@ def test_a_classifier_exports_merged_only(cli, tmp_path):
     # the merged weights (safetensors writes 0600) are readable as the umask says
     assert stat.S_IMODE((run / "export-merged-f16" / "model.safetensors").stat().st_mode) == 0o644
     report = json.loads((run / "export-merged-f16" / "export_report.json").read_text())
-    assert report["passed"] and report["kind"] == "classifier"
+    assert report["passed"] and report["kind"] == "full"
     assert report["parity"]["readers"]["transformers"]["vs_written_weights"]["max_logit_diff"] < 1e-5
     assert (run / "export-merged-f16" / "model.safetensors").is_file()
 

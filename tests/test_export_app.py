@@ -74,3 +74,14 @@ def test_the_export_runs_in_the_background_and_is_listed_when_done(client):
     assert state["exit_code"] == 0, state["log"]
     assert "ollama create tiny -f" in state["log"]
     assert [e["folder"] for e in state["exports"]] == ["export-ollama-f16"] and state["exports"][0]["passed"]
+
+
+def test_a_run_of_another_task_is_offered_merged_only(client, runs):
+    (runs / "ner").mkdir()
+    (runs / "ner" / "autotrain.yaml").write_text("task: token-classification\nbase_model: b\n")
+    (runs / "ner" / "run.json").write_text('{"status": "completed"}')
+    assert client.get("/api/runs/ner/export").json()["formats"] == ["merged"]
+    assert client.get("/api/runs/tiny/export").json()["formats"] == ["merged", "gguf", "ollama"]
+    answer = client.post("/api/runs/ner/export", json={"format": "gguf"})
+    assert answer.status_code == 400
+    assert answer.json()["error"] == "run `ner` holds a token-classification model: it exports as `merged` only"

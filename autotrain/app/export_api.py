@@ -46,6 +46,7 @@ def register(app: FastAPI, runs: Runs) -> None:
             "exit_code": None if child is None else child.poll(),
             "exports": list_exports(folder),
             "log": _tail(folder / LOG) if child else "",
+            "formats": formats_for(folder),
         }
 
     @app.post("/api/runs/{name}/export")
@@ -57,6 +58,8 @@ def register(app: FastAPI, runs: Runs) -> None:
         problem = quant_problem(fmt, quant) if isinstance(fmt, str) and isinstance(quant, (str, type(None))) else None
         if problem or not isinstance(fmt, str):
             return error(400, problem or 'give {"format": FORMAT, "quant": QUANT}')
+        if fmt not in formats_for(folder):
+            return error(400, f"run `{name}` holds a {runinfo.task(folder)} model: it exports as `merged` only")
         status = runs.status(name)["status"]
         if status != "completed":
             return error(409, f"run `{name}` is not finished (status: {status}); only a completed run exports")
@@ -64,6 +67,11 @@ def register(app: FastAPI, runs: Runs) -> None:
             return error(409, f"an export of `{name}` is already running")
         children[name] = _spawn(folder, runs.workdir, fmt, quant or DEFAULT_QUANT[fmt])
         return {"name": name, "format": fmt, "quant": quant or DEFAULT_QUANT[fmt], "pid": children[name].pid}
+
+
+def formats_for(folder: Path) -> list[str]:
+    """The formats a run's model exports to: GGUF and Ollama are for LLMs."""
+    return list(FORMATS) if runinfo.task(folder) in (None, "llm") else ["merged"]
 
 
 def _spawn(folder: Path, workdir: Path, fmt: str, quant: str) -> subprocess.Popen:

@@ -16,7 +16,12 @@ from autotrain.errors import EXIT_PARITY, eprint
 def export(
     run_dir: Path = RunDirArgument,
     format_: str = typer.Option(
-        "gguf", "--format", "-f", help=f"One of: {', '.join(FORMATS)}.", metavar="FORMAT", show_default=True
+        None,
+        "--format",
+        "-f",
+        help=f"One of: {', '.join(FORMATS)} (default: gguf for an LLM run; merged, the only one, for the others).",
+        metavar="FORMAT",
+        show_default=False,
     ),
     quant: str = typer.Option(
         None,
@@ -30,9 +35,10 @@ def export(
     ),
     force: bool = typer.Option(False, "--force", help="Replace an earlier export in the output folder."),
 ) -> None:
-    """Export a finished run (merged weights, GGUF, or GGUF + Ollama Modelfile) and check that the export
-    gives the trained model's greedy answers; exit 4 when it does not (the export is kept as OUT.failed)."""
-    problem = quant_problem(format_, quant)
+    """Export a finished run, an LLM as merged weights, GGUF, or GGUF + Ollama Modelfile, any other task as
+    a merged folder (-f merged), and check that the export answers as the trained model does (greedy
+    answers; other tasks: predictions); exit 4 when it does not (the export is kept as OUT.failed)."""
+    problem = quant_problem(format_, quant) if format_ is not None else None  # else: once the run's task is read
     if problem:
         raise fail(problem)
     from autotrain.errors import ParityError
@@ -60,5 +66,9 @@ def summary_line(report: dict) -> str:
             continue
         row = result.get("vs_trained", result)
         diff = row.get("max_logit_diff", row.get("max_logit_diff_first_token"))
-        parts.append(f"{reader}: {row['prompts_agreeing']}/{row['prompts']} prompts agree, max logit diff {diff:.3g}")
+        rows = "prompts" if report.get("task", "llm") == "llm" else "rows"  # other tasks: rows of data predicted
+        part = f"{reader}: {row['prompts_agreeing']}/{row['prompts']} {rows} agree, max logit diff {diff:.3g}"
+        if "max_prediction_diff" in row:  # scores, values, embeddings: the numbers predict writes
+            part += f", max prediction diff {row['max_prediction_diff']:.3g}"
+        parts.append(part)
     return "parity passed: " + "; ".join(parts)

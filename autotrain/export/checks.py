@@ -1,11 +1,9 @@
-"""The parity checks of one export, LLM or classifier: read the artifact back as users will, compare it with
-the trained model and with the weights it was meant to hold."""
+"""The parity checks of one export, LLM or another task: read the artifact back as users will, compare it
+with the trained model and with the weights it was meant to hold."""
 
 from __future__ import annotations
 
 from pathlib import Path
-
-import numpy as np
 
 from autotrain.export.parity import collect_prompts, compare, greedy, llama_cpp_check, rounded_copy
 
@@ -85,36 +83,34 @@ def _tokenizer_check(tokenizer, exported, prompts, summary) -> dict:
     return {"texts": len(prompts.texts), "same_ids": same, "reader_limited": limited}
 
 
-PROBE_TEXTS = ["a short probe sentence", "another one, with punctuation!", "numbers 1 2 3", "the end"]
+def task_parity(source, quant: str, stage: Path) -> dict:
+    """Every task but the LLM's: the exported folder read back as `autotrain predict` reads a run, the same
+    rows predicted with it, with the trained model and with the trained model rounded as the folder stores
+    it (autotrain.export.predictions)."""
+    from autotrain.export.predictions import compare, predict, probe_rows
+    from autotrain.export.source import loadable
+    from autotrain.inference.load import finished_run, load_model
 
-
-def classifier_parity(source, quant: str, stage: Path) -> dict:
-    """Classifiers: logits and predicted labels of the reloaded folder on fixed probe inputs."""
-    import torch
-    import transformers
-
-    cls = type(source.model)
-    exported = getattr(transformers, cls.__name__).from_pretrained(str(stage), dtype=torch.float32).eval()
-    if source.config.task == "text-classification":
-        inputs = dict(source.processor(PROBE_TEXTS, padding=True, truncation=True, return_tensors="pt"))
-    else:
-        size = source.model.config.image_size
-        inputs = {"pixel_values": torch.randn(4, 3, size, size, generator=torch.Generator().manual_seed(0))}
+    cfg = source.config
+    rows, where = probe_rows(cfg)
+    trained = predict(finished_run(source.folder, cfg, source.model, source.processor, "cpu"), rows)
+    model, processor = load_model(stage, loadable(cfg), "cpu")
+    # fp32, as the trained model computes: sentence-transformers loads an f16 folder as f16, which on a CPU
+    # would measure its arithmetic rather than the weights the folder holds
+    exported = predict(finished_run(stage, cfg, model.float(), processor, "cpu"), rows)
+    del model
     rounding = _rounding("merged", quant)
-    reference = rounded_copy(source.model, rounding) if rounding else source.model
-    with torch.inference_mode():
-        trained = source.model(**inputs).logits
-        written = reference(**inputs).logits
-        got = exported(**inputs).logits
-    agree = int((trained.argmax(-1) == got.argmax(-1)).sum())
-    row = {"prompts": len(got), "prompts_agreeing": agree, "agreement_pct": round(100.0 * agree / len(got), 2)}
+    if rounding is None:
+        written = trained
+    else:
+        twin = rounded_copy(source.model, rounding)
+        written = predict(finished_run(source.folder, cfg, twin, source.processor, "cpu"), rows)
+        del twin
+    reader = "sentence-transformers" if cfg.task == "sentence-transformers" else "transformers"
     return {
-        "prompts": len(got),
-        "prompts_source": "fixed probe inputs",
+        "prompts": len(rows),
+        "prompts_source": where,
         "readers": {
-            "transformers": {
-                "vs_trained": {**row, "max_logit_diff": float((trained - got).abs().max())},
-                "vs_written_weights": {**row, "max_logit_diff": float(np.abs((written - got).numpy()).max())},
-            }
+            reader: {"vs_trained": compare(trained, exported), "vs_written_weights": compare(written, exported)}
         },
     }

@@ -130,13 +130,19 @@ def compare(reference, candidate, prompts: Prompts, answers: list[list[int]]) ->
 
 
 def rounded_copy(model, round_matrix):
-    """A copy of `model` whose weights are replaced by `round_matrix(weights)` (what the file stores)."""
+    """A copy of `model` whose weights are replaced by `round_matrix(weights)` (what the file stores): its
+    parameters and the buffers saved with them (a detector's frozen batch-norm statistics), each tied tensor
+    once."""
     import torch
 
     twin = copy.deepcopy(model)
+    seen: set[int] = set()
     with torch.no_grad():
-        for _, param in twin.named_parameters():
-            param.copy_(torch.from_numpy(round_matrix(param.detach().float().numpy())).to(param.dtype))
+        for tensor in twin.state_dict(keep_vars=True).values():
+            if not tensor.is_floating_point() or id(tensor) in seen:
+                continue
+            seen.add(id(tensor))
+            tensor.copy_(torch.from_numpy(round_matrix(tensor.detach().float().numpy())).to(tensor.dtype))
     return twin
 
 

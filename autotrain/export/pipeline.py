@@ -1,12 +1,13 @@
 """`autotrain export`: a finished run as a merged folder, a GGUF file, or a GGUF file with an Ollama
-Modelfile; checked against the trained model before it is published under its final name."""
+Modelfile (LLMs); every other task as a merged folder (its model's files, or its adapter merged into the
+base model); checked against the trained model before it is published under its final name."""
 
 from __future__ import annotations
 
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from autotrain.config.export_formats import DEFAULT_QUANT, quant_problem
@@ -17,7 +18,7 @@ from autotrain.export import output
 @dataclass
 class ExportRequest:
     run: Path
-    format: str = "gguf"
+    format: str | None = None  # gguf for an LLM run, merged (the only one) for the others
     quant: str | None = None
     output: Path | None = None
     force: bool = False
@@ -45,20 +46,18 @@ def export_run(request: ExportRequest, say: Callable[[str], None] = print) -> Ex
     from autotrain.export.source import check_run
 
     cfg = check_run(request.run, request.running_ok)
+    if request.format is None:
+        request = replace(request, format="gguf" if cfg.task == "llm" else "merged")
     quant, out = request.resolved()
-    from autotrain.config.tasks import TASKS
-
-    if TASKS[cfg.task].inference:  # the text tasks beyond classification: the run folder is the model already
-        merged = " (and merged/ holds the LoRA adapter merged in)" if (request.run / "merged").is_dir() else ""
-        raise UserInputError(
-            f"`{request.run}` holds a {cfg.task} model: the run folder loads with from_pretrained as it is{merged}; "
-            "export takes llm and classifier runs"
-        )
     if cfg.task != "llm" and request.format != "merged":
         raise UserInputError(
             f"`{request.run}` holds a {cfg.task} model: it exports as `--format merged` only "
             "(GGUF and Ollama are for LLMs)"
         )
+    if cfg.task != "llm":
+        from autotrain.inference.tasks import require_extra
+
+        require_extra(cfg.task)  # the task's packages: predict's code runs the parity check
     with output.locked(out):  # from here to the rename, no other export writes to `out`
         output.check_output(out, request.force)
         if request.format != "merged":
@@ -136,15 +135,18 @@ def _bos_prefix(tokenizer) -> str:
 
 def _write(source, fmt: str, quant: str, stage: Path, out: Path):
     if fmt == "merged":
-        import torch
+        from autotrain.export import model_files
 
-        dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[quant]
-        weights = {name: tensor.to(dtype) for name, tensor in source.model.state_dict().items()}
-        source.model.config.dtype = dtype  # what config.json records; the model in memory stays fp32
-        source.model.save_pretrained(str(stage), state_dict=weights)
-        source.model.config.dtype = torch.float32
-        source.processor.save_pretrained(str(stage))
-        return [stage / "model.safetensors"], None
+        if source.config.task == "llm":
+            return model_files.save_merged(source.model, source.processor, quant, stage), None
+        # Another task's model folder (a full fine-tune, or `merged/`) is copied as it is, at most rounded:
+        # sentence-transformers' modules and any processor files come along exactly as the run saved them.
+        if source.is_folder:
+            files = model_files.copy_model(source.weights, stage, quant, source.config.trust_remote_code)
+        else:
+            files = model_files.save_merged(source.model, source.processor, quant, stage)
+        model_files.copy_plots(source.folder, stage)
+        return files, None
     from autotrain.export.gguf_file import write_gguf
 
     path = stage / f"{source.folder.resolve().name}-{quant}.gguf"

@@ -35,9 +35,9 @@ def build_report(source, fmt: str, quant: str, files: list[Path], seconds: float
 
         report["parity"] = llm_parity(source, fmt, quant, files[0], stage, summary, family)
     else:
-        from autotrain.export.checks import classifier_parity
+        from autotrain.export.checks import task_parity
 
-        report["parity"] = classifier_parity(source, quant, stage)
+        report["parity"] = task_parity(source, quant, stage)
     report["failures"] = failures(report)
     report["passed"] = not report["failures"]
     return report
@@ -63,11 +63,15 @@ def failures(report: dict) -> list[str]:
                 f"(tolerance {LOGIT_TOLERANCE:g})"
             )
         trained = result.get("vs_trained", result)
+        if trained.get("outputs") == 0:  # the task exports' check compares the model's forward outputs
+            found.append(f"{reader}: no output of the model was captured to compare")
         if quant in EXACT_QUANTS and trained.get("agreement_pct") not in (None, 100.0):
-            found.append(
-                f"{reader}: {trained['prompts_agreeing']} of {trained['prompts']} prompts give the trained model's "
-                f"first {GREEDY_TOKENS} greedy tokens"
+            what = (
+                f"prompts give the trained model's first {GREEDY_TOKENS} greedy tokens"
+                if report["task"] == "llm"
+                else "rows get the trained model's predictions (text, labels, spans)"
             )
+            found.append(f"{reader}: {trained['prompts_agreeing']} of {trained['prompts']} {what}")
     template = parity.get("chat_template")
     if template and (not template["same_template"] or template["renders_equal"] != template["conversations"]):
         found.append("the chat template read back from the export renders differently from the one trained with")

@@ -1,7 +1,8 @@
 """The finished run an export starts from. Checked first without torch (a folder that holds no finished run
 is refused in a fraction of a second), then loaded as one plain fp32 model on the CPU: a full fine-tune as
 saved, a LoRA run's adapter merged into its base model (the `merged/` folder when training wrote one), a
-QLoRA run's adapter merged into its base loaded unquantized."""
+QLoRA run's adapter merged into its base loaded unquantized. Tasks other than the LLM's are loaded as
+`autotrain predict` loads them (autotrain.inference), so the parity check compares what predict gives."""
 
 from __future__ import annotations
 
@@ -19,9 +20,14 @@ class Source:
     folder: Path
     config: TaskConfig
     model: Any  # fp32, eval mode, CPU, adapters merged
-    processor: Any  # tokenizer (text, llm) or image processor
-    kind: str  # full | lora | qlora | classifier
+    processor: Any  # tokenizer (text, llm), image processor or processor (vlm)
+    kind: str  # full | lora | qlora
     weights: Path  # the folder the weights came from (run, run/merged, or base model + adapter)
+
+    @property
+    def is_folder(self) -> bool:
+        """The weights are a complete model folder (a full fine-tune, or a LoRA run's `merged/`)."""
+        return (self.weights / "config.json").is_file()
 
 
 def check_run(folder: Path, running_ok: bool = False) -> TaskConfig:
@@ -66,7 +72,7 @@ def load_source(folder: Path, cfg: TaskConfig) -> Source:
             )
         source = _load_llm(folder, cfg)
     else:
-        source = _load_classifier(folder, cfg)
+        source = _load_task(folder, cfg)
     source.model.eval()
     return source
 
@@ -114,15 +120,22 @@ def _load_llm(folder: Path, cfg) -> Source:
     return Source(folder, cfg, model, tokenizer, kind, folder)
 
 
-def _load_classifier(folder: Path, cfg) -> Source:
-    import torch
-    import transformers
+def _load_task(folder: Path, cfg) -> Source:
+    """Any task but the LLM's, through its inference loader on the CPU in fp32: adapters merged in."""
+    from autotrain.inference.load import load_model
 
-    if cfg.task == "text-classification":
-        model_cls, processor_cls = transformers.AutoModelForSequenceClassification, transformers.AutoTokenizer
-    else:
-        model_cls, processor_cls = transformers.AutoModelForImageClassification, transformers.AutoImageProcessor
-    remote = {"trust_remote_code": cfg.trust_remote_code}
-    processor = _from(processor_cls, folder, "processor", **remote)
-    model = _from(model_cls, folder, "model", dtype=torch.float32, **remote)
-    return Source(folder, cfg, model, processor, "classifier", folder)
+    peft = cfg.peft if getattr(cfg, "uses_peft", False) else None
+    model, processor = load_model(folder, loadable(cfg), "cpu")
+    merged = folder / "merged"
+    weights = merged if peft is not None and (merged / "config.json").is_file() else folder
+    kind = "full" if peft is None else ("qlora" if peft.quantization else "lora")
+    return Source(folder, cfg, model, processor, kind, weights)
+
+
+def loadable(cfg):
+    """`cfg` as the export reads its run: a QLoRA run's base model loaded unquantized, in fp32 on the CPU (the
+    adapter is merged into those weights, as for LLMs), not refused for want of a GPU."""
+    peft = getattr(cfg, "peft", None)
+    if peft is None or not peft.quantization:
+        return cfg
+    return cfg.model_copy(update={"peft": peft.model_copy(update={"quantization": None})})

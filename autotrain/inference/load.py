@@ -92,13 +92,20 @@ def load_run(folder: Path, device: str = "auto") -> FinishedRun:
     """Config, model and processor of the finished run in `folder`, ready for inference on `device`."""
     cfg = read_config(folder)
     device = pick_device(device)
+    model, processor = load_model(folder, cfg, device)
+    return finished_run(folder, cfg, model, processor, device)
+
+
+def load_model(folder: Path, cfg: TaskConfig, device: str) -> tuple[Any, Any]:
+    """(model in eval mode, processor) of the model saved in `folder`, read as `cfg`'s task reads it: a run's
+    project folder, or an exported copy of it (which has no autotrain.yaml of its own)."""
     from autotrain.inference.tasks import task_module
 
     handler = task_module(cfg.task)  # a task with an inference module of its own (the task table says)
     if handler is not None:
         model, processor = handler.load(folder, cfg, device)
         model.eval()
-        return FinishedRun(folder, cfg, model, processor, device, handler.max_tokens(cfg, model, processor))
+        return model, processor
     if cfg.task == "llm":
         model, processor = _load_llm(folder, cfg, device)
     else:
@@ -106,7 +113,16 @@ def load_run(folder: Path, device: str = "auto") -> FinishedRun:
     if not getattr(model, "is_loaded_in_4bit", False) and not getattr(model, "is_loaded_in_8bit", False):
         model.to(device)
     model.eval()
-    return FinishedRun(folder, cfg, model, processor, device, _max_tokens(cfg, model, processor))
+    return model, processor
+
+
+def finished_run(folder: Path, cfg: TaskConfig, model, processor, device: str) -> FinishedRun:
+    """A FinishedRun around a model already loaded (by `load_model`, or merged in memory by export)."""
+    from autotrain.inference.tasks import task_module
+
+    handler = task_module(cfg.task)
+    tokens = handler.max_tokens(cfg, model, processor) if handler is not None else _max_tokens(cfg, model, processor)
+    return FinishedRun(folder, cfg, model, processor, device, tokens)
 
 
 def _max_tokens(cfg, model, processor) -> int:

@@ -7,6 +7,7 @@ import { api, notice } from "./api.js";
 const $ = (id) => document.getElementById(id);
 let shown = null;
 let timer = null;
+let options = null;
 
 function panel() {
   const box = document.createElement("section");
@@ -24,7 +25,15 @@ function panel() {
   return box;
 }
 
-function fillQuants(options) {
+// The formats the selected run exports to (GGUF and Ollama are for LLM runs; other tasks: merged).
+function fillFormats(formats) {
+  const select = $("export-format");
+  if ([...select.options].map((o) => o.value).join() === formats.join()) return;
+  select.replaceChildren(...formats.map((f) => new Option(f, f, false, f === (formats.includes("gguf") ? "gguf" : "merged"))));
+  fillQuants();
+}
+
+function fillQuants() {
   const merged = $("export-format").value === "merged";
   const quants = merged ? options.merged_dtypes : options.quants;
   $("export-quant").replaceChildren(...quants.map((q) => new Option(q, q, false, q === (merged ? "f32" : "f16"))));
@@ -58,6 +67,7 @@ async function refresh() {
   try {
     const state = await api.get(`/api/runs/${encodeURIComponent(name)}/export`);
     if (name !== $("run-name").textContent) return;
+    if (state.formats) fillFormats(state.formats);
     $("export-table").tBodies[0].replaceChildren(...rows(state.exports));
     const last = state.log ? state.log.trim().split("\n").pop() : "";
     $("export-state").textContent = state.running ? `exporting… ${last}` : state.exit_code ? `failed (exit ${state.exit_code}): ${last}` : "";
@@ -81,10 +91,9 @@ async function start() {
 
 async function init() {
   panel();
-  const options = await api.get("/api/export/options");
-  $("export-format").replaceChildren(...Object.keys(options.formats).map((f) => new Option(f, f, false, f === "gguf")));
-  fillQuants(options);
-  $("export-format").addEventListener("change", () => fillQuants(options));
+  options = await api.get("/api/export/options");
+  fillFormats(Object.keys(options.formats));
+  $("export-format").addEventListener("change", fillQuants);
   $("export-start").addEventListener("click", start);
   // The Runs tab rewrites the name and status of the selected run on every poll: follow it.
   new MutationObserver(() => {
