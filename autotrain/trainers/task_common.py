@@ -8,6 +8,7 @@ from typing import Any
 
 from autotrain.errors import eprint
 from autotrain.trainers.common import load_pretrained, make_trainer
+from autotrain.trainers.llm.model import build_lora_config, quantization_config
 from autotrain.training.plan import RunPlan
 
 
@@ -104,6 +105,24 @@ def head_model(auto_cls, cfg, token: str | None, suffix: str, *, num_labels: int
         ignore_mismatched_sizes=head_mismatch(config, num_labels, suffix),
         **kwargs,
     )
+
+
+def lora_model(auto_cls, cfg, plan: RunPlan, token: str | None, task_type: str, **kwargs: Any):
+    """`auto_cls` from base_model (`kwargs`: its dtype), quantized when `peft.quantization` asks, with a LoRA
+    adapter of `task_type` when `peft:` asks for one (seq2seq and vlm, whose Trainer takes the adapted model)."""
+    quantized = quantization_config(cfg, plan.precision)
+    if quantized is not None:
+        kwargs["quantization_config"] = quantized
+    model = load_pretrained(auto_cls, cfg, "weights", token, **kwargs)
+    if cfg.training_args.gradient_checkpointing:
+        model.config.use_cache = False
+    if not cfg.uses_peft:
+        return model
+    from peft import get_peft_model, prepare_model_for_kbit_training
+
+    if quantized is not None:
+        model = prepare_model_for_kbit_training(model, cfg.training_args.gradient_checkpointing)
+    return get_peft_model(model, build_lora_config(cfg, task_type))
 
 
 def rows_preview(splits, count: int, example: Callable[[dict], dict], summary=None, warnings=()) -> dict:

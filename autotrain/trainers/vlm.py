@@ -12,13 +12,11 @@ SQuAD exact match and F1 (torchmetrics), as VQA answers are scored.
 
 from __future__ import annotations
 
-from typing import Any
-
 from autotrain.data.images import read_image
 from autotrain.data.vlm import load_vlm_splits
 from autotrain.errors import UserInputError
 from autotrain.trainers.common import load_pretrained
-from autotrain.trainers.task_common import rows_preview, task_trainer
+from autotrain.trainers.task_common import lora_model, rows_preview, task_trainer
 from autotrain.training.plan import RunPlan
 
 PREFIX_STYLE = ("paligemma",)  # processors that take the answer as a `suffix` and mask the prefix themselves
@@ -194,30 +192,7 @@ def build_model(cfg, plan: RunPlan, token: str | None = None):
     import torch
     from transformers import AutoModelForImageTextToText
 
-    from autotrain.trainers.llm.model import quantization_config
-
-    quantized = quantization_config(cfg, plan.precision)
-    kwargs: dict[str, Any] = {"dtype": getattr(torch, plan.load_dtype)}
-    if quantized is not None:
-        kwargs["quantization_config"] = quantized
-    model = load_pretrained(AutoModelForImageTextToText, cfg, "weights", token, **kwargs)
-    if cfg.training_args.gradient_checkpointing:
-        model.config.use_cache = False
-    if not cfg.uses_peft:
-        return model
-    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
-
-    if quantized is not None:
-        model = prepare_model_for_kbit_training(model, cfg.training_args.gradient_checkpointing)
-    peft = cfg.peft
-    lora = LoraConfig(
-        r=peft.r,
-        lora_alpha=peft.alpha,
-        lora_dropout=peft.dropout,
-        target_modules=peft.target_modules,
-        task_type="CAUSAL_LM",
-    )
-    return get_peft_model(model, lora)
+    return lora_model(AutoModelForImageTextToText, cfg, plan, token, "CAUSAL_LM", dtype=getattr(torch, plan.load_dtype))
 
 
 def conversation_of(cfg, processor, model_config) -> Conversation:
