@@ -8,8 +8,8 @@ and a crop could cut away what it scores.
 
 from __future__ import annotations
 
-from autotrain.data.image_regression import load_image_regression_splits
 from autotrain.data.images import read_image
+from autotrain.data.regression import load_regression_splits
 from autotrain.trainers.image_classification import build_processor
 from autotrain.trainers.task_common import head_model, task_trainer
 from autotrain.trainers.text_regression import compute_metrics, target_preview
@@ -58,7 +58,7 @@ def build_trainer(cfg, plan: RunPlan, callbacks: list, token: str | None = None)
 
     set_seed(cfg.training_args.seed)
     processor = build_processor(cfg, token)
-    splits = load_image_regression_splits(cfg, token)
+    splits = load_regression_splits(cfg, token)
     model = head_model(
         AutoModelForImageClassification, cfg, token, "ForImageClassification", num_labels=1, problem_type="regression"
     )
@@ -72,7 +72,7 @@ def build_trainer(cfg, plan: RunPlan, callbacks: list, token: str | None = None)
 
 
 def preview(cfg, count: int, token: str | None = None) -> dict:
-    return target_preview(load_image_regression_splits(cfg, token), count, "image", _shown)
+    return target_preview(load_regression_splits(cfg, token), count, "image", _shown)
 
 
 def _shown(value) -> str:
