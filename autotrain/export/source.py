@@ -12,6 +12,7 @@ from typing import Any
 
 from autotrain.config.base import TaskConfig
 from autotrain.errors import ConfigError, UserInputError
+from autotrain.training.verify import load_saved
 
 
 @dataclass
@@ -71,19 +72,6 @@ def load_source(folder: Path, cfg: TaskConfig) -> Source:
     return source
 
 
-def _from(loader, path: Path, what: str, **kwargs):
-    from autotrain.training.verify import weights_problem
-
-    problem = weights_problem(path)  # a file cut short is named here, not as the library's own error
-    if problem:
-        raise UserInputError(f"cannot load the {what} saved in `{path}`: {problem}")
-    try:
-        return loader.from_pretrained(str(path), **kwargs)
-    except (OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserInputError(f"cannot load the {what} saved in `{path}`: {first}") from None
-
-
 def _load_llm(folder: Path, cfg) -> Source:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -91,9 +79,9 @@ def _load_llm(folder: Path, cfg) -> Source:
     remote = {"trust_remote_code": cfg.trust_remote_code}
     merged = folder / "merged"
     weights = merged if (merged / "config.json").is_file() else folder
-    tokenizer = _from(AutoTokenizer, weights, "tokenizer", **remote)
+    tokenizer = load_saved(AutoTokenizer, weights, "tokenizer", **remote)
     if (weights / "config.json").is_file():
-        model = _from(AutoModelForCausalLM, weights, "model", dtype=torch.float32, **remote)
+        model = load_saved(AutoModelForCausalLM, weights, "model", dtype=torch.float32, **remote)
         kind = "full" if weights == folder else ("qlora" if cfg.peft.quantization else "lora")
         return Source(folder, cfg, model, tokenizer, kind, weights)
     from peft import PeftModel
@@ -123,6 +111,6 @@ def _load_classifier(folder: Path, cfg) -> Source:
     else:
         model_cls, processor_cls = transformers.AutoModelForImageClassification, transformers.AutoImageProcessor
     remote = {"trust_remote_code": cfg.trust_remote_code}
-    processor = _from(processor_cls, folder, "processor", **remote)
-    model = _from(model_cls, folder, "model", dtype=torch.float32, **remote)
+    processor = load_saved(processor_cls, folder, "processor", **remote)
+    model = load_saved(model_cls, folder, "model", dtype=torch.float32, **remote)
     return Source(folder, cfg, model, processor, "classifier", folder)

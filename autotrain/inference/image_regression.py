@@ -22,14 +22,11 @@ def read_rows(cfg, path: Path, labels: bool) -> Rows:
 
 
 def load(folder: Path, cfg, device: str):
-    import torch
     from transformers import AutoImageProcessor, AutoModelForImageClassification
 
-    from autotrain.inference.load import _from_run
+    from autotrain.inference.load import saved_model
 
-    remote = cfg.trust_remote_code
-    processor = _from_run(AutoImageProcessor, folder, "image processor", trust_remote_code=remote)
-    model = _from_run(AutoModelForImageClassification, folder, "model", dtype=torch.float32, trust_remote_code=remote)
+    model, processor = saved_model(folder, cfg, AutoModelForImageClassification, AutoImageProcessor, "image processor")
     return model.to(device), processor
 
 
