@@ -89,14 +89,6 @@ class TokenClassificationConfig(TaskConfig):
     training_args: TokenTrainingArgs = Field(default_factory=TokenTrainingArgs, description="Training settings.")
 
 
-@rule("data.labels", task="token-classification")
-def _distinct_tags(cfg) -> Iterator[Issue]:
-    labels = cfg.data.labels or []
-    repeated = sorted({tag for tag in labels if labels.count(tag) > 1})
-    if repeated:
-        yield ("data", "labels"), f"each tag once: `{'`, `'.join(repeated)}` appear(s) more than once"
-
-
 # --- extractive-qa ---------------------------------------------------------------------------------------
 
 
@@ -165,27 +157,6 @@ class Seq2SeqConfig(TaskConfig):
     @property
     def uses_peft(self) -> bool:
         return self.peft is not None and self.peft.enabled
-
-
-@rule("peft", task="seq2seq")
-def _seq2seq_peft(cfg) -> Iterator[Issue]:
-    peft = cfg.peft
-    if peft is not None and not peft.enabled:
-        if peft.quantization:
-            yield ("peft", "quantization"), "`peft.quantization` needs `peft.enabled: true` (QLoRA trains an adapter)"
-        if peft.merge_adapter:
-            yield ("peft", "merge_adapter"), "`peft.merge_adapter` needs `peft.enabled: true`"
-
-
-@rule("distributed.strategy", "peft", task="seq2seq")
-def _seq2seq_merge(cfg) -> Iterator[Issue]:
-    strategy = cfg.distributed.strategy
-    if strategy in ("fsdp", "deepspeed") and cfg.uses_peft and cfg.peft.merge_adapter:
-        yield (
-            ("peft", "merge_adapter"),
-            f"`peft.merge_adapter` cannot run under `distributed.strategy: {strategy}` (the weights are sharded); "
-            "merge the saved adapter afterwards, or use `strategy: ddp`",
-        )
 
 
 # --- sentence-transformers -------------------------------------------------------------------------------

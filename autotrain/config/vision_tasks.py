@@ -17,7 +17,7 @@ from autotrain.config.classification import ClassificationData
 from autotrain.config.llm import PeftConfig
 from autotrain.config.rules import rule
 from autotrain.config.tasks import VLM_TRAINERS
-from autotrain.config.text_tasks import _metric, _seq2seq_merge, _seq2seq_peft, _watched
+from autotrain.config.text_tasks import _metric, _watched
 from autotrain.fields import Bool, Float, Int
 
 Issue = tuple[tuple, str]
@@ -108,14 +108,6 @@ class ObjectDetectionConfig(TaskConfig):
     training_args: DetectionTrainingArgs = Field(default_factory=DetectionTrainingArgs, description="Training.")
 
 
-@rule("data.labels", task="object-detection")
-def _distinct_categories(cfg) -> Iterator[Issue]:
-    labels = cfg.data.labels or []
-    repeated = sorted({name for name in labels if labels.count(name) > 1})
-    if repeated:
-        yield ("data", "labels"), f"each category once: `{'`, `'.join(repeated)}` appear(s) more than once"
-
-
 # --- vlm -------------------------------------------------------------------------------------------------
 
 
@@ -161,10 +153,6 @@ class VLMConfig(TaskConfig):
     @property
     def uses_peft(self) -> bool:
         return self.peft is not None and self.peft.enabled
-
-
-rule("peft", task="vlm")(_seq2seq_peft)
-rule("distributed.strategy", "peft", task="vlm")(_seq2seq_merge)
 
 
 @rule("trainer", "data.column_mapping", task="vlm")
