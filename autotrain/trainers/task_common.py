@@ -1,5 +1,5 @@
 """What the builders of every task but llm share: the Trainer (with the planned optimizer and early stopping),
-a model whose head is made for the task's labels, and the rows a preview shows."""
+a model whose head is made for the task's labels or one with a LoRA adapter, and the rows a preview shows."""
 
 from __future__ import annotations
 
