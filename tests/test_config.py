@@ -28,6 +28,7 @@ import yaml
 
 from autotrain.config.interpolate import interpolate
 from autotrain.config.load import load_config
+from autotrain.config.tasks import TASKS as TASK_TABLE
 from autotrain.errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +36,7 @@ CORPUS_DIR = Path(__file__).parent / "broken_configs"
 CORPUS = sorted(CORPUS_DIR.glob("*.yml"))
 CONFIGS = sorted((REPO_ROOT / "configs").glob("*/*.yml"))
 SCHEMAS = REPO_ROOT / "configs" / "schemas"
-TASKS = ("llm", "text-classification", "image-classification")
+TASKS = tuple(TASK_TABLE)  # every task: a stale schema of any of them fails here
 REGENERATE = f"for t in {' '.join(TASKS)}; do autotrain schema $t -o configs/schemas/$t.schema.json --force; done"
 ENTRY = "import sys; from autotrain.cli.main import main; sys.argv[0] = 'autotrain'; main()"
 # Variables the corpus relies on being unset.
@@ -419,3 +420,39 @@ def test_a_config_without_a_task_trains_as_the_command_says(tmp_path):
     path.write_text("base_model: tiny\nproject_name: runs/x\ndata: {path: d.csv}\n")
     loaded = load_config(path, expected_task="text-classification", environ={})
     assert loaded.config.task == "text-classification" and loaded.raw["task"] == "text-classification"
+
+
+@pytest.mark.parametrize("template", ["llm/sft.yml", "seq2seq/samsum.yml", "vlm/captions-smolvlm.yml"])
+def test_every_task_with_an_adapter_checks_it_alike(template):
+    """llm, seq2seq and vlm share the `peft:` rules: a switched-off adapter cannot be quantized or merged, and
+    that is all a sharded run is told about it (there is no adapter to merge)."""
+    overrides = [
+        "peft.enabled=false",
+        "peft.quantization=int4",
+        "peft.merge_adapter=true",
+        "distributed.strategy=fsdp",
+        "distributed.num_processes=2",
+    ]
+    with pytest.raises(ConfigError) as caught:
+        load_config(REPO_ROOT / "configs" / template, overrides, environ={})
+    assert sorted(issue.format() for issue in caught.value.issues) == [
+        "--set peft.merge_adapter: `peft.merge_adapter` needs `peft.enabled: true`",
+        "--set peft.quantization: `peft.quantization` needs `peft.enabled: true` (QLoRA trains an adapter)",
+    ]
+    with pytest.raises(ConfigError) as caught:  # an adapter that is on: its merge needs whole weights
+        load_config(REPO_ROOT / "configs" / template, ["peft.enabled=true", *overrides[2:]], environ={})
+    assert [issue.format() for issue in caught.value.issues] == [
+        "--set peft.merge_adapter: `peft.merge_adapter` cannot run under `distributed.strategy: fsdp` (the weights "
+        "are sharded); merge the saved adapter afterwards, or use `strategy: ddp`"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("template", "what"),
+    [("token-classification/conll2003.yml", "tag"), ("object-detection/cppe5.yml", "category")],
+)
+def test_label_names_are_given_once(template, what):
+    with pytest.raises(ConfigError) as caught:
+        load_config(REPO_ROOT / "configs" / template, ["data.labels=[a,b,a]"], environ={})
+    [issue] = caught.value.issues
+    assert issue.format() == f"--set data.labels: each {what} once: `a` appear(s) more than once"

@@ -287,7 +287,8 @@ def test_resume_from_a_named_damaged_checkpoint_is_bad_input(cli, tmp_path, how)
         assert not (tmp_path / "PWNED").exists()
 
 
-def test_a_run_whose_weights_would_run_code_is_refused_without_advice(cli, tmp_path):
+@pytest.mark.parametrize("command", ["predict", "export"])
+def test_a_run_whose_weights_would_run_code_is_refused_without_advice(cli, tmp_path, command):
     """A run folder (config, tokenizer) whose weights are a pickle that runs code when fully unpickled."""
     run = tmp_path / "run"
     shutil.copytree(TINY, run, ignore=shutil.ignore_patterns("*.safetensors"))
@@ -296,7 +297,10 @@ def test_a_run_whose_weights_would_run_code_is_refused_without_advice(cli, tmp_p
     damage(weights, "pickle", tmp_path / "PWNED")
     data = tmp_path / "rows.jsonl"
     data.write_text('{"text": "the apple is"}\n')
-    result = cli("predict", run, "-i", data)
+    if command == "predict":
+        result = cli("predict", run, "-i", data)
+    else:
+        result = cli("export", run, "--format", "merged", "-o", tmp_path / "out")
     one_error_line(result, f"cannot load the model saved in `{run}`", "could run code")
     assert "weights_only" not in result.output
     assert not (tmp_path / "PWNED").exists()

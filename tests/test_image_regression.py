@@ -111,7 +111,7 @@ def _huge_png(folder: Path) -> str:
 )
 def test_a_bad_image_names_the_file_row_and_column(tmp_path, make, expected):
     from autotrain.config.load import load_config
-    from autotrain.data.image_regression import load_image_regression_splits
+    from autotrain.data.regression import load_regression_splits
     from autotrain.errors import UserInputError
 
     train = tmp_path / "data" / "train"
@@ -123,7 +123,7 @@ def test_a_bad_image_names_the_file_row_and_column(tmp_path, make, expected):
     )
     cfg = load_config(config, ["data.valid_split=null"]).config
     with pytest.raises(UserInputError) as caught:
-        load_image_regression_splits(cfg)
+        load_regression_splits(cfg)
     message = str(caught.value)
     assert expected in message and "\n" not in message, message
     assert rows[3]["file_name"] in message
@@ -140,7 +140,7 @@ def test_a_bad_image_names_the_file_row_and_column(tmp_path, make, expected):
 )
 def test_bad_rows_name_the_file_row_and_column(tmp_path, rows, expected):
     from autotrain.config.load import load_config
-    from autotrain.data.image_regression import load_image_regression_splits
+    from autotrain.data.regression import load_regression_splits
     from autotrain.errors import UserInputError
 
     train = tmp_path / "data" / "train"
@@ -152,14 +152,14 @@ def test_bad_rows_name_the_file_row_and_column(tmp_path, rows, expected):
     )
     cfg = load_config(config, ["data.valid_split=null"]).config
     with pytest.raises(UserInputError) as caught:
-        load_image_regression_splits(cfg)
+        load_regression_splits(cfg)
     assert expected in str(caught.value) and "\n" not in str(caught.value)
 
 
 def test_a_table_with_relative_paths(tmp_path):
     """A CSV beside its images: paths are read relative to the table's folder."""
     from autotrain.config.load import load_config
-    from autotrain.data.image_regression import load_image_regression_splits
+    from autotrain.data.regression import load_regression_splits
 
     rows = count_rows(tmp_path / "data" / "pics", random.Random(1), 10)
     write_rows(
@@ -167,7 +167,7 @@ def test_a_table_with_relative_paths(tmp_path):
     )
     config = write_config(tmp_path / "c.yml", CONFIG, model="m", project=tmp_path / "run", data=tmp_path / "data")
     sets = ["data.valid_split=null", "data.column_mapping.image=path", "data.column_mapping.target=score"]
-    splits = load_image_regression_splits(load_config(config, sets).config)
+    splits = load_regression_splits(load_config(config, sets).config)
     assert len(splits.train) + len(splits.valid) == 10
     assert all(Path(p).is_file() for p in splits.train["image"])
 

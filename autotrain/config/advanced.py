@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotrain.config.suggest import did_you_mean
-from autotrain.config.tasks import TASKS, advanced_tasks
+from autotrain.config.tasks import ADVANCED_LORA, TASKS, advanced_tasks
 from autotrain.config.trainers import TRAINERS, trainer_fields
 
 Path_ = tuple
@@ -99,13 +99,7 @@ LLM_ONLY = {
     "temperature",
     "top_p",
     "top_k",
-    "peft",
-    "lora_r",
-    "lora_alpha",
-    "lora_dropout",
-    "target_modules",
-    "quantization",
-    "merge_adapter",
+    *ADVANCED_LORA,
     "trainer",
     "chat_template",
     "disable_gradient_checkpointing",

@@ -217,6 +217,39 @@ class TrainingArgs(StrictModel):
         return value.model_dump(mode=info.mode, exclude_unset=True) if isinstance(value, BaseModel) else value
 
 
+class EvaluatedArgs(TrainingArgs):
+    """The training settings of a task whose evaluations report its metrics (every task but llm)."""
+
+    load_best_model: Bool = Field(True, description="Keep the best checkpoint (by early_stopping.metric) at the end.")
+
+
+def task_training_args(prefix: str, base: type[EvaluatedArgs], task: str, watched: str | None = None):
+    """`base` with the `early_stopping` of `task`: its `metric` is `eval_loss` or one of the metrics the task
+    table lists for the task, described by `watched` (by default: which of them are better lower). The models
+    are `{prefix}TrainingArgs` and `{prefix}EarlyStopping` in the JSON Schema: every task but llm and the
+    classifiers declares its training settings through it."""
+    from pydantic import create_model
+
+    if watched is None:
+        lower = TASKS[task].lower_is_better
+        watched = (
+            "Metric watched ("
+            + (f"lower is better: eval_loss, {', '.join(lower)}" if lower else "eval_loss: lower")
+            + ")."
+        )
+    metric = Literal[("eval_loss", *TASKS[task].metrics)]
+    stopping = create_model(
+        f"{prefix}EarlyStopping",
+        __base__=EarlyStopping,
+        __module__=__name__,
+        metric=(metric, Field("eval_loss", description=watched)),
+    )
+    stop = Field(None, description="Stop when the metric stops improving.")
+    return create_model(
+        f"{prefix}TrainingArgs", __base__=base, __module__=__name__, early_stopping=(stopping | None, stop)
+    )
+
+
 class TaskConfig(StrictModel):
     """Fields every task has. Validation runs the cross-field rules too (autotrain/config/rules.py)."""
 

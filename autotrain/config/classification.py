@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from autotrain.config.base import DataConfig, EarlyStopping, TaskConfig, TrainingArgs
+from autotrain.config.base import DataConfig, EarlyStopping, EvaluatedArgs, TaskConfig
 from autotrain.fields import Bool, Float, Int
 
 
@@ -19,10 +19,23 @@ class ClassificationData(DataConfig):
     )
 
 
-class ClassificationTrainingArgs(TrainingArgs):
-    lr: Float = Field(5e-5, gt=0, le=10, description="Peak learning rate.")
+def data_field(columns: str, metadata: str | None = None):
+    """A task's `data` field, described by the columns `column_mapping` maps and (`metadata`) the metadata file
+    of an AutoTrain Advanced image folder."""
+    folder = (
+        f" A folder SPLIT/ with images and a {metadata} is read as AutoTrain Advanced writes it." if metadata else ""
+    )
+    return Field(description=f"Training data; column_mapping: {columns}.{folder}")
+
+
+def label_names(min_length: int, description: str):
+    """`data.labels`: the names of the labels in id order, or null: the data's own (a rule checks that each
+    is named once)."""
+    return Field(None, min_length=min_length, max_length=100_000, description=description)
+
+
+class ClassificationTrainingArgs(EvaluatedArgs):
     early_stopping: EarlyStopping | None = Field(None, description="Stop when the metric stops improving.")
-    load_best_model: Bool = Field(True, description="Keep the best checkpoint (by early_stopping.metric) at the end.")
 
 
 class TextClassificationTrainingArgs(ClassificationTrainingArgs):
@@ -32,7 +45,7 @@ class TextClassificationTrainingArgs(ClassificationTrainingArgs):
 
 class TextClassificationConfig(TaskConfig):
     task: Literal["text-classification"] = Field(description="What to train.")
-    data: ClassificationData = Field(description="Training data; column_mapping: text, target.")
+    data: ClassificationData = data_field("text, target")
     training_args: TextClassificationTrainingArgs = Field(
         default_factory=TextClassificationTrainingArgs, description="Training settings."
     )

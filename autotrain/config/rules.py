@@ -28,6 +28,7 @@ from autotrain.optimizers.table import OPTIMIZERS
 Path = tuple[str, ...]
 Issue = tuple[tuple, str]
 LLM_ONLY_KEYS = ("trainer", "peft", "attn_implementation")
+PEFT_TASKS = ("llm", "seq2seq", "vlm")  # the tasks with a `peft:` section (a LoRA adapter), whose rules they share
 
 
 # --- the typed view ------------------------------------------------------------------------------------
@@ -81,12 +82,13 @@ Rule = Callable[[Any], Iterator[Issue]]
 RULES: list[tuple[tuple[Path, ...], str | None, Rule]] = []
 
 
-def rule(*fields: str, task: str | None = None) -> Callable[[Rule], Rule]:
+def rule(*fields: str, task: str | tuple[str, ...] | None = None) -> Callable[[Rule], Rule]:
     """Register a rule that reads `fields` (dotted paths) of configs of `task`: a task's name, the `family` the
-    task table gives several tasks (`classification`), or None: every task."""
+    task table gives several tasks (`classification`), a tuple of those, or None: every task."""
 
     def register(fn: Rule) -> Rule:
-        RULES.append((tuple(tuple(f.split(".")) for f in fields), task, fn))
+        for one in task if isinstance(task, tuple) else (task,):
+            RULES.append((tuple(tuple(f.split(".")) for f in fields), one, fn))
         return fn
 
     return register
@@ -239,19 +241,33 @@ def _flattening(dist) -> str | None:
     return None
 
 
-# --- llm -------------------------------------------------------------------------------------------------
+# --- llm, seq2seq and vlm: the LoRA adapter (`peft:`) ----------------------------------------------------
 
 
-@rule("distributed.strategy", "peft", task="llm")
+@rule("distributed.strategy", "peft", task=PEFT_TASKS)
 def _merge_needs_whole_weights(cfg) -> Iterator[Issue]:
     strategy = cfg.distributed.strategy
-    if strategy in ("fsdp", "deepspeed") and cfg.peft is not None and cfg.peft.merge_adapter:
+    if strategy in ("fsdp", "deepspeed") and cfg.uses_peft and cfg.peft.merge_adapter:
         # Sharded weights: merging on one rank would merge a shard, not the model.
         yield (
             ("peft", "merge_adapter"),
             f"`peft.merge_adapter` cannot run under `distributed.strategy: {strategy}` (the weights are "
             "sharded); merge the saved adapter afterwards, or use `strategy: ddp`",
         )
+
+
+@rule("peft", task=PEFT_TASKS)
+def _peft_needs_lora(cfg) -> Iterator[Issue]:
+    peft = cfg.peft
+    if peft is None or peft.enabled:
+        return
+    if peft.quantization:
+        yield ("peft", "quantization"), "`peft.quantization` needs `peft.enabled: true` (QLoRA trains an adapter)"
+    if peft.merge_adapter:
+        yield ("peft", "merge_adapter"), "`peft.merge_adapter` needs `peft.enabled: true`"
+
+
+# --- llm -------------------------------------------------------------------------------------------------
 
 
 @rule("trainer", "data.column_mapping", task="llm")
@@ -272,17 +288,6 @@ def _llm_columns(cfg) -> Iterator[Issue]:
                 ("data", "column_mapping"),
                 f"`trainer: {trainer}` needs `{'`, `'.join(missing)}` in `data.column_mapping`",
             )
-
-
-@rule("peft", task="llm")
-def _peft_needs_lora(cfg) -> Iterator[Issue]:
-    peft = cfg.peft
-    if peft is None or peft.enabled:
-        return
-    if peft.quantization:
-        yield ("peft", "quantization"), "`peft.quantization` needs `peft.enabled: true` (QLoRA trains an adapter)"
-    if peft.merge_adapter:
-        yield ("peft", "merge_adapter"), "`peft.merge_adapter` needs `peft.enabled: true`"
 
 
 @rule("base_model", "gguf_file", "peft", task="llm")
@@ -395,6 +400,18 @@ def _task_columns(cfg) -> Iterator[Issue]:
     if cfg.task != "llm":  # the LLM's columns depend on its trainer (above)
         allowed = TASKS[cfg.task].all_columns
         yield from _mapping_rules(cfg.data.column_mapping, allowed, f"`task: {cfg.task}`")
+
+
+# The tasks whose `data.labels` name their labels in id order, and what one of those labels is.
+_LABELS = {"token-classification": "tag", "object-detection": "category"}
+
+
+@rule("data.labels", task=tuple(_LABELS))
+def _distinct_labels(cfg) -> Iterator[Issue]:
+    labels = cfg.data.labels or []
+    repeated = sorted({name for name in labels if labels.count(name) > 1})
+    if repeated:
+        yield ("data", "labels"), f"each {_LABELS[cfg.task]} once: `{'`, `'.join(repeated)}` appear(s) more than once"
 
 
 def _llm_only_keys(model: type[BaseModel], raw: dict, task: str) -> Iterator[Issue]:

@@ -52,6 +52,19 @@ class TaskSpec:
 
 
 _CLASSIFICATION_METRICS = ("accuracy", "f1", "precision", "recall")
+_REGRESSION_METRICS = {"metrics": ("mse", "mae", "r2", "pearson", "spearman"), "lower_is_better": ("mse", "mae")}
+# AutoTrain Advanced's column names of a task whose rows are a text or an image with a target
+_TEXT_TARGET = (("text_column", "text"), ("target_column", "target"))
+_IMAGE_TARGET = (("image_column", "image"), ("target_column", "target"))
+# AutoTrain Advanced's LoRA params: every task that trains an adapter takes them
+ADVANCED_LORA = ("peft", "lora_r", "lora_alpha", "lora_dropout", "target_modules", "quantization", "merge_adapter")
+
+
+def _names(*names: str) -> tuple[tuple[str, None], ...]:
+    """AutoTrain Advanced's names of a task that has one trainer."""
+    return tuple((name, None) for name in names)
+
+
 _TEXT = "autotrain.config.text_tasks:"
 # AutoTrain Advanced's sentence-transformers trainers (the first is its default): what the rows hold
 #   pair: sentence1 and a sentence2 that goes with it (in-batch negatives); qa: the same, a query and its answer
@@ -83,13 +96,13 @@ TASKS: dict[str, TaskSpec] = {
             ("text", "target"),
             builder="autotrain.trainers.text_classification:build_trainer",
             family="classification",
-            advanced=(
-                ("text_classification", None),
-                ("text-classification", None),
-                ("text_binary_classification", None),
-                ("text_multi_class_classification", None),
+            advanced=_names(
+                "text_classification",
+                "text-classification",
+                "text_binary_classification",
+                "text_multi_class_classification",
             ),
-            advanced_columns=(("text_column", "text"), ("target_column", "target")),
+            advanced_columns=_TEXT_TARGET,
             auto_model="AutoModelForSequenceClassification",
             metrics=_CLASSIFICATION_METRICS,
         ),
@@ -101,13 +114,13 @@ TASKS: dict[str, TaskSpec] = {
             ("image", "target"),
             builder="autotrain.trainers.image_classification:build_trainer",
             family="classification",
-            advanced=(
-                ("image_classification", None),
-                ("image-classification", None),
-                ("image_binary_classification", None),
-                ("image_multi_class_classification", None),
+            advanced=_names(
+                "image_classification",
+                "image-classification",
+                "image_binary_classification",
+                "image_multi_class_classification",
             ),
-            advanced_columns=(("image_column", "image"), ("target_column", "target")),
+            advanced_columns=_IMAGE_TARGET,
             auto_model="AutoModelForImageClassification",
             metrics=_CLASSIFICATION_METRICS,
         ),
@@ -119,13 +132,12 @@ TASKS: dict[str, TaskSpec] = {
             ("text", "target"),
             builder="autotrain.trainers.text_regression:build_trainer",
             inference="autotrain.inference.regression",
-            advanced=(("text_regression", None), ("text_single_column_regression", None)),
-            advanced_columns=(("text_column", "text"), ("target_column", "target")),
+            advanced=_names("text_regression", "text_single_column_regression"),
+            advanced_columns=_TEXT_TARGET,
             extra="text-regression",
             packages=("scipy",),
             auto_model="AutoModelForSequenceClassification",
-            metrics=("mse", "mae", "r2", "pearson", "spearman"),
-            lower_is_better=("mse", "mae"),
+            **_REGRESSION_METRICS,
         ),
         TaskSpec(
             "token-classification",
@@ -135,7 +147,7 @@ TASKS: dict[str, TaskSpec] = {
             ("tokens", "tags"),
             builder="autotrain.trainers.token_classification:build_trainer",
             inference="autotrain.inference.tokens",
-            advanced=(("token_classification", None), ("text_token_classification", None)),
+            advanced=_names("token_classification", "text_token_classification"),
             advanced_columns=(("tokens_column", "tokens"), ("tags_column", "tags")),
             extra="token-classification",
             packages=("seqeval",),
@@ -150,11 +162,7 @@ TASKS: dict[str, TaskSpec] = {
             ("context", "question", "answers"),
             builder="autotrain.trainers.extractive_qa:build_trainer",
             inference="autotrain.inference.qa",
-            advanced=(
-                ("extractive-qa", None),
-                ("extractive_question_answering", None),
-                ("text_extractive_question_answering", None),
-            ),
+            advanced=_names("extractive-qa", "extractive_question_answering", "text_extractive_question_answering"),
             advanced_columns=(
                 ("text_column", "context"),
                 ("question_column", "question"),
@@ -174,18 +182,9 @@ TASKS: dict[str, TaskSpec] = {
             ("text", "target"),
             builder="autotrain.trainers.seq2seq:build_trainer",
             inference="autotrain.inference.seq2seq",
-            advanced=(("seq2seq", None),),
-            advanced_columns=(("text_column", "text"), ("target_column", "target")),
-            advanced_params=(
-                "max_target_length",
-                "peft",
-                "lora_r",
-                "lora_alpha",
-                "lora_dropout",
-                "target_modules",
-                "quantization",
-                "merge_adapter",
-            ),
+            advanced=_names("seq2seq"),
+            advanced_columns=_TEXT_TARGET,
+            advanced_params=("max_target_length", *ADVANCED_LORA),
             extra="seq2seq",
             packages=("rouge_score", "sacrebleu"),
             auto_model="AutoModelForSeq2SeqLM",
@@ -236,18 +235,12 @@ TASKS: dict[str, TaskSpec] = {
             ("image", "target"),
             builder="autotrain.trainers.image_regression:build_trainer",
             inference="autotrain.inference.image_regression",
-            advanced=(
-                ("image_regression", None),
-                ("image-regression", None),
-                ("image_single_column_regression", None),
-                ("image_scoring", None),
-            ),
-            advanced_columns=(("image_column", "image"), ("target_column", "target")),
+            advanced=_names("image_regression", "image-regression", "image_single_column_regression", "image_scoring"),
+            advanced_columns=_IMAGE_TARGET,
             extra="image-regression",
             packages=("scipy",),
             auto_model="AutoModelForImageClassification",
-            metrics=("mse", "mae", "r2", "pearson", "spearman"),
-            lower_is_better=("mse", "mae"),
+            **_REGRESSION_METRICS,
         ),
         TaskSpec(
             "object-detection",
@@ -257,11 +250,7 @@ TASKS: dict[str, TaskSpec] = {
             ("image", "objects"),
             builder="autotrain.trainers.object_detection:build_trainer",
             inference="autotrain.inference.detection",
-            advanced=(
-                ("object_detection", None),
-                ("object-detection", None),
-                ("image_object_detection", None),
-            ),
+            advanced=_names("object_detection", "object-detection", "image_object_detection"),
             advanced_columns=(("image_column", "image"), ("objects_column", "objects")),
             advanced_params=("image_square_size",),
             extra="object-detection",
@@ -285,17 +274,7 @@ TASKS: dict[str, TaskSpec] = {
                 ("text_column", "answer"),
                 ("prompt_text_column", "prompt"),
             ),
-            advanced_params=(
-                "trainer",
-                "peft",
-                "lora_r",
-                "lora_alpha",
-                "lora_dropout",
-                "target_modules",
-                "quantization",
-                "merge_adapter",
-                "disable_gradient_checkpointing",
-            ),
+            advanced_params=("trainer", *ADVANCED_LORA, "disable_gradient_checkpointing"),
             extra="vlm",
             packages=("torchmetrics",),
             auto_model="AutoModelForImageTextToText",

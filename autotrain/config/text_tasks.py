@@ -12,51 +12,29 @@ from typing import Literal
 
 from pydantic import Field
 
-from autotrain.config.base import EarlyStopping, TaskConfig, TrainingArgs
-from autotrain.config.classification import ClassificationData
+from autotrain.config.base import EvaluatedArgs, TaskConfig, task_training_args
+from autotrain.config.classification import ClassificationData, data_field, label_names
 from autotrain.config.llm import PeftConfig
 from autotrain.config.rules import rule
 from autotrain.config.tasks import SENTENCE_TRAINERS, TASKS
-from autotrain.fields import Bool, Int
+from autotrain.fields import Int
 
 Issue = tuple[tuple, str]
 
 
-def _metric(task: str):
-    """`eval_loss` or one of the metrics the task table lists for `task`."""
-    return Literal[("eval_loss", *TASKS[task].metrics)]
-
-
-def _watched(task: str) -> str:
-    lower = TASKS[task].lower_is_better
-    return (
-        "Metric watched (" + ("lower is better: eval_loss, " + ", ".join(lower) if lower else "eval_loss: lower") + ")."
-    )
-
-
-def _data(columns: str) -> ClassificationData:
-    return Field(description=f"Training data; column_mapping: {columns}.")
-
-
-class _TextArgs(TrainingArgs):
+class _TextArgs(EvaluatedArgs):
     max_length: Int = Field(512, ge=8, le=16_777_216, description="Tokens per input (longer inputs are truncated).")
-    load_best_model: Bool = Field(True, description="Keep the best checkpoint (by early_stopping.metric) at the end.")
 
 
 # --- text-regression -----------------------------------------------------------------------------------
 
 
-class RegressionEarlyStopping(EarlyStopping):
-    metric: _metric("text-regression") = Field("eval_loss", description=_watched("text-regression"))
-
-
-class RegressionTrainingArgs(_TextArgs):
-    early_stopping: RegressionEarlyStopping | None = Field(None, description="Stop when the metric stops improving.")
+RegressionTrainingArgs = task_training_args("Regression", _TextArgs, "text-regression")
 
 
 class TextRegressionConfig(TaskConfig):
     task: Literal["text-regression"] = Field(description="What to train.")
-    data: ClassificationData = _data("text, target (a number per row)")
+    data: ClassificationData = data_field("text, target (a number per row)")
     training_args: RegressionTrainingArgs = Field(default_factory=RegressionTrainingArgs, description="Training.")
 
 
@@ -64,47 +42,31 @@ class TextRegressionConfig(TaskConfig):
 
 
 class TokenData(ClassificationData):
-    labels: list[str] | None = Field(
-        None,
-        min_length=2,
-        max_length=100_000,
-        description="The tags in id order; a tag of the data outside them is an error. null: the training "
-        "split's tags (a ClassLabel's names, else sorted, `O` first).",
+    labels: list[str] | None = label_names(
+        2,
+        "The tags in id order; a tag of the data outside them is an error. null: the training split's tags (a "
+        "ClassLabel's names, else sorted, `O` first).",
     )
 
 
-class TokenEarlyStopping(EarlyStopping):
-    metric: _metric("token-classification") = Field(
-        "eval_loss", description="Metric watched (seqeval's entity-level precision, recall, F1; token accuracy)."
-    )
-
-
-class TokenTrainingArgs(_TextArgs):
-    early_stopping: TokenEarlyStopping | None = Field(None, description="Stop when the metric stops improving.")
+TokenTrainingArgs = task_training_args(
+    "Token",
+    _TextArgs,
+    "token-classification",
+    "Metric watched (seqeval's entity-level precision, recall, F1; token accuracy).",
+)
 
 
 class TokenClassificationConfig(TaskConfig):
     task: Literal["token-classification"] = Field(description="What to train.")
-    data: TokenData = _data("tokens (a list of words per row), tags (a tag per word: names or ids)")
+    data: TokenData = data_field("tokens (a list of words per row), tags (a tag per word: names or ids)")
     training_args: TokenTrainingArgs = Field(default_factory=TokenTrainingArgs, description="Training settings.")
-
-
-@rule("data.labels", task="token-classification")
-def _distinct_tags(cfg) -> Iterator[Issue]:
-    labels = cfg.data.labels or []
-    repeated = sorted({tag for tag in labels if labels.count(tag) > 1})
-    if repeated:
-        yield ("data", "labels"), f"each tag once: `{'`, `'.join(repeated)}` appear(s) more than once"
 
 
 # --- extractive-qa ---------------------------------------------------------------------------------------
 
 
-class QAEarlyStopping(EarlyStopping):
-    metric: _metric("extractive-qa") = Field("eval_loss", description="Metric watched (SQuAD exact match, F1).")
-
-
-class QATrainingArgs(_TextArgs):
+class _QAArgs(_TextArgs):
     max_length: Int = Field(
         384, ge=16, le=16_777_216, description="Tokens per window of question + context (longer contexts: windows)."
     )
@@ -113,12 +75,14 @@ class QATrainingArgs(_TextArgs):
     )
     max_answer_length: Int = Field(30, ge=1, le=100_000, description="Longest answer, in tokens, a prediction gives.")
     n_best: Int = Field(20, ge=1, le=1000, description="Start and end candidates per window weighed for the answer.")
-    early_stopping: QAEarlyStopping | None = Field(None, description="Stop when the metric stops improving.")
+
+
+QATrainingArgs = task_training_args("QA", _QAArgs, "extractive-qa", "Metric watched (SQuAD exact match, F1).")
 
 
 class ExtractiveQAConfig(TaskConfig):
     task: Literal["extractive-qa"] = Field(description="What to train.")
-    data: ClassificationData = _data(
+    data: ClassificationData = data_field(
         "context, question, answers (SQuAD style: {text: [...], answer_start: [...]}, character offsets)"
     )
     training_args: QATrainingArgs = Field(default_factory=QATrainingArgs, description="Training settings.")
@@ -144,48 +108,25 @@ class Seq2SeqData(ClassificationData):
     )
 
 
-class Seq2SeqEarlyStopping(EarlyStopping):
-    metric: _metric("seq2seq") = Field(
-        "eval_loss", description="Metric watched (ROUGE F-measures from rouge-score, BLEU from sacrebleu)."
-    )
-
-
-class Seq2SeqTrainingArgs(_TextArgs):
+class _Seq2SeqArgs(_TextArgs):
     max_target_length: Int = Field(128, ge=1, le=16_777_216, description="Tokens per target (and per generation).")
     num_beams: Int = Field(1, ge=1, le=64, description="Beams when generating at evaluation and predict (1: greedy).")
-    early_stopping: Seq2SeqEarlyStopping | None = Field(None, description="Stop when the metric stops improving.")
+
+
+Seq2SeqTrainingArgs = task_training_args(
+    "Seq2Seq", _Seq2SeqArgs, "seq2seq", "Metric watched (ROUGE F-measures from rouge-score, BLEU from sacrebleu)."
+)
 
 
 class Seq2SeqConfig(TaskConfig):
     task: Literal["seq2seq"] = Field(description="What to train.")
-    data: Seq2SeqData = _data("text (the input), target (the output text)")
+    data: Seq2SeqData = data_field("text (the input), target (the output text)")
     peft: PeftConfig | None = Field(None, description="LoRA; absent or `enabled: false` = full fine-tune.")
     training_args: Seq2SeqTrainingArgs = Field(default_factory=Seq2SeqTrainingArgs, description="Training settings.")
 
     @property
     def uses_peft(self) -> bool:
         return self.peft is not None and self.peft.enabled
-
-
-@rule("peft", task="seq2seq")
-def _seq2seq_peft(cfg) -> Iterator[Issue]:
-    peft = cfg.peft
-    if peft is not None and not peft.enabled:
-        if peft.quantization:
-            yield ("peft", "quantization"), "`peft.quantization` needs `peft.enabled: true` (QLoRA trains an adapter)"
-        if peft.merge_adapter:
-            yield ("peft", "merge_adapter"), "`peft.merge_adapter` needs `peft.enabled: true`"
-
-
-@rule("distributed.strategy", "peft", task="seq2seq")
-def _seq2seq_merge(cfg) -> Iterator[Issue]:
-    strategy = cfg.distributed.strategy
-    if strategy in ("fsdp", "deepspeed") and cfg.uses_peft and cfg.peft.merge_adapter:
-        yield (
-            ("peft", "merge_adapter"),
-            f"`peft.merge_adapter` cannot run under `distributed.strategy: {strategy}` (the weights are sharded); "
-            "merge the saved adapter afterwards, or use `strategy: ddp`",
-        )
 
 
 # --- sentence-transformers -------------------------------------------------------------------------------
@@ -216,15 +157,7 @@ SentenceTrainer = Literal[SENTENCE_TRAINERS]
 SentenceLoss = Literal["mnrl", "cosent", "cosine", "softmax", "triplet"]
 
 
-class SentenceEarlyStopping(EarlyStopping):
-    metric: _metric("sentence-transformers") = Field(
-        "eval_loss",
-        description="Metric watched, by trainer: "
-        + "; ".join(f"{name}: {', '.join(metrics)}" for name, metrics in SENTENCE_METRICS.items()),
-    )
-
-
-class SentenceTrainingArgs(_TextArgs):
+class _SentenceArgs(_TextArgs):
     max_length: Int = Field(256, ge=8, le=16_777_216, description="Tokens per sentence (longer ones are truncated).")
     loss: SentenceLoss | None = Field(
         None,
@@ -232,7 +165,15 @@ class SentenceTrainingArgs(_TextArgs):
         "(CoSENTLoss) or cosine (CosineSimilarityLoss: pair_score), softmax (SoftmaxLoss: pair_class), triplet "
         "(TripletLoss). null: the trainer's first.",
     )
-    early_stopping: SentenceEarlyStopping | None = Field(None, description="Stop when the metric stops improving.")
+
+
+SentenceTrainingArgs = task_training_args(
+    "Sentence",
+    _SentenceArgs,
+    "sentence-transformers",
+    "Metric watched, by trainer: "
+    + "; ".join(f"{name}: {', '.join(metrics)}" for name, metrics in SENTENCE_METRICS.items()),
+)
 
 
 class SentenceTransformersConfig(TaskConfig):
@@ -243,7 +184,7 @@ class SentenceTransformersConfig(TaskConfig):
         + "; ".join(f"{name}: {', '.join(columns)}" for name, columns in SENTENCE_COLUMNS.items())
         + " (target: a score in [0, 1] for pair_score, a class label for pair_class).",
     )
-    data: ClassificationData = _data("sentence1, sentence2, sentence3, target (by trainer)")
+    data: ClassificationData = data_field("sentence1, sentence2, sentence3, target (by trainer)")
     training_args: SentenceTrainingArgs = Field(default_factory=SentenceTrainingArgs, description="Training settings.")
 
 

@@ -12,12 +12,11 @@ from typing import Literal
 
 from pydantic import Field
 
-from autotrain.config.base import EarlyStopping, TaskConfig, TrainingArgs
-from autotrain.config.classification import ClassificationData
+from autotrain.config.base import EvaluatedArgs, TaskConfig, task_training_args
+from autotrain.config.classification import ClassificationData, data_field, label_names
 from autotrain.config.llm import PeftConfig
 from autotrain.config.rules import rule
 from autotrain.config.tasks import VLM_TRAINERS
-from autotrain.config.text_tasks import _metric, _seq2seq_merge, _seq2seq_peft, _watched
 from autotrain.fields import Bool, Float, Int
 
 Issue = tuple[tuple, str]
@@ -25,29 +24,17 @@ Issue = tuple[tuple, str]
 _AUGMENT = "Light augmentation of training images (random flip, brightness and contrast)."
 
 
-class _ImageArgs(TrainingArgs):
-    load_best_model: Bool = Field(True, description="Keep the best checkpoint (by early_stopping.metric) at the end.")
-
-
 # --- image-regression ----------------------------------------------------------------------------------
 
 
-class ImageRegressionEarlyStopping(EarlyStopping):
-    metric: _metric("image-regression") = Field("eval_loss", description=_watched("image-regression"))
-
-
-class ImageRegressionTrainingArgs(_ImageArgs):
-    early_stopping: ImageRegressionEarlyStopping | None = Field(
-        None, description="Stop when the metric stops improving."
-    )
+ImageRegressionTrainingArgs = task_training_args("ImageRegression", EvaluatedArgs, "image-regression")
 
 
 class ImageRegressionConfig(TaskConfig):
     task: Literal["image-regression"] = Field(description="What to train.")
-    data: ClassificationData = Field(
-        description="Training data; column_mapping: image (a path, relative to the table, or a stored image), "
-        "target (a number per image). A folder SPLIT/ with images and a metadata.jsonl/.csv (file_name, "
-        "target) is read as AutoTrain Advanced writes it."
+    data: ClassificationData = data_field(
+        "image (a path, relative to the table, or a stored image), target (a number per image)",
+        "metadata.jsonl/.csv (file_name, target)",
     )
     augment: Bool = Field(True, description=_AUGMENT)
     training_args: ImageRegressionTrainingArgs = Field(
@@ -69,51 +56,40 @@ class DetectionData(ClassificationData):
         "coco",
         description="How `objects.bbox` gives each box: " + "; ".join(f"{k}: {v}" for k, v in BOX_FORMATS.items()),
     )
-    labels: list[str] | None = Field(
-        None,
-        min_length=1,
-        max_length=100_000,
-        description="The category names in id order (an integer category is an index into them). null: a "
-        "ClassLabel's names, else the training split's category names sorted (integer categories: their ids).",
+    labels: list[str] | None = label_names(
+        1,
+        "The category names in id order (an integer category is an index into them). null: a ClassLabel's "
+        "names, else the training split's category names sorted (integer categories: their ids).",
     )
 
 
-class DetectionEarlyStopping(EarlyStopping):
-    metric: _metric("object-detection") = Field(
-        "eval_loss", description="Metric watched (COCO mAP, mAP@50, mAP@75, mAR@1/10/100; eval_loss: lower)."
-    )
-
-
-class DetectionTrainingArgs(_ImageArgs):
-    lr: Float = Field(5e-5, gt=0, le=10, description="Peak learning rate.")
+class _DetectionArgs(EvaluatedArgs):
     image_square_size: Int = Field(
         600,
         ge=32,
         le=8192,
         description="Each image is resized so that its longer side has this many pixels, then padded to a square.",
     )
-    early_stopping: DetectionEarlyStopping | None = Field(None, description="Stop when the metric stops improving.")
+
+
+DetectionTrainingArgs = task_training_args(
+    "Detection",
+    _DetectionArgs,
+    "object-detection",
+    "Metric watched (COCO mAP, mAP@50, mAP@75, mAR@1/10/100; eval_loss: lower).",
+)
 
 
 class ObjectDetectionConfig(TaskConfig):
     task: Literal["object-detection"] = Field(description="What to train.")
-    data: DetectionData = Field(
-        description="Training data; column_mapping: image (a path or a stored image), objects ({bbox: [box, ...], "
-        "category: [name or id, ...]} per image). A folder SPLIT/ with images and a metadata.jsonl (file_name, "
-        "objects) is read as AutoTrain Advanced writes it."
+    data: DetectionData = data_field(
+        "image (a path or a stored image), objects ({bbox: [box, ...], category: [name or id, ...]} per image)",
+        "metadata.jsonl (file_name, objects)",
     )
     augment: Bool = Field(
         True, description="Augment training images (flip, brightness and contrast, a box-safe crop); boxes move too."
     )
     training_args: DetectionTrainingArgs = Field(default_factory=DetectionTrainingArgs, description="Training.")
-
-
-@rule("data.labels", task="object-detection")
-def _distinct_categories(cfg) -> Iterator[Issue]:
-    labels = cfg.data.labels or []
-    repeated = sorted({name for name in labels if labels.count(name) > 1})
-    if repeated:
-        yield ("data", "labels"), f"each category once: `{'`, `'.join(repeated)}` appear(s) more than once"
 
 
 # --- vlm -------------------------------------------------------------------------------------------------
@@ -128,20 +104,17 @@ class VLMData(ClassificationData):
     )
 
 
-class VLMEarlyStopping(EarlyStopping):
-    metric: _metric("vlm") = Field(
-        "eval_loss", description="Metric watched (answers generated at each evaluation: SQuAD exact match, F1)."
-    )
-
-
-class VLMTrainingArgs(TrainingArgs):
+class _VLMArgs(EvaluatedArgs):
     lr: Float = Field(3e-5, gt=0, le=10, description="Peak learning rate.")
     max_length: Int = Field(
         1024, ge=16, le=16_777_216, description="Tokens per sample, the image's tokens included (longer: truncated)."
     )
     max_new_tokens: Int = Field(32, ge=1, le=100_000, description="Answer tokens generated at evaluation and predict.")
-    load_best_model: Bool = Field(True, description="Keep the best checkpoint (by early_stopping.metric) at the end.")
-    early_stopping: VLMEarlyStopping | None = Field(None, description="Stop when the metric stops improving.")
+
+
+VLMTrainingArgs = task_training_args(
+    "VLM", _VLMArgs, "vlm", "Metric watched (answers generated at each evaluation: SQuAD exact match, F1)."
+)
 
 
 class VLMConfig(TaskConfig):
@@ -151,9 +124,8 @@ class VLMConfig(TaskConfig):
         description="vqa: image + question (`prompt` column) -> answer; captioning: image -> caption (`answer` "
         "column), asked with `data.prompt`.",
     )
-    data: VLMData = Field(
-        description="Training data; column_mapping: image (a path or a stored image), prompt (vqa: the question), "
-        "answer (the text to learn)."
+    data: VLMData = data_field(
+        "image (a path or a stored image), prompt (vqa: the question), answer (the text to learn)"
     )
     peft: PeftConfig | None = Field(None, description="LoRA; absent or `enabled: false` = full fine-tune.")
     training_args: VLMTrainingArgs = Field(default_factory=VLMTrainingArgs, description="Training settings.")
@@ -161,10 +133,6 @@ class VLMConfig(TaskConfig):
     @property
     def uses_peft(self) -> bool:
         return self.peft is not None and self.peft.enabled
-
-
-rule("peft", task="vlm")(_seq2seq_peft)
-rule("distributed.strategy", "peft", task="vlm")(_seq2seq_merge)
 
 
 @rule("trainer", "data.column_mapping", task="vlm")

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from autotrain.data.classification import IMAGE_EXTENSIONS
-from autotrain.data.loading import MAPPING_HINT
-from autotrain.data.text_tasks import bad_row, load_columns
+from autotrain.data.text_tasks import Columns, bad_row, load_columns
 from autotrain.errors import UserInputError
 
 # The most pixels an image may have (PIL refuses about three times as many as a decompression bomb); the
@@ -32,25 +31,20 @@ def metadata_file(path: str, split: str) -> Path | None:
 
 
 def load_image_columns(
-    cfg,
-    path: str,
-    split: str,
-    columns: Iterable[str],
-    defaults: dict[str, tuple[str, ...]] | None = None,
-    token=None,
-    hint: str = MAPPING_HINT,
-) -> tuple[Any, str, dict[str, str]]:
-    """The split with the task's `columns` (`image`: an absolute path, or an image stored in the data), the
-    name to report, and task column -> the data's column. A metadata file's `file_name` is the image column
-    when the data has no column of the mapped name (as `datasets`' imagefolder reads it)."""
+    cfg, path: str, split: str, columns: Iterable[str], defaults=None, token=None, **options
+) -> Columns:
+    """`load_columns` (`options`: its hint) for a task with an `image` column: the split with the task's
+    `columns` (`image`: an absolute path, or an image stored in the data), the name to report, and task column
+    -> the data's column. A metadata file's `file_name` is the image column when the data has no column of the
+    mapped name (as `datasets`' imagefolder reads it)."""
     defaults = dict(defaults or {})
     metadata = metadata_file(path, split)
     if metadata is not None:
         defaults["image"] = (*defaults.get("image", ()), "image", "file_name")
         cfg = _file_name_as_image(cfg, metadata)
-        dataset, name, wanted = load_columns(cfg, str(metadata), "train", columns, defaults, token, hint)
+        dataset, name, wanted = load_columns(cfg, str(metadata), "train", columns, defaults, token, **options)
         return _absolute(dataset, metadata.parent), str(metadata), wanted
-    dataset, name, wanted = load_columns(cfg, path, split, columns, defaults, token, hint)
+    dataset, name, wanted = load_columns(cfg, path, split, columns, defaults, token, **options)
     table = Path(name)
     return _absolute(dataset, table.parent if table.is_file() else None), name, wanted
 

@@ -17,6 +17,7 @@ from autotrain.data.loading import FORMATS, MAPPING_HINT, load_split, require_co
 from autotrain.errors import UserInputError
 
 INPUT_HINT = "the run reads the columns it was trained on, through its `data.column_mapping`"
+Columns = tuple[Any, str, dict[str, str]]  # a split with a task's columns, its name, task column -> data's column
 
 
 @dataclass
@@ -66,7 +67,7 @@ def load_columns(
     defaults: dict[str, tuple[str, ...]] | None = None,
     token=None,
     hint: str = MAPPING_HINT,
-) -> tuple[Any, str, dict[str, str]]:
+) -> Columns:
     """The split with exactly the task's `columns` (renamed from the dataset's), the name to report, and
     task column -> the dataset column it came from (what messages name)."""
     name = split_name(path, split)

@@ -13,6 +13,7 @@ from typing import Any
 
 from autotrain.config.base import TaskConfig
 from autotrain.errors import ConfigError, UserInputError
+from autotrain.training.verify import load_saved
 
 
 @dataclass
@@ -77,19 +78,6 @@ def load_source(folder: Path, cfg: TaskConfig) -> Source:
     return source
 
 
-def _from(loader, path: Path, what: str, **kwargs):
-    from autotrain.training.verify import weights_problem
-
-    problem = weights_problem(path)  # a file cut short is named here, not as the library's own error
-    if problem:
-        raise UserInputError(f"cannot load the {what} saved in `{path}`: {problem}")
-    try:
-        return loader.from_pretrained(str(path), **kwargs)
-    except (OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserInputError(f"cannot load the {what} saved in `{path}`: {first}") from None
-
-
 def _load_llm(folder: Path, cfg) -> Source:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -97,9 +85,9 @@ def _load_llm(folder: Path, cfg) -> Source:
     remote = {"trust_remote_code": cfg.trust_remote_code}
     merged = folder / "merged"
     weights = merged if (merged / "config.json").is_file() else folder
-    tokenizer = _from(AutoTokenizer, weights, "tokenizer", **remote)
+    tokenizer = load_saved(AutoTokenizer, weights, "tokenizer", **remote)
     if (weights / "config.json").is_file():
-        model = _from(AutoModelForCausalLM, weights, "model", dtype=torch.float32, **remote)
+        model = load_saved(AutoModelForCausalLM, weights, "model", dtype=torch.float32, **remote)
         kind = "full" if weights == folder else ("qlora" if cfg.peft.quantization else "lora")
         return Source(folder, cfg, model, tokenizer, kind, weights)
     from peft import PeftModel

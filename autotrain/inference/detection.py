@@ -35,10 +35,10 @@ def load(folder: Path, cfg, device: str):
     import torch
     from transformers import AutoModelForObjectDetection
 
-    from autotrain.inference.load import _from_run
     from autotrain.trainers.object_detection import build_processor
+    from autotrain.training.verify import load_saved
 
-    model = _from_run(
+    model = load_saved(
         AutoModelForObjectDetection, folder, "model", dtype=torch.float32, trust_remote_code=cfg.trust_remote_code
     )
     try:

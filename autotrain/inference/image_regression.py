@@ -10,26 +10,23 @@ from autotrain.inference.inputs import Rows
 def read_rows(cfg, path: Path, labels: bool) -> Rows:
     """A table (or AutoTrain Advanced's folder with a metadata file) of images; without `labels`, a plain
     folder of images too."""
-    from autotrain.data.image_regression import load_image_regression_rows
     from autotrain.data.images import check_images, image_folder_rows, metadata_file
+    from autotrain.data.regression import load_regression_rows
 
     if path.is_dir() and not labels and metadata_file(str(path), "train") is None:
         dataset = image_folder_rows(path)
         check_images(dataset, str(path), "image")
         return Rows("image", list(dataset["image"]), None, str(path))
-    dataset, name = load_image_regression_rows(cfg, str(path), labels)
+    dataset, name = load_regression_rows(cfg, str(path), labels)
     return Rows("image", list(dataset["image"]), list(dataset["target"]) if labels else None, name)
 
 
 def load(folder: Path, cfg, device: str):
-    import torch
     from transformers import AutoImageProcessor, AutoModelForImageClassification
 
-    from autotrain.inference.load import _from_run
+    from autotrain.inference.load import saved_model
 
-    remote = cfg.trust_remote_code
-    processor = _from_run(AutoImageProcessor, folder, "image processor", trust_remote_code=remote)
-    model = _from_run(AutoModelForImageClassification, folder, "model", dtype=torch.float32, trust_remote_code=remote)
+    model, processor = saved_model(folder, cfg, AutoModelForImageClassification, AutoImageProcessor, "image processor")
     return model.to(device), processor
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from autotrain.config.base import TaskConfig
 from autotrain.errors import ConfigError, UserInputError
+from autotrain.training.verify import load_failure, load_saved
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 
@@ -136,40 +137,24 @@ def _max_tokens(cfg, model, processor) -> int:
     return cfg.training_args.max_length
 
 
-def _from_run(loader, folder: Path, what: str, **kwargs):
-    from autotrain.training.verify import weights_problem
+def saved_model(folder: Path, cfg, model_cls, processor_cls, what: str = "tokenizer"):
+    """(model, processor: the tokenizer, or the `what` it is) as the run saved them in `folder`. The model in
+    fp32, as training evaluated it: small models, and results that match `eval_results.json`."""
+    import torch
 
-    problem = weights_problem(folder)  # a file cut short is named here, not as the library's own error
-    if problem:
-        raise UserInputError(f"cannot load the {what} saved in `{folder}`: {problem}")
-    try:
-        return loader.from_pretrained(str(folder), **kwargs)
-    except (OSError, ValueError, pickle.UnpicklingError) as exc:
-        raise UserInputError(f"cannot load the {what} saved in `{folder}`: {_first_line(exc)}") from None
-
-
-def _first_line(exc: Exception) -> str:
-    from autotrain.training.verify import refused_pickle
-
-    if refused_pickle(exc):
-        return refused_pickle(exc)
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    processor = load_saved(processor_cls, folder, what, trust_remote_code=cfg.trust_remote_code)
+    model = load_saved(model_cls, folder, "model", dtype=torch.float32, trust_remote_code=cfg.trust_remote_code)
+    return model, processor
 
 
 def _load_classifier(folder: Path, cfg):
-    import torch
     import transformers
 
     # Only the classes this task needs: importing the image-processing stack costs seconds.
     if cfg.task == "text-classification":
-        model_cls, processor_cls = transformers.AutoModelForSequenceClassification, transformers.AutoTokenizer
-    else:
-        model_cls, processor_cls = transformers.AutoModelForImageClassification, transformers.AutoImageProcessor
-    what = "tokenizer" if cfg.task == "text-classification" else "image processor"
-    processor = _from_run(processor_cls, folder, what, trust_remote_code=cfg.trust_remote_code)
-    # fp32, as training evaluated it: small models, and results that match `eval_results.json`.
-    model = _from_run(model_cls, folder, "model", dtype=torch.float32, trust_remote_code=cfg.trust_remote_code)
-    return model, processor
+        return saved_model(folder, cfg, transformers.AutoModelForSequenceClassification, transformers.AutoTokenizer)
+    image = transformers.AutoModelForImageClassification
+    return saved_model(folder, cfg, image, transformers.AutoImageProcessor, "image processor")
 
 
 def recorded_plan(folder: Path) -> dict:
@@ -221,10 +206,10 @@ def _load_llm(folder: Path, cfg, device: str):
     _check_llm(folder, cfg, device)
     merged = folder / "merged"
     source = merged if (merged / "config.json").is_file() else folder
-    tokenizer = _from_run(AutoTokenizer, source, "tokenizer", trust_remote_code=cfg.trust_remote_code)
+    tokenizer = load_saved(AutoTokenizer, source, "tokenizer", trust_remote_code=cfg.trust_remote_code)
     kwargs = {"dtype": _llm_dtype(folder, device), "trust_remote_code": cfg.trust_remote_code}
     if (source / "config.json").is_file():
-        return _from_run(AutoModelForCausalLM, source, "model", **kwargs), tokenizer
+        return load_saved(AutoModelForCausalLM, source, "model", **kwargs), tokenizer
     return _adapter_on_base(folder, cfg, device, kwargs), tokenizer
 
 
@@ -240,7 +225,7 @@ def _adapter_on_base(folder: Path, cfg, device: str, kwargs: dict):
     try:
         model = PeftModel.from_pretrained(base, str(folder))
     except (OSError, ValueError, pickle.UnpicklingError) as exc:
-        raise UserInputError(f"cannot load the LoRA adapter saved in `{folder}`: {_first_line(exc)}") from None
+        raise UserInputError(f"cannot load the LoRA adapter saved in `{folder}`: {load_failure(exc)}") from None
     return model if cfg.peft.quantization else model.merge_and_unload()
 
 
@@ -273,7 +258,7 @@ def load_base(folder: Path, device: str = "auto") -> FinishedRun:
     _check_llm(folder, cfg, device)
     merged = folder / "merged"
     source = merged if (merged / "config.json").is_file() else folder
-    tokenizer = _from_run(AutoTokenizer, source, "tokenizer", trust_remote_code=cfg.trust_remote_code)
+    tokenizer = load_saved(AutoTokenizer, source, "tokenizer", trust_remote_code=cfg.trust_remote_code)
     model = _base_model(folder, cfg, device, {"dtype": _llm_dtype(folder, device)})
     if not getattr(model, "is_loaded_in_4bit", False) and not getattr(model, "is_loaded_in_8bit", False):
         model.to(device)

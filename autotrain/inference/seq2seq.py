@@ -22,14 +22,14 @@ def load(folder: Path, cfg, device: str):
     import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    from autotrain.inference.load import _from_run
+    from autotrain.training.verify import load_saved
 
     remote = cfg.trust_remote_code
     merged = folder / "merged"
     source = merged if (merged / "config.json").is_file() else folder
-    tokenizer = _from_run(AutoTokenizer, source, "tokenizer", trust_remote_code=remote)
+    tokenizer = load_saved(AutoTokenizer, source, "tokenizer", trust_remote_code=remote)
     if (source / "config.json").is_file():
-        model = _from_run(AutoModelForSeq2SeqLM, source, "model", dtype=torch.float32, trust_remote_code=remote)
+        model = load_saved(AutoModelForSeq2SeqLM, source, "model", dtype=torch.float32, trust_remote_code=remote)
         return model.to(device), tokenizer
     from peft import PeftModel
 

@@ -18,14 +18,11 @@ def read_rows(cfg, path: Path, labels: bool) -> Rows:
 
 
 def load(folder: Path, cfg, device: str):
-    import torch
     from transformers import AutoModelForTokenClassification, AutoTokenizer
 
-    from autotrain.inference.load import _from_run
+    from autotrain.inference.load import saved_model
 
-    remote = cfg.trust_remote_code
-    tokenizer = _from_run(AutoTokenizer, folder, "tokenizer", trust_remote_code=remote)
-    model = _from_run(AutoModelForTokenClassification, folder, "model", dtype=torch.float32, trust_remote_code=remote)
+    model, tokenizer = saved_model(folder, cfg, AutoModelForTokenClassification, AutoTokenizer)
     return model.to(device), tokenizer
 
 

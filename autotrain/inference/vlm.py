@@ -27,7 +27,8 @@ def load(folder: Path, cfg, device: str):
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from autotrain.errors import UserInputError
-    from autotrain.inference.load import _from_run, recorded_plan
+    from autotrain.inference.load import recorded_plan
+    from autotrain.training.verify import load_saved
 
     quantization = cfg.peft.quantization if cfg.uses_peft else None
     if quantization and device != "cuda":
@@ -37,11 +38,11 @@ def load(folder: Path, cfg, device: str):
         )
     merged = folder / "merged"
     source = merged if (merged / "config.json").is_file() else folder
-    processor = _from_run(AutoProcessor, source, "processor", trust_remote_code=cfg.trust_remote_code)
+    processor = load_saved(AutoProcessor, source, "processor", trust_remote_code=cfg.trust_remote_code)
     name = recorded_plan(folder).get("load_dtype", "float32")
     dtype = torch.float32 if device == "cpu" else getattr(torch, name, torch.float32)
     if (source / "config.json").is_file():
-        model = _from_run(
+        model = load_saved(
             AutoModelForImageTextToText, source, "model", dtype=dtype, trust_remote_code=cfg.trust_remote_code
         )
         return model.to(device), processor
@@ -55,8 +56,9 @@ def _adapter_on_base(folder: Path, cfg, device: str, dtype):
     from transformers import AutoModelForImageTextToText
 
     from autotrain.errors import UserInputError
-    from autotrain.inference.load import _first_line, recorded_plan
+    from autotrain.inference.load import recorded_plan
     from autotrain.trainers.common import load_pretrained
+    from autotrain.training.verify import load_failure
 
     kwargs = {"dtype": dtype}
     if cfg.peft.quantization:
@@ -69,7 +71,7 @@ def _adapter_on_base(folder: Path, cfg, device: str, dtype):
     try:
         model = PeftModel.from_pretrained(base, str(folder))
     except (OSError, ValueError, pickle.UnpicklingError) as exc:
-        raise UserInputError(f"cannot load the LoRA adapter saved in `{folder}`: {_first_line(exc)}") from None
+        raise UserInputError(f"cannot load the LoRA adapter saved in `{folder}`: {load_failure(exc)}") from None
     return model if cfg.peft.quantization else model.merge_and_unload().to(device)
 
 

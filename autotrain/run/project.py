@@ -80,18 +80,14 @@ class ProjectFolder:
             import fcntl
         except ImportError:  # no advisory locks on this platform: runs are not serialised
             return
-        path = self.folder / LOCK
-        self._lock_made = not path.exists()
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        fd, self._lock_made, locked = _exclusive(fcntl, self.folder / LOCK)
+        if not locked:
             holder = _holder_pid(fd)
             os.close(fd)
             raise UserInputError(
                 f"project folder `{self.folder}` is in use by another run (pid {holder}); wait for it to end "
                 "or choose another project_name"
-            ) from None
+            )
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._lock_fd = fd
@@ -99,18 +95,13 @@ class ProjectFolder:
 
     def _no_ranks_left(self, fcntl) -> None:
         """Refuse while a rank of an earlier run still holds the ranks' lock (its launcher ended first)."""
-        path = self.folder / RANKS_LOCK
-        self._ranks_made = not path.exists()
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        fd, self._ranks_made, locked = _exclusive(fcntl, self.folder / RANKS_LOCK)
+        os.close(fd)  # closing drops the probe's lock at once
+        if not locked:
             raise UserInputError(
                 f"project folder `{self.folder}` is still written to by the processes of an earlier run whose "
                 "launcher has ended; wait a moment for them to stop, or choose another project_name"
-            ) from None
-        finally:
-            os.close(fd)  # closing drops the probe's lock at once
+            )
 
     def _check(self, resume: str | None, overwrite: bool) -> None:
         folder = self.folder
@@ -190,6 +181,18 @@ def hold_for_rank(folder: Path) -> int | None:
     fd = os.open(folder / RANKS_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(fd, fcntl.LOCK_SH)
     return fd
+
+
+def _exclusive(fcntl, path: Path) -> tuple[int, bool, bool]:
+    """Open `path` (made if missing) and try to lock it exclusively without waiting: its descriptor, whether
+    this call made the file, and whether the lock is taken (False: another process holds it)."""
+    made = not path.exists()
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return fd, made, False
+    return fd, made, True
 
 
 def _holder_pid(fd: int, wait: float = 2.0) -> str:

@@ -1,13 +1,13 @@
-"""What text and image classification share: metrics, early stopping, the model with its new head, the
-Trainer, and the final evaluation written to `eval_results.json` (every task but llm ends with it)."""
+"""What text and image classification share: metrics, the base model's config, the Trainer, and the final
+evaluation written to `eval_results.json` (every task but llm ends with it)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from autotrain.config.classification import ImageClassificationConfig, TextClassificationConfig
-from autotrain.errors import eprint
-from autotrain.trainers.common import load_pretrained, make_trainer
+from autotrain.trainers.common import load_pretrained
+from autotrain.trainers.task_common import logits_to_predictions, task_trainer
 from autotrain.training.plan import RunPlan
 
 ClassificationConfig = TextClassificationConfig | ImageClassificationConfig
@@ -41,77 +41,18 @@ def compute_metrics(eval_pred) -> dict[str, float]:
     return classification_metrics(eval_pred.predictions, eval_pred.label_ids)
 
 
-def logits_to_predictions(logits, labels):
-    """Keep only the predicted ids during evaluation, not every logit."""
-    if isinstance(logits, tuple):
-        logits = logits[0]
-    return logits.argmax(dim=-1)
-
-
-def early_stopping_callbacks(cfg: ClassificationConfig) -> list:
-    stop = cfg.training_args.early_stopping
-    if stop is None:
-        return []
-    from transformers import EarlyStoppingCallback
-
-    return [EarlyStoppingCallback(early_stopping_patience=stop.patience, early_stopping_threshold=stop.threshold)]
-
-
 def base_config(cfg: ClassificationConfig, token: str | None):
     from transformers import AutoConfig
 
     return load_pretrained(AutoConfig, cfg, "config", token)
 
 
-def build_model(auto_cls, cfg: ClassificationConfig, labels: list[str], config, token: str | None, suffix: str):
-    """A classifier with one output per label, in fp32 (mixed_precision runs the compute in half precision)."""
-    import torch
-
-    return load_pretrained(
-        auto_cls,
-        cfg,
-        "weights",
-        token,
-        dtype=torch.float32,
-        ignore_mismatched_sizes=head_mismatch(config, len(labels), suffix),
-        **label_kwargs(labels),
-    )
-
-
-def classification_trainer(cfg: ClassificationConfig, plan: RunPlan, callbacks: list, **kwargs: Any):
-    """The transformers Trainer both classifiers use: metrics as predicted ids, early stopping if asked."""
-    from transformers import Trainer, TrainingArguments
-
-    extra = kwargs.pop("args", {})
-    return make_trainer(
-        Trainer,
-        plan,
-        args=TrainingArguments(**plan.training_args, **extra),
-        compute_metrics=compute_metrics,
-        preprocess_logits_for_metrics=logits_to_predictions,
-        callbacks=[*callbacks, *early_stopping_callbacks(cfg)],
-        **kwargs,
-    )
-
-
-def head_mismatch(config, num_labels: int, suffix: str) -> bool:
-    """True (and a notice) when the checkpoint already has a classifier head for a different label count."""
-    has_head = any(a.endswith(suffix) for a in (getattr(config, "architectures", None) or []))
-    if not has_head or config.num_labels == num_labels:
-        return False
-    eprint(
-        f"note: base_model has a {config.num_labels}-label classifier head; training a new "
-        f"{num_labels}-label head (ignore_mismatched_sizes=True)"
-    )
-    return True
-
-
-def label_kwargs(labels: list[str]) -> dict[str, Any]:
-    return {
-        "num_labels": len(labels),
-        "id2label": dict(enumerate(labels)),
-        "label2id": {name: i for i, name in enumerate(labels)},
-    }
+def classification_trainer(
+    cfg: ClassificationConfig, plan: RunPlan, callbacks: list, model, train, valid, processor, collator, **kwargs: Any
+):
+    """The task Trainer (`task_trainer`) both classifiers use, with metrics computed from the predicted ids."""
+    kwargs.update(compute_metrics=compute_metrics, preprocess_logits_for_metrics=logits_to_predictions)
+    return task_trainer(cfg, plan, callbacks, model, train, valid, processor, collator, **kwargs)
 
 
 def evaluate_and_report(trainer) -> dict[str, float]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from autotrain.data.qa import load_qa_splits
 from autotrain.errors import eprint
-from autotrain.trainers.task_common import head_model, task_trainer
+from autotrain.trainers.task_common import head_model, rows_preview, task_trainer
 from autotrain.trainers.token_classification import fast_tokenizer
 from autotrain.training.plan import RunPlan
 
@@ -141,7 +141,7 @@ def build_trainer(cfg, plan: RunPlan, callbacks: list, token: str | None = None)
     args = cfg.training_args
     tokenizer = fast_tokenizer(cfg, token)
     splits = load_qa_splits(cfg, token)
-    model = head_model(AutoModelForQuestionAnswering, cfg, token, "ForQuestionAnswering", 2)
+    model = head_model(AutoModelForQuestionAnswering, cfg, token, "ForQuestionAnswering", num_labels=2)
     length = max_tokens(cfg, tokenizer, model.config)
     stride = window_stride(args.doc_stride, length, eprint)
     train = features(splits.train, tokenizer, length, stride).remove_columns(["example", "context_offsets"])
@@ -154,16 +154,9 @@ def build_trainer(cfg, plan: RunPlan, callbacks: list, token: str | None = None)
         found = best_answers(contexts, windows_of, start_logits, end_logits, args.n_best, args.max_answer_length)
         return squad_scores([f["text"] for f in found], references)
 
+    valid = valid.remove_columns(["example", "context_offsets"])
     return task_trainer(
-        cfg,
-        plan,
-        callbacks,
-        model=model,
-        train_dataset=train,
-        eval_dataset=valid.remove_columns(["example", "context_offsets"]),
-        processing_class=tokenizer,
-        data_collator=default_data_collator,
-        compute_metrics=compute_metrics,
+        cfg, plan, callbacks, model, train, valid, tokenizer, default_data_collator, compute_metrics=compute_metrics
     )
 
 
@@ -172,11 +165,7 @@ def preview(cfg, count: int, token: str | None = None) -> dict:
     from autotrain.trainers.common import build_tokenizer
 
     splits = load_qa_splits(cfg, token)
-    shown = splits.train.select(range(min(count, len(splits.train))))
-    examples = [
-        {"question": row["question"], "answer": row["answers"]["text"][0], "context": row["context"]} for row in shown
-    ]
-    summary: dict[str, Any] = {"rows": len(splits.train), "validation_rows": len(splits.valid)}
+    summary: dict[str, Any] = {}
     try:
         tokenizer = build_tokenizer(cfg, token)
         args = cfg.training_args
@@ -184,4 +173,8 @@ def preview(cfg, count: int, token: str | None = None) -> dict:
         summary["windows"] = len(made["input_ids"])
     except Exception as exc:  # noqa: BLE001 - the preview shows the rows without the tokenizer
         summary["windows"] = f"unknown ({type(exc).__name__}: {exc})"
-    return {"kind": "rows", "examples": examples, "summary": summary, "warnings": []}
+    return rows_preview(splits, count, _example, summary)
+
+
+def _example(row: dict) -> dict:
+    return {"question": row["question"], "answer": row["answers"]["text"][0], "context": row["context"]}

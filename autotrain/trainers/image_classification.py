@@ -11,8 +11,9 @@ import math
 from autotrain.config.classification import ImageClassificationConfig
 from autotrain.data.classification import load_image_splits
 from autotrain.errors import UserInputError
-from autotrain.trainers.classification_common import base_config, build_model, classification_trainer
+from autotrain.trainers.classification_common import base_config, classification_trainer
 from autotrain.trainers.common import load_pretrained
+from autotrain.trainers.task_common import head_model, label_kwargs
 from autotrain.training.plan import RunPlan
 
 
@@ -99,16 +100,14 @@ def build_trainer(cfg: ImageClassificationConfig, plan: RunPlan, callbacks: list
     splits = load_image_splits(cfg, token)
     train = splits.train.with_transform(ImageTransform(processor, train=cfg.augment))
     valid = splits.valid.with_transform(ImageTransform(processor, train=False))
-    model = build_model(AutoModelForImageClassification, cfg, splits.labels, config, token, "ForImageClassification")
-    return classification_trainer(
+    model = head_model(
+        AutoModelForImageClassification,
         cfg,
-        plan,
-        callbacks,
-        model=model,
-        # The Trainer would drop the `image` column (no model argument has that name) before the transform runs.
-        args={"remove_unused_columns": False},
-        train_dataset=train,
-        eval_dataset=valid,
-        processing_class=processor,
-        data_collator=collate,
+        token,
+        "ForImageClassification",
+        config=config,
+        **label_kwargs(splits.labels),
     )
+    # The Trainer would drop the `image` column (no model argument has that name) before the transform runs.
+    args = {"remove_unused_columns": False}
+    return classification_trainer(cfg, plan, callbacks, model, train, valid, processor, collate, args=args)

@@ -8,11 +8,11 @@ and a crop could cut away what it scores.
 
 from __future__ import annotations
 
-from autotrain.data.image_regression import load_image_regression_splits
 from autotrain.data.images import read_image
+from autotrain.data.regression import load_regression_splits
 from autotrain.trainers.image_classification import build_processor
 from autotrain.trainers.task_common import head_model, task_trainer
-from autotrain.trainers.text_regression import compute_metrics
+from autotrain.trainers.text_regression import compute_metrics, target_preview
 from autotrain.training.plan import RunPlan
 
 
@@ -58,40 +58,21 @@ def build_trainer(cfg, plan: RunPlan, callbacks: list, token: str | None = None)
 
     set_seed(cfg.training_args.seed)
     processor = build_processor(cfg, token)
-    splits = load_image_regression_splits(cfg, token)
+    splits = load_regression_splits(cfg, token)
     model = head_model(
-        AutoModelForImageClassification, cfg, token, "ForImageClassification", 1, problem_type="regression"
+        AutoModelForImageClassification, cfg, token, "ForImageClassification", num_labels=1, problem_type="regression"
     )
+    train = splits.train.with_transform(ScoredImages(processor, train=cfg.augment))
+    valid = splits.valid.with_transform(ScoredImages(processor, train=False))
+    # The Trainer would drop the `image` column (no model argument has that name) before the transform runs.
+    args = {"remove_unused_columns": False}
     return task_trainer(
-        cfg,
-        plan,
-        callbacks,
-        # The Trainer would drop the `image` column (no model argument has that name) before the transform runs.
-        args={"remove_unused_columns": False},
-        model=model,
-        train_dataset=splits.train.with_transform(ScoredImages(processor, train=cfg.augment)),
-        eval_dataset=splits.valid.with_transform(ScoredImages(processor, train=False)),
-        processing_class=processor,
-        data_collator=collate,
-        compute_metrics=compute_metrics,
+        cfg, plan, callbacks, model, train, valid, processor, collate, args=args, compute_metrics=compute_metrics
     )
 
 
 def preview(cfg, count: int, token: str | None = None) -> dict:
-    """The first training rows (image and target) and the targets' range, for `--preview`."""
-    import numpy as np
-
-    splits = load_image_regression_splits(cfg, token)
-    rows = splits.train.select(range(min(count, len(splits.train))))
-    targets = np.asarray(splits.train["target"], dtype=np.float64)
-    summary = {
-        "rows": len(splits.train),
-        "validation_rows": len(splits.valid),
-        "target": f"min {targets.min():.4g}, mean {targets.mean():.4g}, max {targets.max():.4g}",
-    }
-    examples = [{"image": _shown(row["image"]), "target": round(float(row["target"]), 6)} for row in rows]
-    warnings = [] if targets.std() > 0 else ["every training target is the same: there is nothing to learn"]
-    return {"kind": "rows", "examples": examples, "summary": summary, "warnings": warnings}
+    return target_preview(load_regression_splits(cfg, token), count, "image", _shown)
 
 
 def _shown(value) -> str:

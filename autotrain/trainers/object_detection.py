@@ -20,9 +20,8 @@ from typing import Any
 from autotrain.data.detection import load_detection_splits
 from autotrain.data.images import read_image
 from autotrain.errors import UserInputError
-from autotrain.trainers.classification_common import head_mismatch, label_kwargs
 from autotrain.trainers.common import load_pretrained
-from autotrain.trainers.task_common import task_trainer
+from autotrain.trainers.task_common import head_model, label_kwargs, rows_preview, task_trainer
 from autotrain.training.plan import RunPlan
 
 COCO_STATS = {"map": 0, "map_50": 1, "map_75": 2, "mar_1": 6, "mar_10": 7, "mar_100": 8}
@@ -190,20 +189,10 @@ def _corners(target: dict) -> dict:
 
 
 def build_model(cfg, labels: list[str], token: str | None):
-    import torch
-    from transformers import AutoConfig, AutoModelForObjectDetection
+    from transformers import AutoModelForObjectDetection
 
-    config = load_pretrained(AutoConfig, cfg, "config", token)
     try:
-        return load_pretrained(
-            AutoModelForObjectDetection,
-            cfg,
-            "weights",
-            token,
-            dtype=torch.float32,
-            ignore_mismatched_sizes=head_mismatch(config, len(labels), "ForObjectDetection"),
-            **label_kwargs(labels),
-        )
+        return head_model(AutoModelForObjectDetection, cfg, token, "ForObjectDetection", **label_kwargs(labels))
     except ImportError as exc:  # a timm backbone (facebook/detr-resnet-50's) without timm installed
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserInputError(f"cannot build base_model `{cfg.base_model}`: {first}") from None
@@ -217,21 +206,16 @@ def build_trainer(cfg, plan: RunPlan, callbacks: list, token: str | None = None)
     splits = load_detection_splits(cfg, token)
     model = build_model(cfg, splits.labels, token)
     side = cfg.training_args.image_square_size
-    return task_trainer(
-        cfg,
-        plan,
-        callbacks,
-        # The Trainer would drop the image and box columns (no model argument has their names) before the
-        # transform runs; predictions stay one entry per batch (targets differ in size from image to image).
-        args={"remove_unused_columns": False, "eval_do_concat_batches": False},
-        model=model,
-        train_dataset=splits.train.with_transform(DetectionTransform(processor, side, train=cfg.augment)),
-        eval_dataset=splits.valid.with_transform(DetectionTransform(processor, side, train=False)),
-        processing_class=processor,
-        data_collator=collate,
-        compute_metrics=metrics_function(processor, len(splits.labels)),
-        preprocess_logits_for_metrics=logits_and_boxes,
-    )
+    train = splits.train.with_transform(DetectionTransform(processor, side, train=cfg.augment))
+    valid = splits.valid.with_transform(DetectionTransform(processor, side, train=False))
+    # The Trainer would drop the image and box columns (no model argument has their names) before the
+    # transform runs; predictions stay one entry per batch (targets differ in size from image to image).
+    args = {"remove_unused_columns": False, "eval_do_concat_batches": False}
+    metrics = {
+        "compute_metrics": metrics_function(processor, len(splits.labels)),
+        "preprocess_logits_for_metrics": logits_and_boxes,
+    }
+    return task_trainer(cfg, plan, callbacks, model, train, valid, processor, collate, args=args, **metrics)
 
 
 def preview(cfg, count: int, token: str | None = None) -> dict:
@@ -240,22 +224,17 @@ def preview(cfg, count: int, token: str | None = None) -> dict:
 
     splits = load_detection_splits(cfg, token)
     per_category = Counter(splits.labels[c] for row in splits.train["categories"] for c in row)
-    rows = splits.train.select(range(min(count, len(splits.train))))
-    examples = [
-        {
+
+    def example(row: dict) -> dict:
+        return {
             "image": row["image"] if isinstance(row["image"], str) else "an image stored in the data",
             "objects": ", ".join(
                 f"{splits.labels[c]} {[round(v, 1) for v in box]}"
                 for box, c in zip(row["boxes"], row["categories"], strict=True)
             ),
         }
-        for row in rows
-    ]
-    summary = {
-        "rows": len(splits.train),
-        "validation_rows": len(splits.valid),
-        "boxes per category": ", ".join(f"{name} {per_category.get(name, 0)}" for name in splits.labels),
-    }
+
+    summary = {"boxes per category": ", ".join(f"{name} {per_category.get(name, 0)}" for name in splits.labels)}
     missing = [name for name in splits.labels if not per_category.get(name)]
     warnings = [f"no training box of: {', '.join(missing)}"] if missing else []
-    return {"kind": "rows", "examples": examples, "summary": summary, "warnings": warnings}
+    return rows_preview(splits, count, example, summary, warnings)

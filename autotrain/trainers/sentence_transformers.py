@@ -18,7 +18,7 @@ from __future__ import annotations
 from autotrain.config.text_tasks import SENTENCE_LOSSES
 from autotrain.data.sentences import load_sentence_splits
 from autotrain.errors import UserInputError, eprint
-from autotrain.trainers.task_common import task_trainer
+from autotrain.trainers.task_common import rows_preview, task_trainer
 from autotrain.training.plan import RunPlan
 
 
@@ -124,26 +124,20 @@ def build_trainer(cfg, plan: RunPlan, callbacks: list, token: str | None = None)
     loss = build_loss(cfg, model, len(splits.classes or ()))
     mnrl = type(loss).__name__ == "MultipleNegativesRankingLoss"
     sampler = BatchSamplers.NO_DUPLICATES if mnrl else BatchSamplers.BATCH_SAMPLER  # a duplicate is no negative
-    return task_trainer(
-        cfg,
-        plan,
-        callbacks,
-        trainer_cls=SentenceTransformerTrainer,
-        args_cls=SentenceTransformerTrainingArguments,
-        args={"batch_sampler": sampler},
-        model=model,
-        train_dataset=splits.train,
-        eval_dataset=splits.valid,
-        loss=loss,
-        evaluator=build_evaluator(cfg.trainer, splits.valid, loss, len(splits.classes or ())),
-    )
+    sentences = {
+        "trainer_cls": SentenceTransformerTrainer,
+        "args_cls": SentenceTransformerTrainingArguments,
+        "args": {"batch_sampler": sampler},
+        "loss": loss,
+        "evaluator": build_evaluator(cfg.trainer, splits.valid, loss, len(splits.classes or ())),
+    }
+    return task_trainer(cfg, plan, callbacks, model, splits.train, splits.valid, **sentences)
 
 
 def preview(cfg, count: int, token: str | None = None) -> dict:
     """The first rows as the loss reads them (columns in its order)."""
     splits = load_sentence_splits(cfg, token)
-    rows = splits.train.select(range(min(count, len(splits.train))))
-    summary = {"rows": len(splits.train), "validation_rows": len(splits.valid), "columns": splits.train.column_names}
+    summary = {"columns": splits.train.column_names}
     if splits.classes:
         summary["classes"] = ", ".join(f"{i}: {c}" for i, c in enumerate(splits.classes))
-    return {"kind": "rows", "examples": [dict(row) for row in rows], "summary": summary, "warnings": []}
+    return rows_preview(splits, count, dict, summary)

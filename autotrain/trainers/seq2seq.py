@@ -9,8 +9,8 @@ summarisation papers report them) and corpus BLEU from sacrebleu, both in percen
 from __future__ import annotations
 
 from autotrain.data.seq2seq import load_seq2seq_splits
-from autotrain.trainers.common import build_tokenizer, load_pretrained
-from autotrain.trainers.task_common import task_trainer
+from autotrain.trainers.common import build_tokenizer
+from autotrain.trainers.task_common import lora_model, rows_preview, task_trainer
 from autotrain.training.plan import RunPlan
 
 ROUGE = ("rouge1", "rouge2", "rougeL", "rougeLsum")
@@ -51,28 +51,7 @@ def build_model(cfg, plan: RunPlan, token: str | None = None):
     import torch
     from transformers import AutoModelForSeq2SeqLM
 
-    from autotrain.trainers.llm.model import quantization_config
-
-    quantized = quantization_config(cfg, plan.precision)
-    kwargs = {"quantization_config": quantized} if quantized is not None else {}
-    model = load_pretrained(AutoModelForSeq2SeqLM, cfg, "weights", token, dtype=torch.float32, **kwargs)
-    if cfg.training_args.gradient_checkpointing:
-        model.config.use_cache = False
-    if not cfg.uses_peft:
-        return model
-    from peft import LoraConfig, TaskType, get_peft_model, prepare_model_for_kbit_training
-
-    if quantized is not None:
-        model = prepare_model_for_kbit_training(model, cfg.training_args.gradient_checkpointing)
-    peft = cfg.peft
-    lora = LoraConfig(
-        task_type=TaskType.SEQ_2_SEQ_LM,
-        r=peft.r,
-        lora_alpha=peft.alpha,
-        lora_dropout=peft.dropout,
-        target_modules=peft.target_modules,
-    )
-    return get_peft_model(model, lora)
+    return lora_model(AutoModelForSeq2SeqLM, cfg, plan, token, "SEQ_2_SEQ_LM", dtype=torch.float32)
 
 
 def build_trainer(cfg, plan: RunPlan, callbacks: list, token: str | None = None):
@@ -97,31 +76,21 @@ def build_trainer(cfg, plan: RunPlan, callbacks: list, token: str | None = None)
         predicted = [t.strip() for t in tokenizer.batch_decode(generated, skip_special_tokens=True)]
         return generation_scores(predicted, references)
 
-    generation = {
-        "predict_with_generate": True,
-        "generation_max_length": args.max_target_length,
-        "generation_num_beams": args.num_beams,
+    generating = {  # the validation targets are generated at each evaluation, then scored
+        "trainer_cls": Seq2SeqTrainer,
+        "args_cls": Seq2SeqTrainingArguments,
+        "args": {
+            "predict_with_generate": True,
+            "generation_max_length": args.max_target_length,
+            "generation_num_beams": args.num_beams,
+        },
+        "compute_metrics": compute_metrics,
     }
-    return task_trainer(
-        cfg,
-        plan,
-        callbacks,
-        trainer_cls=Seq2SeqTrainer,
-        args_cls=Seq2SeqTrainingArguments,
-        args=generation,
-        model=model,
-        train_dataset=train,
-        eval_dataset=valid,
-        processing_class=tokenizer,
-        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
-        compute_metrics=compute_metrics,
-    )
+    collator = DataCollatorForSeq2Seq(tokenizer, model=model)
+    return task_trainer(cfg, plan, callbacks, model, train, valid, tokenizer, collator, **generating)
 
 
 def preview(cfg, count: int, token: str | None = None) -> dict:
     """The first inputs (with the prefix) and their targets."""
     splits = load_seq2seq_splits(cfg, token)
-    rows = splits.train.select(range(min(count, len(splits.train))))
-    examples = [{"input": cfg.data.prefix + row["text"], "target": row["target"]} for row in rows]
-    summary = {"rows": len(splits.train), "validation_rows": len(splits.valid)}
-    return {"kind": "rows", "examples": examples, "summary": summary, "warnings": []}
+    return rows_preview(splits, count, lambda row: {"input": cfg.data.prefix + row["text"], "target": row["target"]})

@@ -9,8 +9,9 @@ from __future__ import annotations
 from autotrain.config.classification import TextClassificationConfig
 from autotrain.data.classification import load_text_splits
 from autotrain.errors import eprint
-from autotrain.trainers.classification_common import base_config, build_model, classification_trainer
+from autotrain.trainers.classification_common import base_config, classification_trainer
 from autotrain.trainers.common import build_tokenizer
+from autotrain.trainers.task_common import head_model, label_kwargs
 from autotrain.training.plan import RunPlan
 
 
@@ -48,20 +49,17 @@ def build_trainer(cfg: TextClassificationConfig, plan: RunPlan, callbacks: list,
     splits = load_text_splits(cfg, token)
     length = max_tokens(cfg, tokenizer, config)
     train, valid = tokenize(splits.train, tokenizer, length), tokenize(splits.valid, tokenizer, length)
-    model = build_model(
-        AutoModelForSequenceClassification, cfg, splits.labels, config, token, "ForSequenceClassification"
+    model = head_model(
+        AutoModelForSequenceClassification,
+        cfg,
+        token,
+        "ForSequenceClassification",
+        config=config,
+        **label_kwargs(splits.labels),
     )
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id  # last-token pooling models need it
     if cfg.training_args.gradient_checkpointing:
         model.config.use_cache = False
-    return classification_trainer(
-        cfg,
-        plan,
-        callbacks,
-        model=model,
-        train_dataset=train,
-        eval_dataset=valid,
-        processing_class=tokenizer,
-        data_collator=DataCollatorWithPadding(tokenizer),
-    )
+    collator = DataCollatorWithPadding(tokenizer)
+    return classification_trainer(cfg, plan, callbacks, model, train, valid, tokenizer, collator)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from autotrain.data.regression import load_regression_splits
 from autotrain.trainers.common import build_tokenizer
-from autotrain.trainers.task_common import head_model, task_trainer
+from autotrain.trainers.task_common import head_model, rows_preview, task_trainer
 from autotrain.trainers.text_classification import max_tokens, tokenize
 from autotrain.training.plan import RunPlan
 
@@ -43,7 +43,12 @@ def build_trainer(cfg, plan: RunPlan, callbacks: list, token: str | None = None)
     tokenizer = build_tokenizer(cfg, token)
     splits = load_regression_splits(cfg, token)
     model = head_model(
-        AutoModelForSequenceClassification, cfg, token, "ForSequenceClassification", 1, problem_type="regression"
+        AutoModelForSequenceClassification,
+        cfg,
+        token,
+        "ForSequenceClassification",
+        num_labels=1,
+        problem_type="regression",
     )
     length = max_tokens(cfg, tokenizer, model.config)
     train, valid = (
@@ -51,31 +56,24 @@ def build_trainer(cfg, plan: RunPlan, callbacks: list, token: str | None = None)
     )
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id  # last-token pooling models need it
-    return task_trainer(
-        cfg,
-        plan,
-        callbacks,
-        model=model,
-        train_dataset=train,
-        eval_dataset=valid,
-        processing_class=tokenizer,
-        data_collator=DataCollatorWithPadding(tokenizer),
-        compute_metrics=compute_metrics,
+    collator = DataCollatorWithPadding(tokenizer)
+    return task_trainer(cfg, plan, callbacks, model, train, valid, tokenizer, collator, compute_metrics=compute_metrics)
+
+
+def target_preview(splits, count: int, column: str, shown=lambda value: value) -> dict:
+    """The first training rows (`shown` input in `column`, and target) and the targets' range, for `--preview`
+    of a regression task."""
+    import numpy as np
+
+    targets = np.asarray(splits.train["target"], dtype=np.float64)
+    return rows_preview(
+        splits,
+        count,
+        lambda row: {column: shown(row[column]), "target": round(float(row["target"]), 6)},
+        {"target": f"min {targets.min():.4g}, mean {targets.mean():.4g}, max {targets.max():.4g}"},
+        [] if targets.std() > 0 else ["every training target is the same: there is nothing to learn"],
     )
 
 
 def preview(cfg, count: int, token: str | None = None) -> dict:
-    """The first training rows (text and target) and the targets' range, for `--preview`."""
-    import numpy as np
-
-    splits = load_regression_splits(cfg, token)
-    rows = splits.train.select(range(min(count, len(splits.train))))
-    targets = np.asarray(splits.train["target"], dtype=np.float64)
-    summary = {
-        "rows": len(splits.train),
-        "validation_rows": len(splits.valid),
-        "target": f"min {targets.min():.4g}, mean {targets.mean():.4g}, max {targets.max():.4g}",
-    }
-    examples = [{"text": row["text"], "target": round(float(row["target"]), 6)} for row in rows]
-    warnings = [] if targets.std() > 0 else ["every training target is the same: there is nothing to learn"]
-    return {"kind": "rows", "examples": examples, "summary": summary, "warnings": warnings}
+    return target_preview(load_regression_splits(cfg, token), count, "text")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from autotrain.data.tokens import load_token_splits
 from autotrain.errors import UserInputError
 from autotrain.trainers.common import build_tokenizer
-from autotrain.trainers.task_common import head_model, task_trainer
+from autotrain.trainers.task_common import head_model, label_kwargs, logits_to_predictions, rows_preview, task_trainer
 from autotrain.trainers.text_classification import max_tokens
 from autotrain.training.plan import RunPlan
 
@@ -64,10 +64,6 @@ def seqeval_metrics(predicted: list[list[str]], true: list[list[str]]) -> dict[s
     }
 
 
-def _argmax(logits, labels):
-    return (logits[0] if isinstance(logits, tuple) else logits).argmax(dim=-1)
-
-
 def build_trainer(cfg, plan: RunPlan, callbacks: list, token: str | None = None):
     from transformers import AutoModelForTokenClassification, DataCollatorForTokenClassification, set_seed
 
@@ -75,9 +71,7 @@ def build_trainer(cfg, plan: RunPlan, callbacks: list, token: str | None = None)
     tokenizer = fast_tokenizer(cfg, token)
     splits = load_token_splits(cfg, token)
     names = splits.labels
-    model = head_model(
-        AutoModelForTokenClassification, cfg, token, "ForTokenClassification", len(names), **_names(names)
-    )
+    model = head_model(AutoModelForTokenClassification, cfg, token, "ForTokenClassification", **label_kwargs(names))
     length = max_tokens(cfg, tokenizer, model.config)
 
     def encode(batch):
@@ -90,22 +84,9 @@ def build_trainer(cfg, plan: RunPlan, callbacks: list, token: str | None = None)
     def compute_metrics(eval_pred):
         return seqeval_metrics(*tag_sequences(eval_pred.predictions, eval_pred.label_ids, names))
 
-    return task_trainer(
-        cfg,
-        plan,
-        callbacks,
-        model=model,
-        train_dataset=train,
-        eval_dataset=valid,
-        processing_class=tokenizer,
-        data_collator=DataCollatorForTokenClassification(tokenizer),
-        compute_metrics=compute_metrics,
-        preprocess_logits_for_metrics=_argmax,
-    )
-
-
-def _names(names: list[str]) -> dict:
-    return {"id2label": dict(enumerate(names)), "label2id": {n: i for i, n in enumerate(names)}}
+    collator = DataCollatorForTokenClassification(tokenizer)
+    metrics = {"compute_metrics": compute_metrics, "preprocess_logits_for_metrics": logits_to_predictions}
+    return task_trainer(cfg, plan, callbacks, model, train, valid, tokenizer, collator, **metrics)
 
 
 def preview(cfg, count: int, token: str | None = None) -> dict:
@@ -114,12 +95,12 @@ def preview(cfg, count: int, token: str | None = None) -> dict:
 
     splits = load_token_splits(cfg, token)
     names = splits.labels
-    examples = []
-    for row in splits.train.select(range(min(count, len(splits.train)))):
+
+    def example(row: dict) -> dict:
         marked = [w if names[t] == "O" else f"{w}/{names[t]}" for w, t in zip(row["tokens"], row["tags"], strict=True)]
-        examples.append({"words": " ".join(marked)})
+        return {"words": " ".join(marked)}
+
     counts = Counter(names[t] for row in splits.train["tags"] for t in row)
-    summary = {"rows": len(splits.train), "validation_rows": len(splits.valid), "tags": dict(counts.most_common())}
     unused = [n for n in names if n not in counts]
     warnings = [f"tag(s) never seen in training: {', '.join(unused)}"] if unused else []
-    return {"kind": "rows", "examples": examples, "summary": summary, "warnings": warnings}
+    return rows_preview(splits, count, example, {"tags": dict(counts.most_common())}, warnings)

@@ -12,13 +12,11 @@ SQuAD exact match and F1 (torchmetrics), as VQA answers are scored.
 
 from __future__ import annotations
 
-from typing import Any
-
 from autotrain.data.images import read_image
 from autotrain.data.vlm import load_vlm_splits
 from autotrain.errors import UserInputError
 from autotrain.trainers.common import load_pretrained
-from autotrain.trainers.task_common import task_trainer
+from autotrain.trainers.task_common import lora_model, rows_preview, task_trainer
 from autotrain.training.plan import RunPlan
 
 PREFIX_STYLE = ("paligemma",)  # processors that take the answer as a `suffix` and mask the prefix themselves
@@ -148,6 +146,17 @@ def answer_scores(predicted: list[str], references: list[str]) -> dict[str, floa
     return squad_scores(predicted, [{"text": [answer], "answer_start": [0]} for answer in references])
 
 
+def answer_scorer(conversation: Conversation, rows: list[dict], args):
+    """model -> SQuAD scores of its greedy answers to `rows` (the validation rows), what each evaluation adds."""
+    batch_size = args.eval_batch_size or args.batch_size
+
+    def answering(model) -> dict[str, float]:
+        predicted = generate_answers(model, conversation, rows, batch_size, args.max_new_tokens)
+        return answer_scores(predicted, [row["answer"] for row in rows])
+
+    return answering
+
+
 def _answering_trainer():
     from transformers import Trainer
 
@@ -183,30 +192,7 @@ def build_model(cfg, plan: RunPlan, token: str | None = None):
     import torch
     from transformers import AutoModelForImageTextToText
 
-    from autotrain.trainers.llm.model import quantization_config
-
-    quantized = quantization_config(cfg, plan.precision)
-    kwargs: dict[str, Any] = {"dtype": getattr(torch, plan.load_dtype)}
-    if quantized is not None:
-        kwargs["quantization_config"] = quantized
-    model = load_pretrained(AutoModelForImageTextToText, cfg, "weights", token, **kwargs)
-    if cfg.training_args.gradient_checkpointing:
-        model.config.use_cache = False
-    if not cfg.uses_peft:
-        return model
-    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
-
-    if quantized is not None:
-        model = prepare_model_for_kbit_training(model, cfg.training_args.gradient_checkpointing)
-    peft = cfg.peft
-    lora = LoraConfig(
-        r=peft.r,
-        lora_alpha=peft.alpha,
-        lora_dropout=peft.dropout,
-        target_modules=peft.target_modules,
-        task_type="CAUSAL_LM",
-    )
-    return get_peft_model(model, lora)
+    return lora_model(AutoModelForImageTextToText, cfg, plan, token, "CAUSAL_LM", dtype=getattr(torch, plan.load_dtype))
 
 
 def conversation_of(cfg, processor, model_config) -> Conversation:
@@ -218,45 +204,29 @@ def build_trainer(cfg, plan: RunPlan, callbacks: list, token: str | None = None)
     from transformers import set_seed
 
     set_seed(cfg.training_args.seed)
-    args = cfg.training_args
     processor = build_processor(cfg, token)
     splits = load_vlm_splits(cfg, token)
     model = build_model(cfg, plan, token)
     conversation = conversation_of(cfg, processor, model.config)
-    valid_rows = list(splits.valid)
-    batch_size = args.eval_batch_size or args.batch_size
-
-    def answering(trained) -> dict[str, float]:
-        predicted = generate_answers(trained, conversation, valid_rows, batch_size, args.max_new_tokens)
-        return answer_scores(predicted, [row["answer"] for row in valid_rows])
-
-    return task_trainer(
-        cfg,
-        plan,
-        callbacks,
-        trainer_cls=_answering_trainer(),
+    scoring = {
+        "trainer_cls": _answering_trainer(),
+        "answering": answer_scorer(conversation, list(splits.valid), cfg.training_args),
         # The Trainer would drop the image and text columns (no model argument has their names).
-        args={"remove_unused_columns": False},
-        model=model,
-        train_dataset=splits.train,
-        eval_dataset=splits.valid,
-        processing_class=processor,
-        data_collator=conversation.training_batch,
-        answering=answering,
-    )
+        "args": {"remove_unused_columns": False},
+    }
+    collator = conversation.training_batch
+    return task_trainer(cfg, plan, callbacks, model, splits.train, splits.valid, processor, collator, **scoring)
 
 
 def preview(cfg, count: int, token: str | None = None) -> dict:
     """The first training rows (image, prompt, answer) as the model will be asked, for `--preview`."""
     splits = load_vlm_splits(cfg, token)
-    rows = splits.train.select(range(min(count, len(splits.train))))
-    examples = [
-        {
+
+    def example(row: dict) -> dict:
+        return {
             "image": row["image"] if isinstance(row["image"], str) else "an image stored in the data",
             "prompt": cfg.data.prompt if cfg.trainer == "captioning" else row["prompt"],
             "answer": row["answer"],
         }
-        for row in rows
-    ]
-    summary = {"rows": len(splits.train), "validation_rows": len(splits.valid), "trainer": cfg.trainer}
-    return {"kind": "rows", "examples": examples, "summary": summary, "warnings": []}
+
+    return rows_preview(splits, count, example, {"trainer": cfg.trainer})

@@ -174,6 +174,29 @@ def refused_pickle(exc: BaseException) -> str | None:
     return f"a file {REFUSED_PICKLE}"
 
 
+def load_saved(loader, folder: Path, what: str, **kwargs):
+    """`loader.from_pretrained(folder, **kwargs)` for what a run saved in `folder`: a weights file cut short is
+    named before the library reads it, and what the library cannot load (a damaged file, one that holds more
+    than tensors) is bad input, said in one line."""
+    import pickle
+
+    from autotrain.errors import UserInputError
+
+    problem = weights_problem(folder)
+    if problem:
+        raise UserInputError(f"cannot load the {what} saved in `{folder}`: {problem}")
+    try:
+        return loader.from_pretrained(str(folder), **kwargs)
+    except (OSError, ValueError, pickle.UnpicklingError) as exc:
+        raise UserInputError(f"cannot load the {what} saved in `{folder}`: {load_failure(exc)}") from None
+
+
+def load_failure(exc: BaseException) -> str:
+    """Why a library could not load a file, in one line: what a refused unpickling means, else its first line."""
+    text = str(exc).strip()
+    return refused_pickle(exc) or (text.splitlines()[0] if text else type(exc).__name__)
+
+
 def _first_line(exc: Exception) -> str:
     text = str(exc).strip()
     return text.splitlines()[0][:200] if text else type(exc).__name__
