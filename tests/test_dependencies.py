@@ -98,6 +98,19 @@ def _image_processor_without_torchvision() -> bool:
     return AutoImageProcessor.from_pretrained(tiny_vit) is not None  # 5.4-5.17 raise without torchvision
 
 
+def _json_rows_with_different_keys() -> bool:
+    import tempfile
+    from pathlib import Path
+
+    from datasets import load_dataset
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "rows.jsonl"
+        path.write_text('{"a": 1, "b": "x"}\n{"a": 2}\n', encoding="utf-8")  # the second row has no `b`
+        rows = load_dataset("json", data_files=str(path), split="train", cache_dir=folder)
+        return rows[1]["b"] is None
+
+
 def _matplotlib_imports() -> bool:
     import matplotlib.pyplot  # noqa: F401  (3.8.3 and older do not import beside numpy 2)
 
@@ -116,6 +129,12 @@ FACTS = [
         _collator_returns_position_ids,
     ),
     ("accelerate", "1.6", "FSDP2: accelerate launch --fsdp_version", _accelerate_launches_fsdp2),
+    (
+        "datasets",
+        "4.8",
+        "JSON lines whose rows have different keys (a missing column is None)",
+        _json_rows_with_different_keys,
+    ),
     ("matplotlib", "3.8.4", "the plots: matplotlib imports beside numpy 2", _matplotlib_imports),
 ]
 
