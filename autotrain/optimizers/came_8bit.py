@@ -10,6 +10,7 @@ from torch import Tensor
 
 from autotrain.optimizers.came import CAME
 from autotrain.optimizers.came_math import MIN_ABSMAX
+from autotrain.optimizers.common import check_arg
 from autotrain.optimizers.sharding import local, shards_of
 
 
@@ -43,40 +44,27 @@ class CAME8Bit(CAME):
     the codes and scales are dim-0 sharded DTensors: resume with the same number of processes.
 
     Args:
-        params, lr, eps, clip_threshold, betas, weight_decay, compile, capturable, total_steps,
-            master_weights: as :class:`CAME`.
+        params, lr: as :class:`CAME`; its other arguments (``eps``, ``betas``, ``compile``, ...) by keyword.
         block_size: elements per quantization block (one fp32 scale each).
         min_8bit_size: params with fewer elements keep an fp32 ``m``.
     """
+
+    _FLAGS = {**CAME._FLAGS, "block_size": 2048, "min_8bit_size": 16384}
 
     def __init__(
         self,
         params: Iterable[Tensor] | Iterable[dict[str, Any]],
         lr: float | Tensor,
-        eps: tuple[float, float] = (1e-30, 1e-16),
-        clip_threshold: float = 1.0,
-        betas: tuple[float, float, float] = (0.9, 0.999, 0.9999),
-        weight_decay: float = 0.0,
+        *,
         block_size: int = 2048,
         min_8bit_size: int = 16384,
-        compile: bool | None = None,
-        capturable: bool = False,
-        total_steps: int | None = None,
-        master_weights: bool = True,
+        **came: Any,
     ) -> None:
-        if not block_size >= 1:
-            raise ValueError(f"Invalid block_size value: {block_size}")
-        if not min_8bit_size >= 0:
-            raise ValueError(f"Invalid min_8bit_size value: {min_8bit_size}")
+        check_arg(block_size >= 1, "block_size value", block_size)
+        check_arg(min_8bit_size >= 0, "min_8bit_size value", min_8bit_size)
         self.block_size = block_size
         self.min_8bit_size = min_8bit_size
-        super().__init__(
-            params, lr, eps, clip_threshold, betas, weight_decay, compile, capturable, total_steps, master_weights
-        )
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Optimizer pickles only defaults/state/param_groups.
-        return {**super().__getstate__(), "block_size": self.block_size, "min_8bit_size": self.min_8bit_size}
+        super().__init__(params, lr, **came)
 
     def _quantized(self, p: Tensor) -> bool:
         # Global shape and size (p is a DTensor under FSDP2): every rank quantizes the same params.
@@ -101,7 +89,8 @@ class CAME8Bit(CAME):
         state["exp_avg_codes"] = shards.state(codes, (shards.world * n_blocks, block))
         state["exp_avg_absmax"] = shards.state(absmax, (shards.world * n_blocks,))
 
-    def _check_moment_shape(self, p: Tensor, saved: dict[str, Any]) -> None:
+    def _check_saved(self, p: Tensor, saved: dict[str, Any]) -> None:
+        super()._check_saved(p, saved)
         if "exp_avg_codes" in saved and tuple(local(saved["exp_avg_codes"]).shape) != self._blocks(p):
             raise ValueError(
                 f"This CAME8Bit state holds a {tuple(p.shape)} parameter's first moment in blocks of "
