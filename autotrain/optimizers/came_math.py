@@ -32,14 +32,15 @@ def hyper_values(lr: float, betas: tuple, eps: tuple, clip_threshold: float, wei
 
 LEVELS = 127  # signed 8-bit codes -127..127; -128 is never produced, so the map is symmetric
 MIN_ABSMAX = 1e-30  # a block's smallest scale: keeps 127^2 / absmax finite; zero blocks decode to 0
+PARTIAL_SUMS = 1 << 17  # the most elements of a column sum's first stage (see _col_sum)
+STORED_MOMENT = 1 << 20  # a chunk this small keeps its new first moment in a buffer (in cache), not recomputed
 
 Reduce = Callable[[str, tuple[Tensor, ...]], tuple[Tensor, ...]] | None
 Run = Callable[..., Any]  # calls a phase: run(fn, *args)
 
 
 class Dims(NamedTuple):
-    """What the counts of the whole (unsharded) tensor are: rows (dim -2) and elements; and its 8-bit
-    first moment's block size (0: none)."""
+    """Counts of the whole (unsharded) tensor: rows (dim -2), elements; its 8-bit blocks' size (0: none)."""
 
     rows: int
     numel: int
@@ -80,11 +81,6 @@ def from_blocks(x: Tensor, shape: torch.Size) -> Tensor:
     return x.reshape(x.shape[0], -1)[:, : shape[1:].numel()].reshape(shape)
 
 
-def _absmax(blocks: Tensor) -> Tensor:
-    """Each block's largest magnitude (no full-size ``abs()``), at least MIN_ABSMAX."""
-    return torch.linalg.vector_norm(blocks, float("inf"), dim=-1).clamp_(min=MIN_ABSMAX)
-
-
 # --- the update rule -------------------------------------------------------------------------------
 
 
@@ -98,9 +94,8 @@ def _per_param(x: Tensor, like: Tensor) -> Tensor:
     return x.view(-1, *([1] * (like.dim() - 1)))
 
 
-def _sum_sq(x: Tensor, dims: tuple[int, ...]) -> Tensor:
-    """The sum of ``x * x`` over ``dims``, without a full-size square (the eager step's scratch)."""
-    return torch.linalg.vector_norm(x, 2, dim=dims).square()
+def _keep(ok: Tensor, new: Tensor, old: Tensor) -> Tensor:
+    return torch.where(_per_param(ok, new), new, old)
 
 
 def _realized(x: Tensor) -> Tensor:
@@ -108,9 +103,6 @@ def _realized(x: Tensor) -> Tensor:
     a pointwise result (a row factor's division and square root) into every full-size loop that reads it;
     ``as_strided`` needs a buffer under it."""
     return x.as_strided(x.size(), x.stride())
-
-
-PARTIAL_SUMS = 1 << 17  # the most elements of a column sum's first stage (see _col_sum)
 
 
 def _col_sum(x: Tensor) -> Tensor:
@@ -125,63 +117,8 @@ def _col_sum(x: Tensor) -> Tensor:
     return x.unflatten(-2, (rows // block, block)).sum(-2).sum(-2)
 
 
-def _keep(ok: Tensor, new: Tensor, old: Tensor) -> Tensor:
-    return torch.where(_per_param(ok, new), new, old)
-
-
-def factored_stats(g: Tensor, row: Tensor, hp: Tensor) -> tuple[Tensor, tuple, tuple]:
-    """Pass 1: the row EMA of ``G^2 + eps1``; the per-slice sums (columns of ``G^2`` and of ``G^2 / row``, the
-    rows) and per-parameter totals (``G^2``) that the rest needs summed over the whole tensor."""
-    sq = g * g
-    row_new = _ema(row, sq.mean(-1) + hp[EPS1], hp, BETA2)
-    col_sq = _col_sum(sq)
-    weighted = _col_sum(sq.mul_(_realized(row_new.reciprocal()).unsqueeze(-1)))  # a product: no division each
-    del sq
-    return row_new, (col_sq, weighted, row_new.sum(-1)), (col_sq.sum((-2, -1)),)
-
-
-def factored_factors(row_new: Tensor, col: Tensor, slices: tuple, hp: Tensor, dims: Dims) -> tuple:
-    """The column EMA, the update's row and column factors r, c (``u = G * r * c``) and the per-parameter
-    sum of ``u^2`` (for clipping), from the sums of pass 1."""
-    col_sq, weighted, row_sum = slices
-    col_new = _ema(col, col_sq / dims.rows + hp[EPS1], hp, BETA2)
-    row_mean = row_sum / dims.rows
-    rf = (row_new / row_mean.unsqueeze(-1)).rsqrt()
-    update_sq = (row_mean * (weighted / col_new).sum(-1)).sum(-1)  # sum of G^2 * r^2 * c^2
-    return col_new, rf, col_new.rsqrt(), update_sq
-
-
 def _clip(update_sq: Tensor, hp: Tensor, numel: int) -> Tensor:
     return ((update_sq / numel).sqrt() / hp[CLIP]).clamp(min=1.0)
-
-
-STORED_MOMENT = 1 << 20  # a chunk this small keeps its new first moment in a buffer (in cache), not recomputed
-
-
-def factored_moment(
-    g: Tensor, m: Tensor, rf: Tensor, cf: Tensor, update_sq: Tensor, res_row: Tensor, hp: Tensor, dims: Dims
-) -> tuple[Tensor, Tensor, tuple]:
-    """Pass 2: the clipped update, the new first moment ``m``, the instability's row EMA and its sums. A
-    compiled step recomputes the new moment in each later loop that reads it, except in a chunk of at most
-    ``STORED_MOMENT`` elements, where those loops load it from a buffer."""
-    rf = _realized(rf / _per_param(_clip(update_sq, hp, dims.numel), rf))
-    u = (g * rf.unsqueeze(-1)).mul_(_realized(cf).unsqueeze(-2))
-    m_new = (m * hp[BETA1]).add_(u * hp[BETA1_C])
-    if g.numel() <= STORED_MOMENT:
-        m_new = _realized(m_new)
-    res = u.sub_(m_new).square_()  # u is not needed again
-    res_row_new = _ema(res_row, _row_sum(res, dims) / res.shape[-1] + hp[EPS2], hp, BETA3)
-    return m_new, res_row_new, (_col_sum(res), res_row_new.sum(-1))
-
-
-def factored_apply(p: Tensor, m_new: Tensor, res_row_new: Tensor, res_col: Tensor, res_slices: tuple, hp, dims):
-    """Pass 3: the instability's column EMA and ``p <- p * (1 - lr*wd) - lr * m * R * C``; returns the new
-    weights and column statistics."""
-    res_col_sum, res_row_sum = res_slices
-    res_col_new = _ema(res_col, res_col_sum / dims.rows + hp[EPS2], hp, BETA3)
-    rf = _realized((res_row_new / (res_row_sum / dims.rows).unsqueeze(-1)).rsqrt())
-    step = (m_new * rf.unsqueeze(-1)).mul_(_realized(res_col_new.rsqrt()).unsqueeze(-2))
-    return (p * hp[DECAY]).sub_(step.mul_(hp[LR])), res_col_new
 
 
 def eager(fn: Callable, *args: Any) -> Any:
@@ -216,28 +153,63 @@ def factored_update(
     col_new, rf, cf, update_sq = run(factored_factors, row_new, col, slices, hp, dims)
     if reduce is not None:
         (update_sq,) = reduce("update", (update_sq,))
-    m_new, res_row_new, res_slices = run(_moment_phase, g, tuple(moment), rf, cf, update_sq, res_row, hp, dims)
+    m_new, res_row_new, res_slices = run(factored_moment, g, tuple(moment), rf, cf, update_sq, res_row, hp, dims)
     if reduce is not None:
         res_slices = reduce("slices", res_slices)
     stats, new = (row, col, res_row, res_col), (row_new, col_new, res_row_new)
-    weights, ok = run(_apply_phase, p, stats, new, m_new, res_slices, totals, hp, dims)
+    weights, ok = run(factored_apply, p, stats, new, m_new, res_slices, totals, hp, dims)
     if reduce is not None:
         (weights,) = reduce("totals", (weights,))
     run(_record, rms, skipped, weights, ok, dims)
     return m_new, ok
 
 
-def _moment_phase(g: Tensor, moment: tuple, rf: Tensor, cf: Tensor, update_sq: Tensor, res_row: Tensor, hp, dims):
-    """Pass 2 on the stored first moment (decoded from 8 bits where it is)."""
-    return factored_moment(g, moment_value(moment, g.shape, dims), rf, cf, update_sq, res_row, hp, dims)
+def factored_stats(g: Tensor, row: Tensor, hp: Tensor) -> tuple[Tensor, tuple, tuple]:
+    """Pass 1: the row EMA of ``G^2 + eps1``; the per-slice sums (columns of ``G^2`` and of ``G^2 / row``, the
+    rows) and per-parameter totals (``G^2``) that the rest needs summed over the whole tensor."""
+    sq = g * g
+    row_new = _ema(row, sq.mean(-1) + hp[EPS1], hp, BETA2)
+    col_sq = _col_sum(sq)
+    weighted = _col_sum(sq.mul_(_realized(row_new.reciprocal()).unsqueeze(-1)))  # a product: no division each
+    del sq
+    return row_new, (col_sq, weighted, row_new.sum(-1)), (col_sq.sum((-2, -1)),)
 
 
-def _apply_phase(p: Tensor, stats: tuple, new: tuple, m_new: Tensor, res_slices: tuple, totals: tuple, hp, dims):
-    """Pass 3, then the new weights and statistics written where the gradient is finite (``ok``); returns
-    the per-parameter sum of the squared new weights and ``ok``."""
+def factored_factors(row_new: Tensor, col: Tensor, slices: tuple, hp: Tensor, dims: Dims) -> tuple:
+    """The column EMA, the update's row and column factors r, c (``u = G * r * c``) and the per-parameter
+    sum of ``u^2`` (for clipping), from the sums of pass 1."""
+    col_sq, weighted, row_sum = slices
+    col_new = _ema(col, col_sq / dims.rows + hp[EPS1], hp, BETA2)
+    row_mean = row_sum / dims.rows
+    rf = (row_new / row_mean.unsqueeze(-1)).rsqrt()
+    update_sq = (row_mean * (weighted / col_new).sum(-1)).sum(-1)  # sum of G^2 * r^2 * c^2
+    return col_new, rf, col_new.rsqrt(), update_sq
+
+
+def factored_moment(g: Tensor, moment: tuple, rf: Tensor, cf: Tensor, update_sq: Tensor, res_row: Tensor, hp, dims):
+    """Pass 2: the clipped update, the new first moment (from the stored one, decoded from 8 bits where it is),
+    the instability's row EMA and its sums. A compiled step recomputes the new moment in each later loop that
+    reads it, except in a chunk of at most ``STORED_MOMENT`` elements, where those loops load it from a buffer."""
+    rf = _realized(rf / _per_param(_clip(update_sq, hp, dims.numel), rf))
+    u = (g * rf.unsqueeze(-1)).mul_(_realized(cf).unsqueeze(-2))
+    m_new = (moment_value(moment, g.shape, dims) * hp[BETA1]).add_(u * hp[BETA1_C])
+    if g.numel() <= STORED_MOMENT:
+        m_new = _realized(m_new)
+    res = u.sub_(m_new).square_()  # u is not needed again
+    res_row_new = _ema(res_row, _row_sum(res, dims) / res.shape[-1] + hp[EPS2], hp, BETA3)
+    return m_new, res_row_new, (_col_sum(res), res_row_new.sum(-1))
+
+
+def factored_apply(p: Tensor, stats: tuple, new: tuple, m_new: Tensor, res_slices: tuple, totals: tuple, hp, dims):
+    """Pass 3: the instability's column EMA and ``p <- p * (1 - lr*wd) - lr * m * R * C``, the new weights and
+    statistics written where the gradient is finite (``ok``); returns the per-parameter sum of the squared new
+    weights (for ``state["RMS"]``, summed in the loop that writes them) and ``ok``."""
     ok = totals[0].isfinite()
-    p_new, res_col_new = factored_apply(p, m_new, new[2], stats[3], res_slices, hp, dims)
-    p_new = _realized(_keep(ok, p_new, p))  # the new weights, summed (squared) in the loop that writes them
+    (res_col_sum, res_row_sum), res_row_new = res_slices, new[2]
+    res_col_new = _ema(stats[3], res_col_sum / dims.rows + hp[EPS2], hp, BETA3)
+    rf = _realized((res_row_new / (res_row_sum / dims.rows).unsqueeze(-1)).rsqrt())
+    step = (m_new * rf.unsqueeze(-1)).mul_(_realized(res_col_new.rsqrt()).unsqueeze(-2))
+    p_new = _realized(_keep(ok, (p * hp[DECAY]).sub_(step.mul_(hp[LR])), p))
     for stat, value in zip(stats, (*new, res_col_new), strict=True):
         stat.copy_(_keep(ok, value, stat))
     p.copy_(p_new)
@@ -251,9 +223,8 @@ def _record(rms: Tensor, skipped: Tensor, weights: Tensor, ok: Tensor, dims: Dim
 
 
 def _weights_sq(p_new: Tensor) -> Tensor:
-    """The per-parameter sum of the squared new weights ``p_new`` (G, ..., C), for ``state["RMS"]``: summed in
-    the loop that writes them (the weights before the step, as came-pytorch records them, took a pass)."""
-    rows = _sum_sq(p_new, (-1,))
+    """The per-parameter sum of the squared new weights ``p_new`` (G, ..., C), without a full-size square."""
+    rows = torch.linalg.vector_norm(p_new, 2, dim=-1).square()
     return rows.reshape(rows.shape[0], -1).sum(-1)  # (not .sum(()), which would sum every dim)
 
 
@@ -314,7 +285,7 @@ def write_moment(moment: tuple[Tensor, ...] | list[Tensor], m_new: Tensor, ok: T
     codes, absmax = moment
     if codes.dim() == 3:
         blocks = to_blocks(m_new, *codes.shape[1:])
-        scale = _absmax(blocks)
+        scale = torch.linalg.vector_norm(blocks, float("inf"), dim=-1).clamp_(min=MIN_ABSMAX)  # no full-size abs()
         new_codes = _encoded(blocks, scale)
     else:  # as their rows' segments (rows_align)
         count, n_blocks = absmax.shape
