@@ -68,19 +68,6 @@ def decode(codes: Tensor, absmax: Tensor) -> Tensor:
     return scaled.abs().mul_(scaled)
 
 
-def to_blocks(x: Tensor, blocks: int, block: int) -> Tensor:
-    """``x`` (G, ...) flattened per parameter and zero-padded into (G, blocks, block)."""
-    flat = x.reshape(x.shape[0], -1)
-    if flat.shape[1] != blocks * block:
-        flat = functional.pad(flat, (0, blocks * block - flat.shape[1]))
-    return flat.view(x.shape[0], blocks, block)
-
-
-def from_blocks(x: Tensor, shape: torch.Size) -> Tensor:
-    """The first ``prod(shape[1:])`` elements of each parameter's blocks (G, blocks, block), as ``shape``."""
-    return x.reshape(x.shape[0], -1)[:, : shape[1:].numel()].reshape(shape)
-
-
 # --- the update rule -------------------------------------------------------------------------------
 
 
@@ -126,6 +113,11 @@ def eager(fn: Callable, *args: Any) -> Any:
     return fn(*args)
 
 
+def _whole(kind: str, tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+    """A whole tensor's ``reduce``: its sums span nothing else."""
+    return tensors
+
+
 def factored_step(
     p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, dims: Dims, reduce: Reduce = None, run: Run = eager
 ):
@@ -147,19 +139,16 @@ def factored_update(
     ``run`` calls each phase: a whole tensor's compiled step traces them all into one graph; a shard's
     (``reduce`` sums over the ranks between the phases) compiles each phase, the all-reduces between."""
     row, col, res_row, res_col, rms, skipped, *moment = state
+    reduce = reduce or _whole
     row_new, slices, totals = run(factored_stats, g, row, hp)
-    if reduce is not None:
-        slices, totals = reduce("slices", slices), reduce("totals", totals)
+    slices, totals = reduce("slices", slices), reduce("totals", totals)
     col_new, rf, cf, update_sq = run(factored_factors, row_new, col, slices, hp, dims)
-    if reduce is not None:
-        (update_sq,) = reduce("update", (update_sq,))
+    (update_sq,) = reduce("update", (update_sq,))
     m_new, res_row_new, res_slices = run(factored_moment, g, tuple(moment), rf, cf, update_sq, res_row, hp, dims)
-    if reduce is not None:
-        res_slices = reduce("slices", res_slices)
+    res_slices = reduce("slices", res_slices)
     stats, new = (row, col, res_row, res_col), (row_new, col_new, res_row_new)
     weights, ok = run(factored_apply, p, stats, new, m_new, res_slices, totals, hp, dims)
-    if reduce is not None:
-        (weights,) = reduce("totals", (weights,))
+    (weights,) = reduce("totals", (weights,))
     run(_record, rms, skipped, weights, ok, dims)
     return m_new, ok
 
@@ -271,7 +260,7 @@ def moment_value(moment: tuple[Tensor, ...] | list[Tensor], shape: torch.Size, d
         return moment[0]
     codes, absmax = moment
     if codes.dim() == 3:
-        return from_blocks(decode(codes, absmax), shape)
+        return decode(codes, absmax).reshape(len(codes), -1)[:, : shape[1:].numel()].reshape(shape)
     segments = _segmented(codes, dims.block)
     return decode(segments, _segment_scales(absmax, segments.shape, dims.block)).view(shape)
 
@@ -284,7 +273,10 @@ def write_moment(moment: tuple[Tensor, ...] | list[Tensor], m_new: Tensor, ok: T
         return
     codes, absmax = moment
     if codes.dim() == 3:
-        blocks = to_blocks(m_new, *codes.shape[1:])
+        flat = m_new.reshape(len(m_new), -1)
+        if flat.shape[1] != codes[0].numel():  # zero-padded into whole blocks
+            flat = functional.pad(flat, (0, codes[0].numel() - flat.shape[1]))
+        blocks = flat.view(codes.shape)
         scale = torch.linalg.vector_norm(blocks, float("inf"), dim=-1).clamp_(min=MIN_ABSMAX)  # no full-size abs()
         new_codes = _encoded(blocks, scale)
     else:  # as their rows' segments (rows_align)
@@ -309,12 +301,10 @@ def plain_step(
     ``u = G / sqrt(v)``, clipped, and the step is ``m`` itself. ``state`` is (v, m, rms, skipped).
     ``reduce`` and ``run``: as in ``factored_update``."""
     v, m, rms, skipped = state
+    reduce = reduce or _whole
     v_new, u, totals = run(_plain_stats, g, v, hp)
-    if reduce is not None:
-        totals = reduce("totals", totals)
-    weights, ok = run(_plain_apply, p, (v, m), v_new, u, totals, hp, dims)
-    if reduce is not None:
-        (weights,) = reduce("totals", (weights,))
+    weights, ok = run(_plain_apply, p, (v, m), v_new, u, reduce("totals", totals), hp, dims)
+    (weights,) = reduce("totals", (weights,))
     run(_record, rms, skipped, weights, ok, dims)
 
 
