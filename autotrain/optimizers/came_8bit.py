@@ -29,19 +29,16 @@ class CAME8Bit(CAME):
     For factored params (``ndim >= 2``) of at least ``min_8bit_size`` elements, the first moment is stored
     as int8 codes in flat blocks of at most ``block_size`` elements (``state["exp_avg_codes"]``,
     ``(n_blocks, block)``, the tail zero-padded) with one fp32 scale per block (``state["exp_avg_absmax"]``):
-    about 1.006 bytes of state per parameter of a large matrix (fp32 CAME: ~4, AdamW: 8). Each matrix gets
-    the block under which its rows are whole blocks or its blocks whole rows (``row_aligned_block``), so the
-    compiled step finds the scales in loops it makes anyway. Statistics, 1-D and small params stay fp32.
+    about 1 byte of state per parameter of a large matrix. Each matrix gets the block under which its rows
+    are whole blocks or its blocks whole rows (``row_aligned_block``), so the compiled step finds the scales
+    in loops it makes anyway. Statistics, 1-D and small params stay fp32; with ``min_8bit_size`` above every
+    param this is exactly :class:`CAME`.
 
     The map is square-root companding, ``code = sign(m) round(127 sqrt(|m| / absmax))``, decoded as
-    ``sign(code) (code/127)^2 absmax``: non-linear like bitsandbytes' dynamic map (about 8% error at
-    ``1e-2 * absmax``, against 40% for linear int8), but a few element-wise ops, with no table to search.
-    Zero decodes to 0, all-zero blocks have a positive scale, constant blocks round-trip. Codes and scales
-    keep their dtypes through ``load_state_dict``; a state another variant or other blocks wrote is refused
-    with a message. With ``min_8bit_size`` above every param this is exactly :class:`CAME`.
-
-    Under FSDP2 the blocks tile each rank's shard (counted as the largest, so every rank holds as many), and
-    the codes and scales are dim-0 sharded DTensors: resume with the same number of processes.
+    ``sign(code) (code/127)^2 absmax``: non-linear like bitsandbytes' dynamic map (small values survive),
+    but a few element-wise ops, with no table to search. A state another variant or other blocks wrote is
+    refused with a message. Under FSDP2 the blocks tile each rank's shard (counted as the largest, so every
+    rank holds as many), and the codes and scales are dim-0 sharded DTensors: resume with as many processes.
 
     Args:
         params, lr: as :class:`CAME`; its other arguments (``eps``, ``betas``, ``compile``, ...) by keyword.

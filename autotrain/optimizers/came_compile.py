@@ -12,7 +12,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from math import prod
 from typing import Any
 
 import torch
@@ -225,59 +226,57 @@ def _fake_storage(t: Tensor, i: int) -> tuple:
     return (t.device, t.untyped_storage()._cdata)
 
 
-def signature(args: Any, device: torch.device) -> Any:
-    """``StepCompiler``'s key of ``args`` whose meta tensors stand for tensors on ``device``."""
-    tensors: list[Tensor] = []
-    flat = _flatten(args, tensors)
-    return flat, _aliases(tensors, _storage), tuple(device if t.device.type == "meta" else t.device for t in tensors)
-
-
 @dataclass(frozen=True)
 class _TensorPlan:
-    storage: int
+    """How to make a fake of a tensor; its offset is not compared (a graph is the same at any offset)."""
+
+    storage: int  # its storage's index in the plan
     dtype: torch.dtype
     shape: tuple[int, ...]
     stride: tuple[int, ...]
-    offset: int
+    offset: int = field(compare=False)
+
+    def reach(self) -> int:
+        """The bytes of its storage it reaches."""
+        last = sum((n - 1) * s for n, s in zip(self.shape, self.stride, strict=True))
+        return (self.offset + last + 1) * self.dtype.itemsize if prod(self.shape) else 0
 
 
-def fake_plan(args: Any, device: torch.device) -> Any:
+def fake_plan(args: Any, device: torch.device) -> tuple:
     """``args`` with each tensor replaced by how to make a fake of it (``_TensorPlan``), and each storage's
-    device (``device`` for a meta tensor's own) and the bytes its tensors reach."""
+    device (``device`` for a meta tensor's own): the layouts and aliasing a graph is compiled for, hashable."""
     from torch.utils._pytree import tree_map
 
-    storages: dict[tuple, list] = {}
+    storages: dict[tuple, tuple[int, torch.device]] = {}
 
     def plan(value: Any) -> Any:
         if not isinstance(value, Tensor):
             return value
         where = device if value.device.type == "meta" else value.device
-        entry = storages.setdefault(_storage(value, len(storages)), [len(storages), where, 0])
-        last = sum((n - 1) * s for n, s in zip(value.shape, value.stride(), strict=True))
-        entry[2] = max(entry[2], (value.storage_offset() + last + 1) * value.element_size() if value.numel() else 0)
-        return _TensorPlan(entry[0], value.dtype, tuple(value.shape), value.stride(), value.storage_offset())
+        index, _ = storages.setdefault(_storage(value, len(storages)), (len(storages), where))
+        return _TensorPlan(index, value.dtype, tuple(value.shape), value.stride(), value.storage_offset())
 
-    planned = tree_map(plan, args)
-    return planned, [(device, nbytes) for _, device, nbytes in sorted(storages.values(), key=lambda e: e[0])]
+    return tree_map(plan, args), tuple(where for _, where in storages.values())
 
 
-def fakes(plan: Any) -> Any:
+def fakes(plan: tuple) -> Any:
     """Fakes as ``fake_plan`` describes, sharing storages as the originals did (a shape environment of static
     shapes: inductor's cache needs one)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
-    from torch.utils._pytree import tree_map
+    from torch.utils._pytree import tree_leaves, tree_map
 
-    planned, storages = plan
+    planned, devices = plan
+    tensors = [v for v in tree_leaves(planned) if isinstance(v, _TensorPlan)]
     with FakeTensorMode(shape_env=ShapeEnv()):
-        made = [(torch.empty(max(n, 1), dtype=torch.uint8, device=d).untyped_storage(), d) for d, n in storages]
+        reach = [max([1, *(t.reach() for t in tensors if t.storage == i)]) for i in range(len(devices))]
+        made = [torch.empty(reach[i], dtype=torch.uint8, device=d).untyped_storage() for i, d in enumerate(devices)]
 
         def make(value: Any) -> Any:
             if not isinstance(value, _TensorPlan):
                 return value
-            storage, device = made[value.storage]
-            out = torch.empty(0, dtype=value.dtype, device=device)
-            return out.set_(storage, value.offset, value.shape, value.stride)
+            out = torch.empty(0, dtype=value.dtype, device=devices[value.storage])
+            return out.set_(made[value.storage], value.offset, value.shape, value.stride)
 
         return tree_map(make, planned)
 

@@ -1,10 +1,10 @@
 """How CAME steps many params at once: the same-shaped params of a param group form a ``Group`` whose state
 is stacked, and each step calls ``came_math``'s functions once per chunk of the group, eager or compiled: a
 fixed number of operations whatever the number of params. ``optimizer.state[p][key]`` stays a view of row
-``i`` of the stacked tensor, so ``state_dict()`` and (FSDP2's) checkpoints see per-parameter state; a group
-is built again whenever its params or their state change. A chunk is stacked in fp32 (unless it is one fp32
-tensor, stepped in place), so its size (``chunk_budget``) bounds the step's scratch memory. A compiled call is
-guarded: whatever fails restores what it wrote, and the group takes the eager step. Figures: docs/came.md.
+``i`` of the stacked tensor, so ``state_dict()`` and checkpoints see per-parameter state. A chunk's weights
+and gradients are stacked in fp32 (unless they are one fp32 tensor, stepped in place), so its size bounds
+the step's scratch memory. A compiled call is guarded: whatever fails restores what it wrote, and the group
+takes the eager step. Figures: docs/came.md.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import accumulate
 from math import prod
 from typing import Any
 
@@ -20,7 +21,7 @@ import torch
 from torch import Tensor
 
 from autotrain.optimizers import came_compile, came_math
-from autotrain.optimizers.sharding import Shards, is_sharded, local, shards_of
+from autotrain.optimizers.sharding import DTensor, Shards, is_sharded, local, shards_of
 
 FACTORED_KEYS = ("exp_avg_sq_row", "exp_avg_sq_col", "exp_avg_res_row", "exp_avg_res_col")
 PLAIN_KEYS = ("exp_avg_sq",)
@@ -112,12 +113,8 @@ def chunks_of(count: int, numel: int, budget: int) -> list[tuple[int, int]]:
     fewest = -(-count // max(1, budget // numel))  # runs of at most budget // numel params
     parts = next((n for n in range(fewest, min(2 * fewest, count) + 1) if count % n == 0), fewest)
     size, extra = divmod(count, parts)
-    bounds, start = [], 0
-    for i in range(parts):
-        end = start + size + (1 if i < extra else 0)
-        bounds.append((start, end))
-        start = end
-    return bounds
+    ends = list(accumulate(size + (i < extra) for i in range(parts)))
+    return list(zip([0, *ends[:-1]], ends, strict=True))
 
 
 def build(params: list[Tensor], state: dict, moment_keys: tuple[str, ...], budget: int | None = None) -> Group:
@@ -142,11 +139,8 @@ def _like(original: Tensor, view: Tensor) -> Tensor:
     """``view`` as the state tensor ``original`` was: a DTensor with its layout, or plain."""
     if not is_sharded(original):
         return view
-    from torch.distributed.tensor import DTensor
-
-    return DTensor.from_local(
-        view, original.device_mesh, original.placements, shape=original.shape, stride=original.stride()
-    )
+    mesh, placements = original.device_mesh, original.placements
+    return DTensor.from_local(view, mesh, placements, shape=original.shape, stride=original.stride())
 
 
 class Scratch:

@@ -1,8 +1,7 @@
-"""Which step each group of CAME's same-shaped params takes, decided by ``which_step`` from the group, its
-device, the run's length and whether the process is one of several ranks: eager, compiled, compiled on a
-worker thread while the eager step runs (``Background``), or with several ranks compiled before the first
-step (``Replicas``). Where auto measures (CUDA), the compiled and eager steps then take timed turns and the
-faster is kept. ``Steps`` runs this for one optimizer. Figures behind the thresholds: docs/came.md.
+"""Which step each group of CAME's same-shaped params takes (``which_step``, run for an optimizer by
+``Steps``): eager, compiled, compiled on a worker thread while the eager step runs (``Background``), or with
+several ranks compiled before the first step (``Replicas``). Where auto measures (CUDA), the compiled and
+eager steps then take timed turns and the faster is kept. Figures behind the thresholds: docs/came.md.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ import torch
 from torch import Tensor
 
 from autotrain.optimizers import came_compile
-from autotrain.optimizers.came_compile import fake_plan, fakes, inductor_settings, signature, with_inductor_settings
+from autotrain.optimizers.came_compile import fake_plan, fakes, inductor_settings, with_inductor_settings
 from autotrain.optimizers.came_groups import Group, Scratch, chunk_args, chunk_maths, step_group
 
 # Auto compiles a group where its compilation (seconds per shape, whatever its size) pays back within the
@@ -32,8 +31,7 @@ MEASURED_ON = {"cuda"}  # where auto times its compiled step against the eager o
 
 
 def compiles(device_type: str, numel: int, total_steps: int | None) -> bool:
-    """Whether auto compiles a group of ``numel`` elements on ``device_type`` in a run of ``total_steps``
-    steps (None: a run of unknown length)."""
+    """Whether auto compiles a group of ``numel`` elements in a run of ``total_steps`` (None: unknown)."""
     if device_type == "cuda":
         return total_steps is None or total_steps >= CUDA_MIN_STEPS
     if device_type != "cpu" or numel < CPU_MIN_NUMEL:
@@ -48,11 +46,10 @@ def replicated() -> bool:
 
 
 def which_step(group: Group, compile: bool | None, capturable: bool, total_steps: int | None, ranks: bool) -> str:
-    """The step ``group`` takes: "eager"; "compiled" (``compile=True``, from the first step); or where auto
-    compiles it, "background" (one process) or "replicas" (several ``ranks``, which must all take the same
-    step: other roundings would drift apart). The same on every rank (global sizes). Auto leaves shards of
-    one process eager (the worker cannot run their all-reduces) and a capturable CUDA step (a switch would
-    not reach a captured graph)."""
+    """ "eager", "compiled" (``compile=True``), or where auto compiles ``group``, "background" (one process) or
+    "replicas" (several ``ranks``: they must take the same step, whose roundings would drift apart); the same
+    on every rank (global sizes). Auto leaves eager the shards of one process (the worker cannot run their
+    all-reduces) and a capturable CUDA step (a switch would not reach a captured graph)."""
     if compile is not None:
         return "compiled" if compile else "eager"
     device = group.params[0].device.type
@@ -64,8 +61,7 @@ def which_step(group: Group, compile: bool | None, capturable: bool, total_steps
 
 
 class Steps:
-    """``which_step`` for the groups of ``optimizer`` (its ``compile``, ``capturable`` and ``total_steps``, read
-    each step), and what it keeps between steps (the ranks' vote)."""
+    """``which_step`` for the groups of ``optimizer`` (its settings read each step), and the ranks' vote."""
 
     def __init__(self, optimizer: Any) -> None:
         self.optimizer = optimizer
@@ -85,8 +81,8 @@ class Steps:
             step_group(group, hp, skipped, came_compile.COMPILER if kind == "compiled" else None, scratch)
 
     def step_done(self) -> None:
-        """When each ``step()`` ends: the worker starts on what was queued; with several ranks under auto, the
-        step is counted (the vote follows the count, the same on every rank, whatever its own groups)."""
+        """When ``step()`` ends: the worker starts on what was queued; with several ranks the step is counted
+        (the vote follows the count, the same on every rank whatever its own groups)."""
         BACKGROUND.start()
         if self.optimizer.compile is None and replicated():
             types = {p.device.type for g in self.optimizer.param_groups for p in g["params"]}
@@ -94,9 +90,8 @@ class Steps:
 
 
 class Background:
-    """Groups compiled on a worker thread while their eager step runs; once all its chunk layouts are compiled a
-    group takes the compiled step (or whichever ``choose`` keeps). The thread compiles from fakes of the same
-    layouts (``StepCompiler.prepare``): no real tensor, no kernel. Pending work is dropped at exit."""
+    """Groups compiled on a worker thread, from fakes of their chunks' layouts (no real tensor, no kernel), while
+    their eager step runs; then the compiled step (or whichever ``choose`` keeps). Dropped at exit."""
 
     def __init__(self, compiler: came_compile.StepCompiler) -> None:
         self.compiler = compiler
@@ -105,26 +100,26 @@ class Background:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._stopping = False
-        self._registered = False
+        # The worker is no daemon (one killed inside the compiler can crash the interpreter's shutdown): at exit,
+        # before the interpreter joins it, it is told to drop what is queued.
+        threading._register_atexit(self._stop)  # type: ignore[attr-defined]
 
     def step_group(self, group: Group, hp: Tensor, skipped: Tensor, scratch: Scratch | None = None) -> None:
         if not group.compiled and self.compiler.failure is None:  # once compiled, not checked again
             device = group.params[0].device
-            layouts = [chunk_args(group, start, end, hp, skipped, None)[0] for start, end in group.chunks]
-            keys = [signature(args, device) for args in layouts]
-            group.compiled = all(key in self.ready for key in keys)
-            for key, args in zip(keys, layouts, strict=True):
-                if key not in self.ready and key not in self._pending:
-                    self._pending.add(key)
-                    plan = fake_plan(args, device)
-                    self._queue.put((key, device, plan, torch.get_num_threads(), inductor_settings()))
+            plans = [fake_plan(chunk_args(group, *chunk, hp, skipped, None)[0], device) for chunk in group.chunks]
+            group.compiled = all(plan in self.ready for plan in plans)
+            for plan in plans:
+                if plan not in self.ready and plan not in self._pending:
+                    self._pending.add(plan)
+                    self._queue.put((plan, device, torch.get_num_threads(), inductor_settings()))
         if group.compiled and self.compiler.failure is None:
             return self.choose(group, hp, skipped, scratch)
         return step_group(group, hp, skipped, None, scratch)
 
     def choose(self, group: Group, hp: Tensor, skipped: Tensor, scratch: Scratch | None = None) -> None:
-        """The compiled step; where auto measures, the group's next ``TRIAL_STEPS`` steps of each kind first take
-        turns, timed, and it keeps the one with the lower median (``choice``), compiled meanwhile."""
+        """The compiled step; where auto measures, after ``TRIAL_STEPS`` timed turns of each kind, the one with
+        the lower median (``choice``)."""
         device = group.params[0].device
         if group.choice is not None or device.type not in MEASURED_ON:
             kept = group.choice is None or group.choice["kept"] == "compiled"
@@ -140,15 +135,9 @@ class Background:
         return _turn(group, len(group.trial) % 2 == 0, self.compiler, hp, skipped, scratch)
 
     def start(self) -> None:
-        """Begin compiling what was queued (when a step ends: the first step never shares the machine)."""
+        """Compile what was queued (when a step ends: the first step never shares the machine)."""
         if self._pending and (self._thread is None or not self._thread.is_alive()):
-            # Not a daemon where the interpreter can stop it before joining it at exit (a daemon thread killed
-            # inside the compiler can crash the interpreter's shutdown).
-            register = getattr(threading, "_register_atexit", None)
-            self._thread = threading.Thread(target=self._work, name="came-compile", daemon=register is None)
-            if register is not None and not self._registered:
-                register(self._stop)
-                self._registered = True
+            self._thread = threading.Thread(target=self._work, name="came-compile")
             self._thread.start()
 
     def idle(self, timeout: float | None = None) -> bool:
@@ -161,38 +150,31 @@ class Background:
 
     def _stop(self) -> None:
         self._stopping = True
-        self._queue.put(None)
 
     def _work(self) -> None:
-        """Compile what is queued, then end: the OpenMP team the thread started ends with it (one left
-        waiting slowed every later compiled step of the process; docs/came.md)."""
+        """Compile what is queued, then end, and the thread's OpenMP team with it (one left waiting slowed every
+        later compiled step)."""
         while not self._stopping:
             try:
-                item = self._queue.get_nowait()
+                plan, device, threads, settings = self._queue.get_nowait()
             except queue.Empty:
                 return
-            if item is None or self._stopping:
-                return
-            key, device, plan, threads, settings = item
             try:
-                if self.compiler.failure is not None:
-                    continue
-                torch.set_num_threads(threads)  # part of a graph's key (the C++ kernels bake it in)
-                with torch.no_grad(), with_inductor_settings(settings), _on(device):
-                    chunk_maths(self.compiler.prepare, *fakes(plan))
                 if self.compiler.failure is None:
-                    self.ready.add(key)
+                    torch.set_num_threads(threads)  # part of a graph's key (the C++ kernels bake it in)
+                    with torch.no_grad(), with_inductor_settings(settings), _on(device):
+                        chunk_maths(self.compiler.prepare, *fakes(plan))
+                    self.ready.add(plan)
             except Exception as exc:  # the eager step goes on
                 self.compiler._fail(exc)
             finally:
-                self._pending.discard(key)
+                self._pending.discard(plan)
 
 
 class Replicas:
     """Auto with several ranks: every group compiles before its first step. Where auto measures, steps 2 to 7
-    take turns, compiled then eager, timed; when step 7 ends every rank, whatever its groups, adds its medians
-    and failures to one all-reduce, and all keep the faster step (eager if anything failed). ``steps`` counts
-    ``step()`` calls: the same everywhere."""
+    take timed turns; after step 7 every rank adds its medians and failures to one all-reduce, and all keep the
+    faster step (eager if anything failed). ``steps`` counts ``step()`` calls: the same everywhere."""
 
     def __init__(self) -> None:
         self.steps = 0
@@ -256,7 +238,7 @@ def _all_sum(values: list[float]) -> list[float]:
 
 
 class Timing:
-    """How long one group's step took: the host's time, or on CUDA the longer of it and the GPU's."""
+    """How long one group's step took: the host's time, or on CUDA the longer of it and the GPU's (read later)."""
 
     def __init__(self, device: torch.device) -> None:
         self.events = None
@@ -283,8 +265,7 @@ class Timing:
 
 
 def _on(device: torch.device):
-    """``device`` as this thread's current CUDA device (a new thread's is device 0, whatever the training
-    thread set)."""
+    """``device`` as this thread's current CUDA device (a new thread's is device 0)."""
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
