@@ -99,7 +99,7 @@ class CAME(Optimizer):
         self._reset_groups()
 
     def _reset_groups(self) -> None:
-        self._groups: dict[int, tuple[list[Tensor], list[came_groups.Group]]] = {}  # by param group
+        self._groups: dict[int, tuple[list[int], list[came_groups.Group]]] = {}  # param ids, groups: by param group
         self._hyper: dict[tuple[int, torch.device], tuple[tuple, Tensor]] = {}
         self._skipped: dict[torch.device, Tensor] = {}
         self._steps = came_policy.Steps(self)
@@ -170,16 +170,11 @@ class CAME(Optimizer):
 
     def _shape_groups(self, index: int, params: list[Tensor]) -> list[came_groups.Group]:
         """The groups of ``params``, built again when the params or their state changed."""
-        cached = self._groups.get(index)
-        if (
-            cached is not None
-            and len(cached[0]) == len(params)
-            and all(p is q for p, q in zip(cached[0], params, strict=True))
-            and all(g.still_valid(self.state) for g in cached[1])
-        ):
-            return cached[1]
+        ids, cached = self._groups.get(index, ([], []))
+        if ids == [id(p) for p in params] and cached and all(g.still_valid(self.state) for g in cached):
+            return cached
         groups = came_groups.groups_of(params, self.state, self._moment_keys)
-        self._groups[index] = (params, groups)
+        self._groups[index] = ([id(p) for p in params], groups)
         return groups
 
     def _hyper_tensor(self, index: int, group: dict[str, Any], device: torch.device) -> Tensor:

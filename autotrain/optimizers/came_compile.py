@@ -27,14 +27,11 @@ _RECOMPUTE = {"realize_reads_threshold": 64, "realize_opcount_threshold": 4096, 
 
 
 class StepCompiler:
-    """came_math's step functions compiled by inductor, shared by every optimizer of the process.
-
-    One graph per (function, input layouts, thread count); hyper-parameters are a tensor input, so no value
-    recompiles. Traced by ``make_fx`` on fakes, not by Dynamo (straight-line tensor code: Dynamo's guards only
-    cost time), and keyed here on what a graph is specialised to (``_flatten``, ``_aliases``). ``seconds``:
-    time spent compiling. If compiling fails (no C++ compiler, no Triton), one line on stderr says so and
-    nothing compiles again (``failure``); a call that fails raises, for ``came_groups`` to restore.
-    """
+    """came_math's step functions compiled by inductor, shared by every optimizer of the process: traced by
+    ``make_fx`` on fakes, not by Dynamo (straight-line tensor code: Dynamo's guards only cost time), and keyed
+    here on what a graph is specialised to (``_flatten``, ``_aliases``). If compiling fails (no C++ compiler,
+    no Triton), one line on stderr says so and nothing compiles again (``failure``); a call that fails
+    raises, for ``came_groups`` to restore. ``seconds``: time spent compiling."""
 
     def __init__(self) -> None:
         self._compiled: dict[tuple, Callable] = {}
@@ -43,9 +40,8 @@ class StepCompiler:
         self.seconds = 0.0
 
     def __call__(self, fn: Callable, *args: Any, site: dict | None = None) -> Any:
-        """``fn(*args)`` through its graph, compiled on the first call with these layouts. ``site``: a dict one
-        call site keeps whose inputs keep their layouts from call to call (a chunk's): the graph is looked up
-        by its full key once, then found there. Raises what compiling or the call raised."""
+        """``fn(*args)`` through its graph, compiled on the first call with these layouts. ``site``: a dict kept
+        by a call site whose inputs keep their layouts (a chunk's), where the graph is found after one lookup."""
         tensors: list[Tensor] = []
         threads = torch.get_num_threads()
         compiled = None if site is None else site.get((fn, threads))
@@ -109,8 +105,8 @@ def describe(exc: BaseException) -> str:
 
 
 def _compile(fn: Callable, args: tuple, tensors: list[Tensor]) -> Callable[[list[Tensor]], Any]:
-    """``fn(*args)`` as an inductor graph of ``tensors`` (``args``' tensors in ``_flatten``'s order, fake or
-    real; other values are constants), traced on fakes: nothing runs."""
+    """``fn(*args)`` as an inductor graph of ``tensors`` (``args``' tensors, fake or real; other values are
+    constants), traced on fakes: nothing runs."""
     import torch._inductor
     from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -174,8 +170,7 @@ def _source_code(compiled: Any, depth: int = 4) -> str | None:
 
 
 def _bookkeeping(line: str) -> bool:
-    """A line of a graph's ``call`` that neither writes a tensor nor runs a kernel: it checks an input, makes,
-    reuses or views a buffer, or drops a reference."""
+    """A line of a graph's ``call`` that checks an input, makes, reuses or views a buffer, or drops a reference."""
     if _drops(line) or line in ("", "args.clear()") or line.startswith(("assert_size_stride(", "assert_alignment(")):
         return True
     target, _, value = line.partition(" = ")
@@ -202,7 +197,7 @@ def _flatten(value: Any, tensors: list[Tensor]) -> Any:
 
 
 def _tensors(value: Any, tensors: list[Tensor]) -> None:
-    """The tensors of ``value`` appended to ``tensors``, in ``_flatten``'s order (a call's inputs, unkeyed)."""
+    """The tensors of ``value`` appended to ``tensors``, in ``_flatten``'s order, unkeyed."""
     if isinstance(value, Tensor):
         tensors.append(value)
     elif type(value) in (tuple, list):
@@ -260,8 +255,7 @@ def fake_plan(args: Any, device: torch.device) -> tuple:
 
 
 def fakes(plan: tuple) -> Any:
-    """Fakes as ``fake_plan`` describes, sharing storages as the originals did (a shape environment of static
-    shapes: inductor's cache needs one)."""
+    """Fakes as ``fake_plan`` describes (with a shape environment, which inductor's cache needs)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
     from torch.utils._pytree import tree_leaves, tree_map
@@ -288,8 +282,8 @@ COMPILER = StepCompiler()
 
 
 def per_thread_settings() -> bool:
-    """Whether inductor keeps its settings per thread (torch 2.13), not for the whole process (2.8); read from
-    how it stores them, and taken as process-wide where that cannot be read (the safe side)."""
+    """Whether inductor keeps its settings per thread (torch 2.13), not for the whole process (2.8): read from
+    how it stores them, process-wide where that cannot be read (the safe side)."""
     from contextvars import ContextVar
 
     import torch._inductor.config
@@ -307,9 +301,9 @@ def inductor_settings() -> dict | None:
 
 
 def with_inductor_settings(settings: dict | None):
-    """A context in which this thread compiles with ``settings`` (``inductor_settings``), where settings are per
-    thread: only those that differ from this thread's are patched (inductor refuses to patch one it hides,
-    even to its value). Where they are process-wide nothing is patched: that would change every thread's."""
+    """A context in which this thread compiles with ``settings`` where they are per thread: those that differ
+    from its own are patched (inductor refuses to patch one it hides, even to its value). Where they are
+    process-wide nothing is patched: that would change every thread's."""
     if settings is None or not per_thread_settings():
         return contextlib.nullcontext()
     import torch._inductor.config

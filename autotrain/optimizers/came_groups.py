@@ -98,18 +98,15 @@ def groups_of(params: list[Tensor], state: dict, moment_keys: Callable[[Tensor],
 
 
 def chunk_budget(params: list[Tensor], device: torch.device) -> int:
-    """The most elements a chunk steps at once: half the largest param or an eighth of them all, whichever is
-    more, so the step's scratch stays a few chunks of fp32 and a GPU's chunks number at most the groups plus
-    ``CHUNKS`` whatever the depth; at most ``CPU_CHUNK`` on the CPU, where stepping matrices in place (no stack
-    and copy back) and in cache is faster. Global sizes: the same chunks on every rank."""
+    """The most elements a chunk steps at once: the step's scratch stays a few chunks of fp32, and a GPU's chunks
+    number at most the groups plus ``CHUNKS`` whatever the depth. Global sizes: the same chunks on every rank."""
     budget = max(max((p.numel() for p in params), default=0) // 2, sum(p.numel() for p in params) // CHUNKS)
     return min(budget, CPU_CHUNK) if device.type == "cpu" else budget
 
 
 def chunks_of(count: int, numel: int, budget: int) -> list[tuple[int, int]]:
-    """``count`` params of ``numel`` elements in near-equal runs of at most ``budget`` elements (at least
-    one param each): equal runs where a number of runs up to twice the fewest possible divides ``count``
-    (one compiled shape per group), else at most two run lengths (two compiled shapes)."""
+    """``count`` params of ``numel`` elements in runs of at most ``budget`` elements (one param at least): equal
+    runs (one compiled shape) where up to twice the fewest runs divide ``count``, else two lengths."""
     fewest = -(-count // max(1, budget // numel))  # runs of at most budget // numel params
     parts = next((n for n in range(fewest, min(2 * fewest, count) + 1) if count % n == 0), fewest)
     size, extra = divmod(count, parts)
@@ -118,8 +115,7 @@ def chunks_of(count: int, numel: int, budget: int) -> list[tuple[int, int]]:
 
 
 def build(params: list[Tensor], state: dict, moment_keys: tuple[str, ...], budget: int | None = None) -> Group:
-    """Stack the per-parameter state of ``params`` (same shape and kind; a ``master_param`` too) and leave
-    views behind; ``budget``: the most elements stepped at once (None: all of them)."""
+    """Stack the per-parameter state of ``params`` (same shape and kind) and leave views behind."""
     shards = shards_of(params[0])
     keys = (FACTORED_KEYS if len(shards.shape) >= 2 else PLAIN_KEYS) + moment_keys + ("RMS",)
     keys += ("master_param",) if "master_param" in state[params[0]] else ()
@@ -144,9 +140,8 @@ def _like(original: Tensor, view: Tensor) -> Tensor:
 
 
 class Scratch:
-    """Buffers a ``step()`` lends to each of its chunks in turn (and frees when it ends): the stacked weights
-    and gradients (one buffer each, so a chunk's graph is the same stacked or in place), and the copies a
-    guarded compiled call keeps (``keep``). Reused, a fresh buffer's page faults are paid once a step."""
+    """Buffers a ``step()`` lends to each of its chunks in turn, and frees when it ends (a fresh buffer's page
+    faults are paid once a step): the stacked weights and gradients, and the copies a guarded call keeps."""
 
     def __init__(self) -> None:
         self._buffers: dict[tuple, Tensor] = {}
@@ -199,7 +194,7 @@ def step_group(
     group: Group, hp: Tensor, skipped: Tensor, compiler: came_compile.StepCompiler | None, scratch: Scratch | None
 ) -> None:
     """One step of ``group``, chunk by chunk: eager (``compiler`` None, or the group's compiled step failed) or
-    compiled; ``scratch``: the step's buffers (None: some for this group)."""
+    compiled."""
     scratch = scratch or Scratch()
     for start, end in group.chunks:
         _step_chunk(group, start, end, hp, skipped, compiler, scratch)
@@ -222,12 +217,11 @@ def _step_chunk(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor,
 
 
 def _compiled_or_restored(group: Group, args: tuple, locals_, compiler, scratch: Scratch, site: dict) -> bool:
-    """The chunk's compiled step, guarded: what it writes in place (state; params stepped in place; a stack of
-    gathered ones is gathered again) is kept first, and whatever fails at any call (compiling, a first
-    call's autotuning, a launch, an out-of-memory) restores it and fails the group; False: the caller takes
-    the eager step. Nothing is kept where the chunk's graphs all ran before and each fails, if at all,
-    before it writes (``came_compile.writes_once``). A shard's phases have all-reduces between them that
-    every rank makes once: there only the failed phase is restored and run eagerly (True)."""
+    """The chunk's compiled step, guarded: what it writes in place (state; params stepped in place; a stack is
+    gathered again) is kept first, and whatever fails at any call (compiling, autotuning, a launch, memory)
+    restores it and fails the group; False: the caller takes the eager step. Nothing is kept where the chunk's
+    graphs all ran before and fail, if at all, before they write (``writes_once``). A shard's phases have
+    all-reduces between them that every rank makes once: there the failed phase alone runs again eagerly."""
     p, _, state, moment, _, _, reduce = args
     p_in_place = locals_ is None or reduce is not None or "master_param" in group.stacked
     proven = site and all(getattr(graph, "writes_once", False) for graph in site.values())
@@ -263,8 +257,8 @@ def _in_place(tensors: list[Tensor]) -> bool:
 
 
 def _stacked(tensors: list[Tensor], lead: tuple[int, ...], scratch: Scratch | None, slot: str) -> Tensor:
-    """``tensors`` as one fp32 tensor of shape ``lead``: the one fp32 tensor itself, or stacked in ``scratch``'s
-    buffer of ``slot`` (``scratch`` None: a meta tensor of that layout)."""
+    """``tensors`` as one fp32 tensor ``lead``: the one fp32 tensor itself, or stacked in ``scratch``'s buffer of
+    ``slot`` (None: a meta tensor of that layout)."""
     if _in_place(tensors):
         return tensors[0].detach().view(lead)
     if scratch is None:
@@ -274,9 +268,9 @@ def _stacked(tensors: list[Tensor], lead: tuple[int, ...], scratch: Scratch | No
 
 
 def chunk_args(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor, scratch: Scratch | None):
-    """``chunk_maths``'s arguments for params ``[start, end)``, and the params' local tensors that ``p`` (gathered
-    from them, or their master weights) is copied to after the step (None: ``p`` is the param, in place).
-    ``scratch`` None: only the layouts matter (``Background``): stacks are meta tensors, nothing is gathered."""
+    """``chunk_maths``'s arguments for params ``[start, end)``, and the params' local tensors that ``p`` (their
+    stack or master weights) is copied to after the step (None: ``p`` is the param). ``scratch`` None: only
+    the layouts (``Background``), nothing gathered."""
     locals_ = [local(p) for p in group.params[start:end]]
     shape = group.local_shape
     lead = (len(locals_), *((prod(shape[:-2]), *shape[-2:]) if group.factored else (prod(shape),)))
@@ -291,8 +285,7 @@ def chunk_args(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor, 
 
 
 def _state_views(group: Group, start: int, end: int, lead: tuple[int, ...]) -> tuple:
-    """The state of params ``[start, end)`` as came_math takes it (views, made once per chunk), its moment, dims
-    and reducer."""
+    """The state of params ``[start, end)`` as came_math takes it (views made once), moment, dims and reducer."""
     cached = group.chunk_state.get((start, end))
     if cached is not None:
         return cached

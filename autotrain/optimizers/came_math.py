@@ -3,10 +3,10 @@
 Plain torch on stacked fp32 tensors: ``p`` and ``g`` are ``[G, L, R, C]`` (a matrix is ``L = 1``; a 3-D+
 tensor is factored within each of its ``L`` leading slices) or ``[G, N]`` for 1-D params. The eager step runs
 these functions as they are, the compiled step the same functions compiled by inductor. Hyper-parameters
-arrive as one fp32 tensor ``hp`` (``HP`` names its slots), so no value recompiles. A param whose gradient
-holds a non-finite value (or one whose square overflows fp32) is skipped in the same pass (its ``ok`` flag),
-with no host synchronisation. ``reduce`` (FSDP2 shards) sums partial results over the ranks between the
-phases; a whole tensor passes None. Why each pass is written as it is (measured): docs/came.md.
+arrive as one fp32 tensor ``hp``, so no value recompiles. A param whose gradient is not finite (or whose
+square overflows fp32) is skipped in the same pass (its ``ok`` flag), with no host synchronisation.
+``reduce`` (FSDP2 shards) sums partial results over the ranks between the phases. Why each pass is written
+as it is (measured): docs/came.md.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ LR, BETA1, BETA1_C, BETA2, BETA2_C, BETA3, BETA3_C, EPS1, EPS2, CLIP, DECAY = ra
 
 
 def hyper_values(lr: float, betas: tuple, eps: tuple, clip_threshold: float, weight_decay: float) -> tuple:
-    """The values of ``HP``'s slots."""
     b1, b2, b3 = betas
     return (lr, b1, 1.0 - b1, b2, 1.0 - b2, b3, 1.0 - b3, *eps, clip_threshold, 1.0 - lr * weight_decay)
 
@@ -57,7 +56,7 @@ def encode(m: Tensor, absmax: Tensor) -> Tensor:
 
 
 def _encoded(m: Tensor, absmax: Tensor) -> Tensor:
-    """``encode``'s values before the cast to int8 (fp32, truncated towards zero by the cast)."""
+    """``encode``'s values in fp32, before the cast (which truncates towards zero)."""
     scaled = m.abs().mul_(_realized(LEVELS**2 / absmax).unsqueeze(-1)).sqrt_().add_(0.5)
     return scaled.copysign_(m)
 
@@ -72,7 +71,6 @@ def decode(codes: Tensor, absmax: Tensor) -> Tensor:
 
 
 def _ema(stat: Tensor, value: Tensor, hp: Tensor, beta: int) -> Tensor:
-    """``beta * stat + (1 - beta) * value`` for the beta in slot ``beta`` of ``hp``."""
     return stat * hp[beta] + value * hp[beta + 1]
 
 
@@ -114,8 +112,7 @@ def eager(fn: Callable, *args: Any) -> Any:
 
 
 def _whole(kind: str, tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-    """A whole tensor's ``reduce``: its sums span nothing else."""
-    return tensors
+    return tensors  # a whole tensor's sums span no other rank
 
 
 def factored_step(
@@ -132,12 +129,10 @@ def factored_step(
 def factored_update(
     p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, dims: Dims, reduce: Reduce = None, run: Run = eager
 ):
-    """``factored_step`` up to the first moment: updates ``p`` and the statistics in place and returns the
-    new first moment (fp32, like ``p``) and which params took the step, for ``write_moment`` (a separate
-    compiled call for 8-bit codes in blocks that cut rows: the new moment is then made once).
-
+    """``factored_step`` up to the first moment, which it returns (fp32) with which params took the step, for
+    ``write_moment`` (a call of its own for 8-bit codes in blocks that cut rows: the new moment made once).
     ``run`` calls each phase: a whole tensor's compiled step traces them all into one graph; a shard's
-    (``reduce`` sums over the ranks between the phases) compiles each phase, the all-reduces between."""
+    compiles each phase, with the all-reduces (``reduce``) between them."""
     row, col, res_row, res_col, rms, skipped, *moment = state
     reduce = reduce or _whole
     row_new, slices, totals = run(factored_stats, g, row, hp)
@@ -190,9 +185,8 @@ def factored_moment(g: Tensor, moment: tuple, rf: Tensor, cf: Tensor, update_sq:
 
 
 def factored_apply(p: Tensor, stats: tuple, new: tuple, m_new: Tensor, res_slices: tuple, totals: tuple, hp, dims):
-    """Pass 3: the instability's column EMA and ``p <- p * (1 - lr*wd) - lr * m * R * C``, the new weights and
-    statistics written where the gradient is finite (``ok``); returns the per-parameter sum of the squared new
-    weights (for ``state["RMS"]``, summed in the loop that writes them) and ``ok``."""
+    """Pass 3: the instability's column EMA and ``p <- p * (1 - lr*wd) - lr * m * R * C``, written where the
+    gradient is finite (``ok``); returns ``ok`` and the squared new weights' sums (``state["RMS"]``)."""
     ok = totals[0].isfinite()
     (res_col_sum, res_row_sum), res_row_new = res_slices, new[2]
     res_col_new = _ema(stats[3], res_col_sum / dims.rows + hp[EPS2], hp, BETA3)
@@ -212,8 +206,7 @@ def _record(rms: Tensor, skipped: Tensor, weights: Tensor, ok: Tensor, dims: Dim
 
 
 def _weights_sq(p_new: Tensor) -> Tensor:
-    """The per-parameter sum of the squared new weights ``p_new`` (G, ..., C), without a full-size square."""
-    rows = torch.linalg.vector_norm(p_new, 2, dim=-1).square()
+    rows = torch.linalg.vector_norm(p_new, 2, dim=-1).square()  # no full-size square
     return rows.reshape(rows.shape[0], -1).sum(-1)  # (not .sum(()), which would sum every dim)
 
 
@@ -225,7 +218,7 @@ def _row_sum(x: Tensor, dims: Dims) -> Tensor:
 
 
 def _segmented(x: Tensor, block: int) -> Tensor:
-    """``x`` (..., C) as (..., C // block, block) where its rows hold several whole blocks, else ``x``."""
+    """``x`` (..., C) as (..., C // block, block) where rows hold several whole blocks, else ``x``."""
     cols = x.shape[-1]
     if not block or cols <= block or cols % block:
         return x
@@ -233,16 +226,14 @@ def _segmented(x: Tensor, block: int) -> Tensor:
 
 
 def rows_align(cols: int, block: int) -> bool:
-    """Whether 8-bit blocks of ``block`` elements hold whole rows ``cols`` wide, or rows whole blocks. Such
-    codes reach the step laid out like the weights, (G, L, R, C) (``row_codes``; ``_segmented`` views rows
-    of several blocks), so a compiled step finds the block maxima and writes the codes in the loops over
-    rows it makes anyway. Other codes reach it as their blocks, (G, blocks, block)."""
+    """Whether 8-bit blocks of ``block`` elements hold whole rows ``cols`` wide, or rows whole blocks. Such codes
+    reach the step laid out like the weights, (G, L, R, C) (``row_codes``), so a compiled step finds the block
+    maxima and writes the codes in loops over rows it makes anyway; others as their blocks, (G, blocks, block)."""
     return block % cols == 0 or cols % block == 0
 
 
 def row_codes(codes: Tensor, shape: tuple[int, ...]) -> Tensor:
-    """The codes (G, blocks, block) of params ``shape`` (G, L, R, C) laid out like them (see ``rows_align``;
-    the padded tail of the last block left out)."""
+    """The codes (G, blocks, block) of params ``shape`` (G, L, R, C) laid out like them, less the padded tail."""
     return codes.view(codes.shape[0], -1)[:, : prod(shape[1:])].view(shape)
 
 
@@ -297,9 +288,8 @@ def write_moment(moment: tuple[Tensor, ...] | list[Tensor], m_new: Tensor, ok: T
 def plain_step(
     p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, dims: Dims, reduce: Reduce = None, run: Run = eager
 ):
-    """One CAME step of a group of unfactored (1-D) params (G, N): ``v`` is an EMA of ``G^2 + eps1``,
-    ``u = G / sqrt(v)``, clipped, and the step is ``m`` itself. ``state`` is (v, m, rms, skipped).
-    ``reduce`` and ``run``: as in ``factored_update``."""
+    """One CAME step of a group of 1-D params (G, N): ``v`` an EMA of ``G^2 + eps1``, ``u = G / sqrt(v)``,
+    clipped, and the step ``m`` itself. ``state`` is (v, m, rms, skipped); ``reduce``, ``run``: as above."""
     v, m, rms, skipped = state
     reduce = reduce or _whole
     v_new, u, totals = run(_plain_stats, g, v, hp)
