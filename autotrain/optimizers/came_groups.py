@@ -196,24 +196,21 @@ def step_group(
     """One step of ``group``, chunk by chunk: eager (``compiler`` None, or the group's compiled step failed) or
     compiled."""
     scratch = scratch or Scratch()
-    for start, end in group.chunks:
-        _step_chunk(group, start, end, hp, skipped, compiler, scratch)
-
-
-def _step_chunk(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor, compiler, scratch: Scratch):
-    args, locals_ = chunk_args(group, start, end, hp, skipped, scratch)
     if compiler is not None and group.failure is None:
         if compiler.failure is not None:  # recorded; the compiler said why, once
             group.fail(compiler.failure, say=False)
         elif group.slices > 1 and not came_compile.slices_compile_right(group.params[0].device):
             group.fail(came_compile.SLICES_WRONG)
-    if compiler is None or group.failure is not None:
-        eager_chunk(*args)
-    elif not _compiled_or_restored(group, args, locals_, compiler, scratch, group.sites.setdefault((start, end), {})):
-        args, locals_ = chunk_args(group, start, end, hp, skipped, scratch)  # gathered again: the call wrote there
-        eager_chunk(*args)
-    if locals_ is not None:  # the params were gathered: copied back
-        torch._foreach_copy_(locals_, list(args[0].view(len(locals_), *group.local_shape).unbind(0)))
+    for start, end in group.chunks:
+        args, locals_ = chunk_args(group, start, end, hp, skipped, scratch)
+        site = group.sites.setdefault((start, end), {})  # the chunk's graphs
+        if compiler is None or group.failure is not None:
+            eager_chunk(*args)
+        elif not _compiled_or_restored(group, args, locals_, compiler, scratch, site):
+            args, locals_ = chunk_args(group, start, end, hp, skipped, scratch)  # gathered again: the call wrote there
+            eager_chunk(*args)
+        if locals_ is not None:  # the params were gathered: copied back
+            torch._foreach_copy_(locals_, list(args[0].view(len(locals_), *group.local_shape).unbind(0)))
 
 
 def _compiled_or_restored(group: Group, args: tuple, locals_, compiler, scratch: Scratch, site: dict) -> bool:
@@ -333,9 +330,6 @@ def _reducer(shards: Shards) -> Callable:
     return reduce
 
 
-eager = came_math.eager
-
-
 def eager_chunk(*args: Any) -> None:
     """A chunk's step, eager."""
-    chunk_maths(eager, *args)
+    chunk_maths(came_math.eager, *args)
