@@ -463,7 +463,7 @@ def test_prepared_graphs_are_the_ones_real_calls_take(traced_only):
     hp = torch.tensor([0.5])
     buffer = torch.arange(48.0)
     for p, g in ((torch.ones(4, 6), torch.arange(24.0).view(4, 6)), (buffer[:24].view(4, 6), buffer[24:].view(4, 6))):
-        fakes = came_compile.fakes(came_compile.fake_plan((p, g, hp, 1.0), torch.device("cpu")))
+        fakes = came_compile.fakes_of((p, g, hp, 1.0), torch.device("cpu"))
         assert all(isinstance(t, FakeTensor) for t in fakes[:3]) and fakes[3] == 1.0
         assert [(t.shape, t.stride(), t.storage_offset()) for t in fakes[:3]] == [
             (t.shape, t.stride(), t.storage_offset()) for t in (p, g, hp)

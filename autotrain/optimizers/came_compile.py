@@ -1,7 +1,7 @@
 """How CAME's step functions are compiled: by inductor (C++ on the CPU, Triton on CUDA), once per (function,
 input layouts, thread count), traced by ``make_fx`` on fake tensors. ``StepCompiler.prepare`` compiles from
-fakes made to a call's layouts (``fake_plan``, ``fakes``) without running anything: the background
-compiler's way (``came_policy``). Also what differs between torch versions: where inductor keeps its settings
+fakes of a call's layouts (``fakes_of``) without running anything: the background compiler's way
+(``came_policy``). Also what differs between torch versions: where inductor keeps its settings
 (``inductor_settings``) and whether it compiles a 3-D param's step right (``slices_compile_right``).
 """
 
@@ -12,8 +12,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from math import prod
 from typing import Any
 
 import torch
@@ -221,58 +219,31 @@ def _fake_storage(t: Tensor, i: int) -> tuple:
     return (t.device, t.untyped_storage()._cdata)
 
 
-@dataclass(frozen=True)
-class _TensorPlan:
-    """How to make a fake of a tensor; its offset is not compared (a graph is the same at any offset)."""
-
-    storage: int  # its storage's index in the plan
-    dtype: torch.dtype
-    shape: tuple[int, ...]
-    stride: tuple[int, ...]
-    offset: int = field(compare=False)
-
-    def reach(self) -> int:
-        """The bytes of its storage it reaches."""
-        last = sum((n - 1) * s for n, s in zip(self.shape, self.stride, strict=True))
-        return (self.offset + last + 1) * self.dtype.itemsize if prod(self.shape) else 0
+def signature(args: Any, device: torch.device) -> Any:
+    """``StepCompiler``'s key of ``args`` whose meta tensors stand for tensors on ``device``."""
+    tensors: list[Tensor] = []
+    flat = _flatten(args, tensors)
+    return flat, _aliases(tensors, _storage), tuple(device if t.device.type == "meta" else t.device for t in tensors)
 
 
-def fake_plan(args: Any, device: torch.device) -> tuple:
-    """``args`` with each tensor replaced by how to make a fake of it (``_TensorPlan``), and each storage's
-    device (``device`` for a meta tensor's own): the layouts and aliasing a graph is compiled for, hashable."""
-    from torch.utils._pytree import tree_map
-
-    storages: dict[tuple, tuple[int, torch.device]] = {}
-
-    def plan(value: Any) -> Any:
-        if not isinstance(value, Tensor):
-            return value
-        where = device if value.device.type == "meta" else value.device
-        index, _ = storages.setdefault(_storage(value, len(storages)), (len(storages), where))
-        return _TensorPlan(index, value.dtype, tuple(value.shape), value.stride(), value.storage_offset())
-
-    return tree_map(plan, args), tuple(where for _, where in storages.values())
-
-
-def fakes(plan: tuple) -> Any:
-    """Fakes as ``fake_plan`` describes (with a shape environment, which inductor's cache needs)."""
+def fakes_of(args: Any, device: torch.device) -> Any:
+    """``args`` with fake tensors of the same layouts and aliasing (a meta tensor's on ``device``), which hold
+    no memory: what the background compiles from. Made in a shape environment: inductor's cache needs one."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
-    from torch.utils._pytree import tree_leaves, tree_map
+    from torch.utils._pytree import tree_map
 
-    planned, devices = plan
-    tensors = [v for v in tree_leaves(planned) if isinstance(v, _TensorPlan)]
-    with FakeTensorMode(shape_env=ShapeEnv()):
-        reach = [max([1, *(t.reach() for t in tensors if t.storage == i)]) for i in range(len(devices))]
-        made = [torch.empty(reach[i], dtype=torch.uint8, device=d).untyped_storage() for i, d in enumerate(devices)]
+    mode = FakeTensorMode(shape_env=ShapeEnv())
 
-        def make(value: Any) -> Any:
-            if not isinstance(value, _TensorPlan):
-                return value
-            out = torch.empty(0, dtype=value.dtype, device=devices[value.storage])
-            return out.set_(made[value.storage], value.offset, value.shape, value.stride)
+    def fake(value: Any) -> Any:
+        if not isinstance(value, Tensor):
+            return value
+        if value.device.type != "meta":
+            return mode.from_tensor(value, static_shapes=True)
+        with mode:
+            return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=device)
 
-        return tree_map(make, planned)
+    return tree_map(fake, args)
 
 
 COMPILER = StepCompiler()

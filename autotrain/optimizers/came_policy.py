@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from autotrain.optimizers import came_compile
-from autotrain.optimizers.came_compile import fake_plan, fakes, inductor_settings, with_inductor_settings
+from autotrain.optimizers.came_compile import fakes_of, inductor_settings, signature, with_inductor_settings
 from autotrain.optimizers.came_groups import Group, Scratch, chunk_args, chunk_maths, step_group
 
 # Auto compiles a group where its compilation (seconds per shape, whatever its size) pays back within the
@@ -107,12 +107,14 @@ class Background:
     def step_group(self, group: Group, hp: Tensor, skipped: Tensor, scratch: Scratch | None = None) -> None:
         if not group.compiled and self.compiler.failure is None:  # once compiled, not checked again
             device = group.params[0].device
-            plans = [fake_plan(chunk_args(group, *chunk, hp, skipped, None)[0], device) for chunk in group.chunks]
-            group.compiled = all(plan in self.ready for plan in plans)
-            for plan in plans:
-                if plan not in self.ready and plan not in self._pending:
-                    self._pending.add(plan)
-                    self._queue.put((plan, device, torch.get_num_threads(), inductor_settings()))
+            layouts = [chunk_args(group, *chunk, hp, skipped, None)[0] for chunk in group.chunks]
+            keys = [signature(args, device) for args in layouts]
+            group.compiled = all(key in self.ready for key in keys)
+            for key, args in zip(keys, layouts, strict=True):
+                if key not in self.ready and key not in self._pending:
+                    self._pending.add(key)
+                    fakes = fakes_of(args, device)  # no real tensor reaches the worker
+                    self._queue.put((key, device, fakes, torch.get_num_threads(), inductor_settings()))
         if group.compiled and self.compiler.failure is None:
             return self.choose(group, hp, skipped, scratch)
         return step_group(group, hp, skipped, None, scratch)
@@ -156,19 +158,19 @@ class Background:
         later compiled step)."""
         while not self._stopping:
             try:
-                plan, device, threads, settings = self._queue.get_nowait()
+                key, device, fakes, threads, settings = self._queue.get_nowait()
             except queue.Empty:
                 return
             try:
                 if self.compiler.failure is None:
                     torch.set_num_threads(threads)  # part of a graph's key (the C++ kernels bake it in)
                     with torch.no_grad(), with_inductor_settings(settings), _on(device):
-                        chunk_maths(self.compiler.prepare, *fakes(plan))
-                    self.ready.add(plan)
+                        chunk_maths(self.compiler.prepare, *fakes)
+                    self.ready.add(key)
             except Exception as exc:  # the eager step goes on
                 self.compiler._fail(exc)
             finally:
-                self._pending.discard(plan)
+                self._pending.discard(key)
 
 
 class Replicas:
