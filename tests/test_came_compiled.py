@@ -262,6 +262,7 @@ def test_auto_compiles_on_a_thread_while_the_first_steps_run_eagerly(monkeypatch
     a worker thread compiles them; once it has, the steps are compiled ones, which the training thread
     never had to compile (no new graph, no new compiled layout after the worker is done)."""
 
+    came_compile.slices_compile_right(torch.device("cpu"))  # its probe's graph, once a process: not counted below
     compiler = _CountingCompiler()
     background = came_policy.Background(compiler)
     monkeypatch.setattr(came_policy, "BACKGROUND", background)
@@ -347,7 +348,7 @@ def test_codes_laid_out_like_the_weights_give_the_blocks_result(shape, block):
     hp = torch.tensor(came_math.hyper_values(1e-3, (0.9, 0.999, 0.9999), (1e-30, 1e-16), 1.0, 0.1))
     dims = came_math.Dims(rows=shape[2], numel=prod(shape[1:]), block=block)
     results = {}
-    for runner in (came_groups.eager, came_compile.COMPILER):
+    for runner in (came_math.eager, came_compile.COMPILER):
         for layout in ("rows", "blocks"):
             p, g, state, codes, absmax = _chunk_state(shape, block)
             if layout == "rows":
@@ -357,7 +358,7 @@ def test_codes_laid_out_like_the_weights_give_the_blocks_result(shape, block):
             else:
                 m_new, ok = runner(came_math.factored_update, p, g, (*state, codes, absmax), hp, dims)
                 runner(came_math.write_moment, (codes, absmax), m_new, ok, dims)
-            results[runner is came_groups.eager, layout] = (p, codes, absmax)
+            results[runner is came_math.eager, layout] = (p, codes, absmax)
     assert came_compile.COMPILER.failure is None
     eager_rows, eager_blocks = results[True, "rows"], results[True, "blocks"]
     assert all(torch.equal(a, b) for a, b in zip(eager_rows, eager_blocks, strict=True))
@@ -462,7 +463,7 @@ def test_prepared_graphs_are_the_ones_real_calls_take(traced_only):
     hp = torch.tensor([0.5])
     buffer = torch.arange(48.0)
     for p, g in ((torch.ones(4, 6), torch.arange(24.0).view(4, 6)), (buffer[:24].view(4, 6), buffer[24:].view(4, 6))):
-        fakes = came_compile.fakes(came_compile.fake_plan((p, g, hp, 1.0), torch.device("cpu")))
+        fakes = came_compile.fakes_of((p, g, hp, 1.0), torch.device("cpu"))
         assert all(isinstance(t, FakeTensor) for t in fakes[:3]) and fakes[3] == 1.0
         assert [(t.shape, t.stride(), t.storage_offset()) for t in fakes[:3]] == [
             (t.shape, t.stride(), t.storage_offset()) for t in (p, g, hp)
@@ -532,7 +533,7 @@ def test_auto_keeps_whichever_step_measured_faster_where_it_measures(monkeypatch
 
     def counted_eager(*args, site=None):
         eager_runs.append(1)
-        came_groups.chunk_maths(came_groups.eager, *args)
+        came_groups.chunk_maths(came_math.eager, *args)
 
     compiler = _CountingCompiler()
     background = came_policy.Background(compiler)
@@ -638,7 +639,7 @@ def test_replicas_take_turns_then_keep_what_the_ranks_summed_faster(monkeypatch,
 
     def counted_eager(*args, site=None):
         eager_runs.append(1)
-        came_groups.chunk_maths(came_groups.eager, *args)
+        came_groups.chunk_maths(came_math.eager, *args)
 
     monkeypatch.setattr(came_groups, "eager_chunk", counted_eager)
     params = [nn.Parameter(torch.randn(48, 40)) for _ in range(2)]

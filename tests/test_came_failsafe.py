@@ -167,7 +167,7 @@ def test_a_shards_failed_phase_runs_eagerly_and_its_all_reduces_once(monkeypatch
     """A shard's step has all-reduces between its phases, which every rank must make once and in turn: a
     phase that fails after writing is restored and run eagerly, the step goes on, and the all-reduces are
     those of an eager step, in the same order (here summed over one rank)."""
-    Faults(monkeypatch, (1, "_apply_phase", "after")).now = 1
+    Faults(monkeypatch, (1, "factored_apply", "after")).now = 1
     results, reduced = {}, {}
     for kind in ("eager", "guarded"):
         torch.set_grad_enabled(False)

@@ -48,7 +48,7 @@ def test_two_shards_train_as_one_process(tmp_path, name, block_size, compile):
         factor = 0.5 if block_size == ALIGNED_BLOCKS else 2.0
         assert relative_difference(got, expected) <= factor * quantization
     for rank in ranks:
-        phases = {"factored_stats", "factored_factors", "_moment_phase", "_apply_phase", "write_moment"}
+        phases = {"factored_stats", "factored_factors", "factored_moment", "factored_apply", "write_moment"}
         assert phases <= rank["compiled"] if compile else not rank["compiled"]
         # Half, plus what every rank keeps whole: column statistics of matrices and per-param scalars.
         assert 0.45 <= rank["state_bytes"] / single_bytes <= 0.6

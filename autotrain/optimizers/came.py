@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from itertools import chain
 from typing import Any
 
 import torch
@@ -11,26 +10,12 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from autotrain.optimizers import came_groups, came_math, came_policy
+from autotrain.optimizers.common import HALF, check_arg, closure_loss, restore_saved_dtypes, saved_states
 from autotrain.optimizers.sharding import local, shards_of
-
-HALF = (torch.float16, torch.bfloat16)
 
 
 def _zeros(shape: torch.Size, like: Tensor) -> Tensor:
     return torch.zeros(shape, dtype=torch.float32, device=like.device)
-
-
-def load_state_dict_keeping_dtypes(optimizer: Optimizer, state_dict: dict[str, Any]) -> None:
-    """Undo ``Optimizer.load_state_dict``'s cast of every floating state tensor to the param dtype.
-
-    fp32 statistics (and integer codes) kept for bf16/fp16 params must come back exactly as saved.
-    """
-    saved_ids = chain.from_iterable(g["params"] for g in state_dict["param_groups"])
-    params = chain.from_iterable(g["params"] for g in optimizer.param_groups)
-    for saved_id, param in zip(saved_ids, params, strict=True):
-        for key, value in state_dict["state"].get(saved_id, {}).items():
-            if isinstance(value, Tensor):
-                optimizer.state[param][key] = value.to(device=param.device)
 
 
 class CAME(Optimizer):
@@ -51,17 +36,14 @@ class CAME(Optimizer):
       1-D params: :math:`s = m`
     * :math:`p \leftarrow p - \eta\lambda p`, then :math:`p \leftarrow p - \eta s`
 
-    No bias correction: the first factored steps are about 10x ``lr``, so warm the learning rate up.
-    ``state["RMS"]``: the weights' RMS after the step (came-pytorch's, one step later), for monitoring. The
-    state is fp32 whatever the params' dtype, and fp16/bf16 params keep fp32 master weights
-    (``state["master_param"]``, 4 bytes per parameter; ``master_weights=False``: none, and any update below
-    half an ulp of its weight is lost). A param with a non-finite gradient (or one above ~1.8e19) is left
-    untouched for the step and counted in ``skipped_tensors``; the step never synchronises with the host.
+    No bias correction: the first factored steps are about 10x ``lr``, so warm the learning rate up. The state
+    is fp32 whatever the params' dtype; ``state["RMS"]`` is the weights' RMS after the step, for monitoring. A
+    param with a non-finite gradient (or one above ~1.8e19) is left untouched for the step and counted in
+    ``skipped_tensors``; the step never synchronises with the host.
 
-    Same-shaped params step together on stacked state (``came_groups``), the maths stated once (``came_math``)
-    and run eagerly or compiled by inductor (``came_compile``). ``compile=None`` (auto) compiles where that
-    pays back within ``total_steps``, on a worker thread while the first steps run eagerly (``came_policy``);
-    ``True`` every group from its first step, ``False`` none. A compiled step that fails gives way to the
+    A step: same-shaped params of a param group step together on stacked state, chunk by chunk
+    (``came_groups``), through the maths stated once (``came_math``), eagerly or compiled by inductor
+    (``came_compile``); ``came_policy.which_step`` says which. A compiled step that fails gives way to the
     eager step from the state before it. Under FSDP2 each rank steps its dim-0 shard as one process steps the
     whole tensor (all-reduces between the phases), and the state is laid out like the params (DTensors).
     Details and figures: docs/came.md.
@@ -73,12 +55,17 @@ class CAME(Optimizer):
         clip_threshold: RMS threshold of the update.
         betas: (beta1, beta2, beta3) for the update, squared gradient and instability EMAs.
         weight_decay: decoupled weight decay.
-        compile: compile the step (None: auto, see ``came_policy.which_step``).
-        capturable: keep the step free of host synchronisation so that it can be captured in a CUDA
-            graph (it always is; this also lets ``lr`` be a tensor, read on the device each step).
+        compile: None (auto): compile where that pays back within ``total_steps``, on a worker thread while the
+            first steps run eagerly; True: every group from its first step; False: never.
+        capturable: keep the step free of host synchronisation so that it can be captured in a CUDA graph (it
+            always is; this also lets ``lr`` be a tensor, read on the device each step).
         total_steps: the run's length in steps, if known: what auto weighs compiling against.
-        master_weights: keep fp32 master weights of fp16/bf16 params.
+        master_weights: fp16/bf16 params keep fp32 master weights (``state["master_param"]``, 4 bytes per
+            parameter); without them any update below half an ulp of its weight is lost.
     """
+
+    # Settings kept beside ``defaults`` (Optimizer pickles only defaults, state and param groups).
+    _FLAGS = {"compile": None, "capturable": False, "total_steps": None, "master_weights": True}
 
     def __init__(
         self,
@@ -93,20 +80,14 @@ class CAME(Optimizer):
         total_steps: int | None = None,
         master_weights: bool = True,
     ) -> None:
-        if not lr >= 0.0:
-            raise ValueError(f"Invalid learning rate: {lr}")
-        if len(eps) != 2 or not all(e > 0.0 for e in eps):
-            raise ValueError(f"Invalid epsilon value: {eps}")
-        if not clip_threshold > 0.0:
-            raise ValueError(f"Invalid clip_threshold value: {clip_threshold}")
-        if len(betas) != 3 or not all(0.0 <= b < 1.0 for b in betas):
-            raise ValueError(f"Invalid beta parameters: {betas}")
-        if not weight_decay >= 0.0:
-            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
-        if compile not in (None, True, False):
-            raise ValueError(f"Invalid compile value: {compile}")
-        if total_steps is not None and not (isinstance(total_steps, int) and total_steps >= 1):
-            raise ValueError(f"Invalid total_steps value: {total_steps}")
+        check_arg(lr >= 0.0, "learning rate", lr)
+        check_arg(len(eps) == 2 and all(e > 0.0 for e in eps), "epsilon value", eps)
+        check_arg(clip_threshold > 0.0, "clip_threshold value", clip_threshold)
+        check_arg(len(betas) == 3 and all(0.0 <= b < 1.0 for b in betas), "beta parameters", betas)
+        check_arg(weight_decay >= 0.0, "weight_decay value", weight_decay)
+        check_arg(compile in (None, True, False), "compile value", compile)
+        steps_ok = total_steps is None or (isinstance(total_steps, int) and total_steps >= 1)
+        check_arg(steps_ok, "total_steps value", total_steps)
         defaults = dict(
             lr=lr, eps=tuple(eps), clip_threshold=clip_threshold, betas=tuple(betas), weight_decay=weight_decay
         )
@@ -118,30 +99,24 @@ class CAME(Optimizer):
         self._reset_groups()
 
     def _reset_groups(self) -> None:
-        self._groups: dict[int, tuple[list[Tensor], list[came_groups.Group]]] = {}  # by param group
+        self._groups: dict[int, tuple[list[int], list[came_groups.Group]]] = {}  # param ids, groups: by param group
         self._hyper: dict[tuple[int, torch.device], tuple[tuple, Tensor]] = {}
         self._skipped: dict[torch.device, Tensor] = {}
         self._steps = came_policy.Steps(self)
 
     def __getstate__(self) -> dict[str, Any]:
-        # Optimizer pickles only defaults/state/param_groups.
-        extra = {key: getattr(self, key) for key in ("compile", "capturable", "total_steps", "master_weights")}
-        return {**super().__getstate__(), **extra}
+        return {**super().__getstate__(), **{key: getattr(self, key) for key in self._FLAGS}}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        super().__setstate__(state)  # load_state_dict() goes through here too, without "compile"
-        self.__dict__.setdefault("compile", None)  # pickled before the switch existed
-        self.__dict__.setdefault("capturable", False)
-        self.__dict__.setdefault("total_steps", None)
-        self.__dict__.setdefault("master_weights", True)
+        super().__setstate__(state)  # load_state_dict() goes through here too, without the flags
+        for key, default in self._FLAGS.items():
+            self.__dict__.setdefault(key, default)  # or pickled before the flag existed
         self._reset_groups()
 
     @property
     def skipped_tensors(self) -> int:
         """How many (param, step) updates were skipped for a non-finite gradient (reading it synchronises)."""
         return int(sum(int(count) for count in self._skipped.values()))
-
-    # --- state, per parameter ---------------------------------------------------------------------
 
     @property
     def compile_choices(self) -> list[dict[str, Any]]:
@@ -173,8 +148,6 @@ class CAME(Optimizer):
     def _init_exp_avg(self, p: Tensor, state: dict[str, Any]) -> None:
         state["exp_avg"] = shards_of(p).state(_zeros(local(p).shape, p), p.shape)
 
-    # --- the grouped step -------------------------------------------------------------------------
-
     def _active(self, group: dict[str, Any]) -> list[Tensor]:
         """The params of ``group`` that have a gradient and elements, their state initialised."""
         active = []
@@ -184,12 +157,12 @@ class CAME(Optimizer):
             if p.grad.is_sparse:
                 raise RuntimeError(f"{type(self).__name__} does not support sparse gradients")
             state = self.state[p]
-            if len(state) == 0:
+            if not state:
                 self._init_state(p, state)
-            if self.master_weights and p.dtype in HALF and "master_param" not in state:  # also a loaded state
-                state["master_param"] = shards_of(p).state(local(p).detach().to(torch.float32, copy=True), p.shape)
-            elif not (self.master_weights and p.dtype in HALF):
+            if not (self.master_weights and p.dtype in HALF):
                 state.pop("master_param", None)
+            elif "master_param" not in state:  # new, or loaded from a state without master weights
+                state["master_param"] = shards_of(p).state(local(p).detach().float(), p.shape)
             state["step"] += 1
             if p.numel():  # a 0-element param has nothing to step
                 active.append(p)
@@ -197,16 +170,11 @@ class CAME(Optimizer):
 
     def _shape_groups(self, index: int, params: list[Tensor]) -> list[came_groups.Group]:
         """The groups of ``params``, built again when the params or their state changed."""
-        cached = self._groups.get(index)
-        if (
-            cached is not None
-            and len(cached[0]) == len(params)
-            and all(p is q for p, q in zip(cached[0], params, strict=True))
-            and all(g.still_valid(self.state) for g in cached[1])
-        ):
-            return cached[1]
+        ids, cached = self._groups.get(index, ([], []))
+        if ids == [id(p) for p in params] and cached and all(g.still_valid(self.state) for g in cached):
+            return cached
         groups = came_groups.groups_of(params, self.state, self._moment_keys)
-        self._groups[index] = (params, groups)
+        self._groups[index] = ([id(p) for p in params], groups)
         return groups
 
     def _hyper_tensor(self, index: int, group: dict[str, Any], device: torch.device) -> Tensor:
@@ -228,44 +196,32 @@ class CAME(Optimizer):
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
         """Perform one optimization step; ``closure`` re-evaluates the model and returns the loss."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = closure_loss(closure)
         scratch = came_groups.Scratch()  # buffers the step's chunks share, freed when it ends
         for index, param_group in enumerate(self.param_groups):
             for group in self._shape_groups(index, self._active(param_group)):
                 device = group.params[0].device
-                hp = self._hyper_tensor(index, param_group, device)
                 if device not in self._skipped:
                     self._skipped[device] = torch.zeros((), dtype=torch.int64, device=device)
+                hp = self._hyper_tensor(index, param_group, device)
                 self._steps.step_group(group, hp, self._skipped[device], scratch)
-        self._steps.step_done({p.device.type for g in self.param_groups for p in g["params"]})
+        self._steps.step_done()
         return loss
 
-    # --- saving and loading -----------------------------------------------------------------------
-
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Load a state dict, refusing one whose first moments another CAME variant wrote."""
-        self._check_layout(state_dict)
+        """Load a state dict, refusing one whose first moments another CAME variant (or other blocks) wrote."""
+        for p, saved in saved_states(self, state_dict):
+            self._check_saved(p, saved)
         super().load_state_dict(state_dict)
-        load_state_dict_keeping_dtypes(self, state_dict)
+        restore_saved_dtypes(self, state_dict)
         self._reset_groups()
 
-    def _check_layout(self, state_dict: dict[str, Any]) -> None:
-        saved_ids = chain.from_iterable(g["params"] for g in state_dict["param_groups"])
-        params = chain.from_iterable(g["params"] for g in self.param_groups)
-        for saved_id, p in zip(saved_ids, params, strict=False):
-            saved = state_dict["state"].get(saved_id, {})
-            expected = self._moment_keys(p)
-            if saved and not all(key in saved for key in expected):
-                writer = "CAME8Bit (8-bit first moment)" if "exp_avg_codes" in saved else "CAME (fp32 first moment)"
-                raise ValueError(
-                    f"This optimizer state was written by {writer} and cannot be loaded into "
-                    f"{type(self).__name__} with these settings (a {tuple(p.shape)} parameter needs "
-                    f"{', '.join(expected)}); resume with the optimizer and settings that wrote it"
-                )
-            self._check_moment_shape(p, saved)
-
-    def _check_moment_shape(self, p: Tensor, saved: dict[str, Any]) -> None:
-        """CAME8Bit: the saved codes must have this optimizer's blocks."""
+    def _check_saved(self, p: Tensor, saved: dict[str, Any]) -> None:
+        expected = self._moment_keys(p)
+        if saved and not all(key in saved for key in expected):
+            writer = "CAME8Bit (8-bit first moment)" if "exp_avg_codes" in saved else "CAME (fp32 first moment)"
+            raise ValueError(
+                f"This optimizer state was written by {writer} and cannot be loaded into "
+                f"{type(self).__name__} with these settings (a {tuple(p.shape)} parameter needs "
+                f"{', '.join(expected)}); resume with the optimizer and settings that wrote it"
+            )

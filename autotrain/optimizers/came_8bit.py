@@ -10,6 +10,7 @@ from torch import Tensor
 
 from autotrain.optimizers.came import CAME
 from autotrain.optimizers.came_math import MIN_ABSMAX
+from autotrain.optimizers.common import check_arg
 from autotrain.optimizers.sharding import local, shards_of
 
 
@@ -28,55 +29,39 @@ class CAME8Bit(CAME):
     For factored params (``ndim >= 2``) of at least ``min_8bit_size`` elements, the first moment is stored
     as int8 codes in flat blocks of at most ``block_size`` elements (``state["exp_avg_codes"]``,
     ``(n_blocks, block)``, the tail zero-padded) with one fp32 scale per block (``state["exp_avg_absmax"]``):
-    about 1.006 bytes of state per parameter of a large matrix (fp32 CAME: ~4, AdamW: 8). Each matrix gets
-    the block under which its rows are whole blocks or its blocks whole rows (``row_aligned_block``), so the
-    compiled step finds the scales in loops it makes anyway. Statistics, 1-D and small params stay fp32.
+    about 1 byte of state per parameter of a large matrix. Each matrix gets the block under which its rows
+    are whole blocks or its blocks whole rows (``row_aligned_block``), so the compiled step finds the scales
+    in loops it makes anyway. Statistics, 1-D and small params stay fp32; with ``min_8bit_size`` above every
+    param this is exactly :class:`CAME`.
 
     The map is square-root companding, ``code = sign(m) round(127 sqrt(|m| / absmax))``, decoded as
-    ``sign(code) (code/127)^2 absmax``: non-linear like bitsandbytes' dynamic map (about 8% error at
-    ``1e-2 * absmax``, against 40% for linear int8), but a few element-wise ops, with no table to search.
-    Zero decodes to 0, all-zero blocks have a positive scale, constant blocks round-trip. Codes and scales
-    keep their dtypes through ``load_state_dict``; a state another variant or other blocks wrote is refused
-    with a message. With ``min_8bit_size`` above every param this is exactly :class:`CAME`.
-
-    Under FSDP2 the blocks tile each rank's shard (counted as the largest, so every rank holds as many), and
-    the codes and scales are dim-0 sharded DTensors: resume with the same number of processes.
+    ``sign(code) (code/127)^2 absmax``: non-linear like bitsandbytes' dynamic map (small values survive),
+    but a few element-wise ops, with no table to search. A state another variant or other blocks wrote is
+    refused with a message. Under FSDP2 the blocks tile each rank's shard (counted as the largest, so every
+    rank holds as many), and the codes and scales are dim-0 sharded DTensors: resume with as many processes.
 
     Args:
-        params, lr, eps, clip_threshold, betas, weight_decay, compile, capturable, total_steps,
-            master_weights: as :class:`CAME`.
+        params, lr: as :class:`CAME`; its other arguments (``eps``, ``betas``, ``compile``, ...) by keyword.
         block_size: elements per quantization block (one fp32 scale each).
         min_8bit_size: params with fewer elements keep an fp32 ``m``.
     """
+
+    _FLAGS = {**CAME._FLAGS, "block_size": 2048, "min_8bit_size": 16384}
 
     def __init__(
         self,
         params: Iterable[Tensor] | Iterable[dict[str, Any]],
         lr: float | Tensor,
-        eps: tuple[float, float] = (1e-30, 1e-16),
-        clip_threshold: float = 1.0,
-        betas: tuple[float, float, float] = (0.9, 0.999, 0.9999),
-        weight_decay: float = 0.0,
+        *,
         block_size: int = 2048,
         min_8bit_size: int = 16384,
-        compile: bool | None = None,
-        capturable: bool = False,
-        total_steps: int | None = None,
-        master_weights: bool = True,
+        **came: Any,
     ) -> None:
-        if not block_size >= 1:
-            raise ValueError(f"Invalid block_size value: {block_size}")
-        if not min_8bit_size >= 0:
-            raise ValueError(f"Invalid min_8bit_size value: {min_8bit_size}")
+        check_arg(block_size >= 1, "block_size value", block_size)
+        check_arg(min_8bit_size >= 0, "min_8bit_size value", min_8bit_size)
         self.block_size = block_size
         self.min_8bit_size = min_8bit_size
-        super().__init__(
-            params, lr, eps, clip_threshold, betas, weight_decay, compile, capturable, total_steps, master_weights
-        )
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Optimizer pickles only defaults/state/param_groups.
-        return {**super().__getstate__(), "block_size": self.block_size, "min_8bit_size": self.min_8bit_size}
+        super().__init__(params, lr, **came)
 
     def _quantized(self, p: Tensor) -> bool:
         # Global shape and size (p is a DTensor under FSDP2): every rank quantizes the same params.
@@ -101,7 +86,8 @@ class CAME8Bit(CAME):
         state["exp_avg_codes"] = shards.state(codes, (shards.world * n_blocks, block))
         state["exp_avg_absmax"] = shards.state(absmax, (shards.world * n_blocks,))
 
-    def _check_moment_shape(self, p: Tensor, saved: dict[str, Any]) -> None:
+    def _check_saved(self, p: Tensor, saved: dict[str, Any]) -> None:
+        super()._check_saved(p, saved)
         if "exp_avg_codes" in saved and tuple(local(saved["exp_avg_codes"]).shape) != self._blocks(p):
             raise ValueError(
                 f"This CAME8Bit state holds a {tuple(p.shape)} parameter's first moment in blocks of "

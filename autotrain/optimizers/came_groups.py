@@ -1,10 +1,10 @@
 """How CAME steps many params at once: the same-shaped params of a param group form a ``Group`` whose state
 is stacked, and each step calls ``came_math``'s functions once per chunk of the group, eager or compiled: a
 fixed number of operations whatever the number of params. ``optimizer.state[p][key]`` stays a view of row
-``i`` of the stacked tensor, so ``state_dict()`` and (FSDP2's) checkpoints see per-parameter state; a group
-is built again whenever its params or their state change. A chunk is stacked in fp32 (unless it is one fp32
-tensor, stepped in place), so its size (``chunk_budget``) bounds the step's scratch memory. Figures behind
-the sizes: docs/came.md.
+``i`` of the stacked tensor, so ``state_dict()`` and checkpoints see per-parameter state. A chunk's weights
+and gradients are stacked in fp32 (unless they are one fp32 tensor, stepped in place), so its size bounds
+the step's scratch memory. A compiled call is guarded: whatever fails restores what it wrote, and the group
+takes the eager step. Figures: docs/came.md.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import accumulate
 from math import prod
 from typing import Any
 
@@ -20,7 +21,7 @@ import torch
 from torch import Tensor
 
 from autotrain.optimizers import came_compile, came_math
-from autotrain.optimizers.sharding import Shards, is_sharded, local, shards_of
+from autotrain.optimizers.sharding import DTensor, Shards, is_sharded, local, shards_of
 
 FACTORED_KEYS = ("exp_avg_sq_row", "exp_avg_sq_col", "exp_avg_res_row", "exp_avg_res_col")
 PLAIN_KEYS = ("exp_avg_sq",)
@@ -42,8 +43,8 @@ class Group:
     compiled: bool = False  # Background: its chunk layouts were all compiled (one seen later compiles on use)
     chunk_state: dict = field(default_factory=dict)  # (start, end) -> _state_views of that chunk
     sites: dict = field(default_factory=dict)  # (start, end) -> that chunk's compiled graphs (StepCompiler)
-    trial: list = field(default_factory=list)  # Background, where it measures: ("compiled"/"eager", Timing)s
-    choice: dict | None = None  # ... and what it measured and kept (see Background.choose)
+    trial: list = field(default_factory=list)  # where auto measures: ("compiled"/"eager", Timing)s
+    choice: dict | None = None  # ... and what it measured and kept (came_policy), or why it failed
     failure: str | None = None  # why its compiled step failed: it takes the eager step from then on
 
     def fail(self, reason: str, say: bool = True) -> None:
@@ -97,32 +98,24 @@ def groups_of(params: list[Tensor], state: dict, moment_keys: Callable[[Tensor],
 
 
 def chunk_budget(params: list[Tensor], device: torch.device) -> int:
-    """The most elements a chunk steps at once: half the largest param or an eighth of them all, whichever is
-    more, so the step's scratch stays a few chunks of fp32 and a GPU's chunks number at most the groups plus
-    ``CHUNKS`` whatever the depth; at most ``CPU_CHUNK`` on the CPU, where stepping matrices in place (no stack
-    and copy back) and in cache is faster. Global sizes: the same chunks on every rank."""
+    """The most elements a chunk steps at once: the step's scratch stays a few chunks of fp32, and a GPU's chunks
+    number at most the groups plus ``CHUNKS`` whatever the depth. Global sizes: the same chunks on every rank."""
     budget = max(max((p.numel() for p in params), default=0) // 2, sum(p.numel() for p in params) // CHUNKS)
     return min(budget, CPU_CHUNK) if device.type == "cpu" else budget
 
 
 def chunks_of(count: int, numel: int, budget: int) -> list[tuple[int, int]]:
-    """``count`` params of ``numel`` elements in near-equal runs of at most ``budget`` elements (at least
-    one param each): equal runs where a number of runs up to twice the fewest possible divides ``count``
-    (one compiled shape per group), else at most two run lengths (two compiled shapes)."""
+    """``count`` params of ``numel`` elements in runs of at most ``budget`` elements (one param at least): equal
+    runs (one compiled shape) where up to twice the fewest runs divide ``count``, else two lengths."""
     fewest = -(-count // max(1, budget // numel))  # runs of at most budget // numel params
     parts = next((n for n in range(fewest, min(2 * fewest, count) + 1) if count % n == 0), fewest)
     size, extra = divmod(count, parts)
-    bounds, start = [], 0
-    for i in range(parts):
-        end = start + size + (1 if i < extra else 0)
-        bounds.append((start, end))
-        start = end
-    return bounds
+    ends = list(accumulate(size + (i < extra) for i in range(parts)))
+    return list(zip([0, *ends[:-1]], ends, strict=True))
 
 
 def build(params: list[Tensor], state: dict, moment_keys: tuple[str, ...], budget: int | None = None) -> Group:
-    """Stack the per-parameter state of ``params`` (same shape and kind; a ``master_param`` too) and leave
-    views behind; ``budget``: the most elements stepped at once (None: all of them)."""
+    """Stack the per-parameter state of ``params`` (same shape and kind) and leave views behind."""
     shards = shards_of(params[0])
     keys = (FACTORED_KEYS if len(shards.shape) >= 2 else PLAIN_KEYS) + moment_keys + ("RMS",)
     keys += ("master_param",) if "master_param" in state[params[0]] else ()
@@ -142,42 +135,34 @@ def _like(original: Tensor, view: Tensor) -> Tensor:
     """``view`` as the state tensor ``original`` was: a DTensor with its layout, or plain."""
     if not is_sharded(original):
         return view
-    from torch.distributed.tensor import DTensor
-
-    return DTensor.from_local(
-        view, original.device_mesh, original.placements, shape=original.shape, stride=original.stride()
-    )
+    mesh, placements = original.device_mesh, original.placements
+    return DTensor.from_local(view, mesh, placements, shape=original.shape, stride=original.stride())
 
 
 class Scratch:
-    """Buffers a ``step()`` lends to each of its chunks in turn (and frees when it ends): the stacked weights
-    and gradients (one buffer each, so a chunk's graph is the same stacked or in place), and the copies a
-    guarded compiled call keeps (``keep``). Reused, a fresh buffer's page faults are paid once a step."""
+    """Buffers a ``step()`` lends to each of its chunks in turn, and frees when it ends (a fresh buffer's page
+    faults are paid once a step): the stacked weights and gradients, and the copies a guarded call keeps."""
 
     def __init__(self) -> None:
         self._buffers: dict[tuple, Tensor] = {}
 
-    def take(self, sizes: list[int], device: torch.device, dtype: torch.dtype = torch.float32, kind: str = "stack"):
-        """A tensor of each of ``sizes`` elements (None for 0), each from a buffer of its own, grown as needed."""
-        views = []
-        for slot, size in enumerate(sizes):
-            key = (device, dtype, kind, slot)
-            buffer = self._buffers.get(key)
-            if size and (buffer is None or buffer.numel() < size):
-                self._buffers.pop(key, None)  # freed before the larger one is made
-                buffer = self._buffers[key] = torch.empty(size, dtype=dtype, device=device)
-            views.append(buffer[:size] if size else None)
-        return views
+    def take(self, size: int, device: torch.device, dtype: torch.dtype = torch.float32, slot: str = "p") -> Tensor:
+        """``size`` elements from the buffer of ``slot``, grown as needed."""
+        key = (device, dtype, slot)
+        buffer = self._buffers.get(key)
+        if buffer is None or buffer.numel() < size:
+            self._buffers.pop(key, None)  # freed before the larger one is made
+            buffer = self._buffers[key] = torch.empty(size, dtype=dtype, device=device)
+        return buffer[:size]
 
     def keep(self, tensors: list[Tensor]) -> Kept:
-        """Copies of ``tensors`` (one copy per dtype, in buffers lent for this chunk), to restore them."""
+        """Copies of ``tensors`` (one buffer per dtype, lent for this chunk), to restore them."""
         by_dtype: dict[torch.dtype, list[Tensor]] = {}
         for t in tensors:
             by_dtype.setdefault(t.dtype, []).append(t)
         kept = Kept([], [])
         for dtype, group in by_dtype.items():
-            (buffer,) = self.take([sum(t.numel() for t in group)], group[0].device, dtype, "kept")
-            start = 0
+            buffer, start = self.take(sum(t.numel() for t in group), group[0].device, dtype, "kept"), 0
             for t in group:
                 kept.originals.append(t)
                 kept.copies.append(buffer[start : start + t.numel()].view(t.shape))
@@ -205,57 +190,36 @@ class Kept:
             torch._foreach_copy_([t for t, _ in pairs], [copy for _, copy in pairs])
 
 
-def _in_place(tensors: list[Tensor]) -> bool:
-    """Whether ``tensors`` are one fp32, contiguous tensor, which the step reads and writes where it is."""
-    return len(tensors) == 1 and tensors[0].dtype == torch.float32 and tensors[0].is_contiguous()
-
-
-def gather(tensors: list[Tensor], shape: tuple[int, ...], into: Tensor | None) -> tuple[Tensor, bool]:
-    """``tensors`` stacked in fp32 as ``shape`` in ``into``, or (True) a view of the one fp32 tensor."""
-    if _in_place(tensors):
-        return tensors[0].detach().view(shape), True
-    assert into is not None, "a scratch buffer for the stack"
-    return torch.stack(tensors, out=into.view(len(tensors), *tensors[0].shape)).view(shape), False
-
-
 def step_group(
-    group: Group,
-    hp: Tensor,
-    skipped: Tensor,
-    compiler: came_compile.StepCompiler | None,
-    scratch: Scratch | None = None,
+    group: Group, hp: Tensor, skipped: Tensor, compiler: came_compile.StepCompiler | None, scratch: Scratch | None
 ) -> None:
     """One step of ``group``, chunk by chunk: eager (``compiler`` None, or the group's compiled step failed) or
-    compiled; ``scratch``: the step's buffers (None: some for this group)."""
+    compiled."""
     scratch = scratch or Scratch()
+    if compiler is not None and group.failure is None:
+        if compiler.failure is not None:  # recorded; the compiler said why, once
+            group.fail(compiler.failure, say=False)
+        elif group.slices > 1 and not came_compile.slices_compile_right(group.params[0].device):
+            group.fail(came_compile.SLICES_WRONG)
     for start, end in group.chunks:
-        _step_chunk(group, start, end, hp, skipped, compiler, scratch)
-
-
-def _step_chunk(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor, compiler, scratch: Scratch):
-    args, locals_ = chunk_args(group, start, end, hp, skipped, scratch)
-    if compiler is not None and compiler.failure is not None and group.failure is None:
-        group.fail(compiler.failure, say=False)  # recorded; the compiler said why, once
-    wrong = compiler is not None and group.failure is None and group.slices > 1
-    if wrong and not came_compile.slices_compile_right(group.params[0].device):
-        group.fail(came_compile.SLICES_WRONG)
-    if compiler is None or group.failure is not None:
-        eager_chunk(*args)
-    elif not _compiled_or_restored(group, args, locals_, compiler, scratch, group.sites.setdefault((start, end), {})):
-        args, locals_ = chunk_args(group, start, end, hp, skipped, scratch)  # gathered again: the call wrote there
-        eager_chunk(*args)
-    if locals_ is not None:  # the params were gathered: copied back
-        torch._foreach_copy_(locals_, list(args[0].view(len(locals_), *group.local_shape).unbind(0)))
+        args, locals_ = chunk_args(group, start, end, hp, skipped, scratch)
+        site = group.sites.setdefault((start, end), {})  # the chunk's graphs
+        if compiler is None or group.failure is not None:
+            eager_chunk(*args)
+        elif not _compiled_or_restored(group, args, locals_, compiler, scratch, site):
+            args, locals_ = chunk_args(group, start, end, hp, skipped, scratch)  # gathered again: the call wrote there
+            eager_chunk(*args)
+        if locals_ is not None:  # the params were gathered: copied back
+            torch._foreach_copy_(locals_, list(args[0].view(len(locals_), *group.local_shape).unbind(0)))
 
 
 def _compiled_or_restored(group: Group, args: tuple, locals_, compiler, scratch: Scratch, site: dict) -> bool:
-    """The chunk's compiled step, guarded: what it writes in place (state; params stepped in place; a stack of
-    gathered ones is gathered again) is kept first, and whatever fails at any call (compiling, a first
-    call's autotuning, a launch, an out-of-memory) restores it and fails the group; False: the caller takes
-    the eager step. Nothing is kept where the chunk's graphs all ran before and each fails, if at all,
-    before it writes (``came_compile.writes_once``). A shard's phases have all-reduces between them that
-    every rank makes once: there only the failed phase is restored and run eagerly (True)."""
-    p, _, state, moment, *_, reduce, _ = args
+    """The chunk's compiled step, guarded: what it writes in place (state; params stepped in place; a stack is
+    gathered again) is kept first, and whatever fails at any call (compiling, autotuning, a launch, memory)
+    restores it and fails the group; False: the caller takes the eager step. Nothing is kept where the chunk's
+    graphs all ran before and fail, if at all, before they write (``writes_once``). A shard's phases have
+    all-reduces between them that every rank makes once: there the failed phase alone runs again eagerly."""
+    p, _, state, moment, _, _, reduce = args
     p_in_place = locals_ is None or reduce is not None or "master_param" in group.stacked
     proven = site and all(getattr(graph, "writes_once", False) for graph in site.values())
     if proven and (reduce is not None or len(site) == 1):
@@ -284,38 +248,41 @@ def _compiled_or_restored(group: Group, args: tuple, locals_, compiler, scratch:
     return True
 
 
-def chunk_args(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor, scratch: Scratch | None):
-    """``chunk_maths``'s arguments for params ``[start, end)``, and the params' local tensors that ``p`` (gathered
-    from them, or their master weights) is copied to after the step (None: ``p`` is the param, in place).
-    ``scratch`` None: only the layouts matter (``Background``): stacks are meta tensors, nothing is gathered."""
-    locals_ = [local(p) for p in group.params[start:end]]
-    grads = [local(q.grad) for q in group.params[start:end]]
-    lead = (len(locals_), *_step_shape(group.local_shape, group.factored))
-    numel = prod(lead)
-    eight_bit = group.factored and "exp_avg_codes" in group.state_keys
-    master = group.stacked.get("master_param")
-    sizes = [0 if master is not None or _in_place(locals_) else numel, 0 if _in_place(grads) else numel]
+def _in_place(tensors: list[Tensor]) -> bool:
+    """Whether ``tensors`` are one fp32, contiguous tensor, which the step reads and writes where it is."""
+    return len(tensors) == 1 and tensors[0].dtype == torch.float32 and tensors[0].is_contiguous()
+
+
+def _stacked(tensors: list[Tensor], lead: tuple[int, ...], scratch: Scratch | None, slot: str) -> Tensor:
+    """``tensors`` as one fp32 tensor ``lead``: the one fp32 tensor itself, or stacked in ``scratch``'s buffer of
+    ``slot`` (None: a meta tensor of that layout)."""
+    if _in_place(tensors):
+        return tensors[0].detach().view(lead)
     if scratch is None:
-        into_p, into_g = (torch.empty(size, device="meta") for size in sizes)
-        g = grads[0].view(lead) if _in_place(grads) else into_g.view(lead)
-    else:
-        into_p, into_g = scratch.take(sizes, locals_[0].device)
-        g, _ = gather(grads, lead, into_g)
+        return torch.empty(lead, device="meta")
+    into = scratch.take(prod(lead), tensors[0].device, slot=slot)
+    return torch.stack(tensors, out=into.view(len(tensors), *tensors[0].shape)).view(lead)
+
+
+def chunk_args(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor, scratch: Scratch | None):
+    """``chunk_maths``'s arguments for params ``[start, end)``, and the params' local tensors that ``p`` (their
+    stack or master weights) is copied to after the step (None: ``p`` is the param). ``scratch`` None: only
+    the layouts (``Background``), nothing gathered."""
+    locals_ = [local(p) for p in group.params[start:end]]
+    shape = group.local_shape
+    lead = (len(locals_), *((prod(shape[:-2]), *shape[-2:]) if group.factored else (prod(shape),)))
+    g = _stacked([local(q.grad) for q in group.params[start:end]], lead, scratch, "g")
+    master = group.stacked.get("master_param")
     if master is not None:  # stepped in place, then copied to the params
         p, in_place = master[start:end].view(lead), False
-    elif scratch is None:
-        in_place = _in_place(locals_)
-        p = locals_[0].detach().view(lead) if in_place else into_p.view(lead)
     else:
-        p, in_place = gather(locals_, lead, into_p)
+        p, in_place = _stacked(locals_, lead, scratch, "p"), _in_place(locals_)
     views, moment, dims, reduce = _state_views(group, start, end, lead)
-    state = (*views, skipped)
-    return (p, g, state, moment, hp, dims, reduce, eight_bit), None if in_place else locals_
+    return (p, g, (*views, skipped), moment, hp, dims, reduce), None if in_place else locals_
 
 
 def _state_views(group: Group, start: int, end: int, lead: tuple[int, ...]) -> tuple:
-    """The state of params ``[start, end)`` as came_math takes it (views, made once per chunk), its moment, dims
-    and reducer."""
+    """The state of params ``[start, end)`` as came_math takes it (views made once), moment, dims and reducer."""
     cached = group.chunk_state.get((start, end))
     if cached is not None:
         return cached
@@ -335,7 +302,7 @@ def _state_views(group: Group, start: int, end: int, lead: tuple[int, ...]) -> t
     return cached
 
 
-def chunk_maths(run: Callable, p: Tensor, g: Tensor, state: tuple, moment: tuple, hp: Tensor, dims, reduce, eight_bit):
+def chunk_maths(run: Callable, p: Tensor, g: Tensor, state: tuple, moment: tuple, hp: Tensor, dims, reduce):
     """came_math's step of one chunk, each function through ``run`` (``eager`` or a compiler); a shard's phases
     one by one, the all-reduces (``reduce``) between them."""
     if reduce is not None:
@@ -345,18 +312,11 @@ def chunk_maths(run: Callable, p: Tensor, g: Tensor, state: tuple, moment: tuple
             came_math.plain_step(p, g, state, hp, dims, reduce, run)
     elif not moment:  # 1-D params
         run(came_math.plain_step, p, g, state, hp, dims, reduce)
-    elif eight_bit and moment[0].dim() == 3:  # blocks across rows: the new moment is made once, then encoded
+    elif moment[0].dim() == 3:  # 8-bit codes in blocks that cut rows: the new moment made once, then encoded
         m_new, ok = run(came_math.factored_update, p, g, (*state, *moment), hp, dims, reduce)
         run(came_math.write_moment, moment, m_new, ok, dims)
     else:
         run(came_math.factored_step, p, g, (*state, *moment), hp, dims, reduce)
-
-
-def _step_shape(shape: torch.Size, factored: bool) -> tuple[int, ...]:
-    """A param's local shape as came_math takes it: (L, R, C) factored within each leading slice, or (N,)."""
-    if not factored:
-        return (prod(shape),)
-    return (prod(shape[:-2]), shape[-2], shape[-1])
 
 
 def _reducer(shards: Shards) -> Callable:
@@ -370,9 +330,6 @@ def _reducer(shards: Shards) -> Callable:
     return reduce
 
 
-eager = came_math.eager
-
-
 def eager_chunk(*args: Any) -> None:
     """A chunk's step, eager."""
-    chunk_maths(eager, *args)
+    chunk_maths(came_math.eager, *args)

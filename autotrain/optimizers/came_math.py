@@ -3,10 +3,10 @@
 Plain torch on stacked fp32 tensors: ``p`` and ``g`` are ``[G, L, R, C]`` (a matrix is ``L = 1``; a 3-D+
 tensor is factored within each of its ``L`` leading slices) or ``[G, N]`` for 1-D params. The eager step runs
 these functions as they are, the compiled step the same functions compiled by inductor. Hyper-parameters
-arrive as one fp32 tensor ``hp`` (``HP`` names its slots), so no value recompiles. A param whose gradient
-holds a non-finite value (or one whose square overflows fp32) is skipped in the same pass (its ``ok`` flag),
-with no host synchronisation. ``reduce`` (FSDP2 shards) sums partial results over the ranks between the
-phases; a whole tensor passes None. Why each pass is written as it is (measured): docs/came.md.
+arrive as one fp32 tensor ``hp``, so no value recompiles. A param whose gradient is not finite (or whose
+square overflows fp32) is skipped in the same pass (its ``ok`` flag), with no host synchronisation.
+``reduce`` (FSDP2 shards) sums partial results over the ranks between the phases. Why each pass is written
+as it is (measured): docs/came.md.
 """
 
 from __future__ import annotations
@@ -25,21 +25,21 @@ LR, BETA1, BETA1_C, BETA2, BETA2_C, BETA3, BETA3_C, EPS1, EPS2, CLIP, DECAY = ra
 
 
 def hyper_values(lr: float, betas: tuple, eps: tuple, clip_threshold: float, weight_decay: float) -> tuple:
-    """The values of ``HP``'s slots."""
     b1, b2, b3 = betas
     return (lr, b1, 1.0 - b1, b2, 1.0 - b2, b3, 1.0 - b3, *eps, clip_threshold, 1.0 - lr * weight_decay)
 
 
 LEVELS = 127  # signed 8-bit codes -127..127; -128 is never produced, so the map is symmetric
 MIN_ABSMAX = 1e-30  # a block's smallest scale: keeps 127^2 / absmax finite; zero blocks decode to 0
+PARTIAL_SUMS = 1 << 17  # the most elements of a column sum's first stage (see _col_sum)
+STORED_MOMENT = 1 << 20  # a chunk this small keeps its new first moment in a buffer (in cache), not recomputed
 
 Reduce = Callable[[str, tuple[Tensor, ...]], tuple[Tensor, ...]] | None
 Run = Callable[..., Any]  # calls a phase: run(fn, *args)
 
 
 class Dims(NamedTuple):
-    """What the counts of the whole (unsharded) tensor are: rows (dim -2) and elements; and its 8-bit
-    first moment's block size (0: none)."""
+    """Counts of the whole (unsharded) tensor: rows (dim -2), elements; its 8-bit blocks' size (0: none)."""
 
     rows: int
     numel: int
@@ -56,7 +56,7 @@ def encode(m: Tensor, absmax: Tensor) -> Tensor:
 
 
 def _encoded(m: Tensor, absmax: Tensor) -> Tensor:
-    """``encode``'s values before the cast to int8 (fp32, truncated towards zero by the cast)."""
+    """``encode``'s values in fp32, before the cast (which truncates towards zero)."""
     scaled = m.abs().mul_(_realized(LEVELS**2 / absmax).unsqueeze(-1)).sqrt_().add_(0.5)
     return scaled.copysign_(m)
 
@@ -67,29 +67,10 @@ def decode(codes: Tensor, absmax: Tensor) -> Tensor:
     return scaled.abs().mul_(scaled)
 
 
-def to_blocks(x: Tensor, blocks: int, block: int) -> Tensor:
-    """``x`` (G, ...) flattened per parameter and zero-padded into (G, blocks, block)."""
-    flat = x.reshape(x.shape[0], -1)
-    if flat.shape[1] != blocks * block:
-        flat = functional.pad(flat, (0, blocks * block - flat.shape[1]))
-    return flat.view(x.shape[0], blocks, block)
-
-
-def from_blocks(x: Tensor, shape: torch.Size) -> Tensor:
-    """The first ``prod(shape[1:])`` elements of each parameter's blocks (G, blocks, block), as ``shape``."""
-    return x.reshape(x.shape[0], -1)[:, : shape[1:].numel()].reshape(shape)
-
-
-def _absmax(blocks: Tensor) -> Tensor:
-    """Each block's largest magnitude (no full-size ``abs()``), at least MIN_ABSMAX."""
-    return torch.linalg.vector_norm(blocks, float("inf"), dim=-1).clamp_(min=MIN_ABSMAX)
-
-
 # --- the update rule -------------------------------------------------------------------------------
 
 
 def _ema(stat: Tensor, value: Tensor, hp: Tensor, beta: int) -> Tensor:
-    """``beta * stat + (1 - beta) * value`` for the beta in slot ``beta`` of ``hp``."""
     return stat * hp[beta] + value * hp[beta + 1]
 
 
@@ -98,9 +79,8 @@ def _per_param(x: Tensor, like: Tensor) -> Tensor:
     return x.view(-1, *([1] * (like.dim() - 1)))
 
 
-def _sum_sq(x: Tensor, dims: tuple[int, ...]) -> Tensor:
-    """The sum of ``x * x`` over ``dims``, without a full-size square (the eager step's scratch)."""
-    return torch.linalg.vector_norm(x, 2, dim=dims).square()
+def _keep(ok: Tensor, new: Tensor, old: Tensor) -> Tensor:
+    return torch.where(_per_param(ok, new), new, old)
 
 
 def _realized(x: Tensor) -> Tensor:
@@ -108,9 +88,6 @@ def _realized(x: Tensor) -> Tensor:
     a pointwise result (a row factor's division and square root) into every full-size loop that reads it;
     ``as_strided`` needs a buffer under it."""
     return x.as_strided(x.size(), x.stride())
-
-
-PARTIAL_SUMS = 1 << 17  # the most elements of a column sum's first stage (see _col_sum)
 
 
 def _col_sum(x: Tensor) -> Tensor:
@@ -125,8 +102,50 @@ def _col_sum(x: Tensor) -> Tensor:
     return x.unflatten(-2, (rows // block, block)).sum(-2).sum(-2)
 
 
-def _keep(ok: Tensor, new: Tensor, old: Tensor) -> Tensor:
-    return torch.where(_per_param(ok, new), new, old)
+def _clip(update_sq: Tensor, hp: Tensor, numel: int) -> Tensor:
+    return ((update_sq / numel).sqrt() / hp[CLIP]).clamp(min=1.0)
+
+
+def eager(fn: Callable, *args: Any) -> Any:
+    """``fn(*args)``: the eager step's ``run``."""
+    return fn(*args)
+
+
+def _whole(kind: str, tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+    return tensors  # a whole tensor's sums span no other rank
+
+
+def factored_step(
+    p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, dims: Dims, reduce: Reduce = None, run: Run = eager
+):
+    """One CAME step of a group of factored params, in place. ``state`` is (row, col, res_row, res_col, rms,
+    skipped, *moment): the statistics of ``G^2`` and of the instability, the weights' RMS (G,), the count of
+    skipped tensors, and the first moment: ``(m,)``, or ``(codes, absmax)`` (int8 codes in blocks, or laid out
+    like ``p``: ``rows_align``; the blocks' scales)."""
+    m_new, ok = factored_update(p, g, state, hp, dims, reduce, run)
+    run(write_moment, tuple(state[6:]), m_new, ok, dims)
+
+
+def factored_update(
+    p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, dims: Dims, reduce: Reduce = None, run: Run = eager
+):
+    """``factored_step`` up to the first moment, which it returns (fp32) with which params took the step, for
+    ``write_moment`` (a call of its own for 8-bit codes in blocks that cut rows: the new moment made once).
+    ``run`` calls each phase: a whole tensor's compiled step traces them all into one graph; a shard's
+    compiles each phase, with the all-reduces (``reduce``) between them."""
+    row, col, res_row, res_col, rms, skipped, *moment = state
+    reduce = reduce or _whole
+    row_new, slices, totals = run(factored_stats, g, row, hp)
+    slices, totals = reduce("slices", slices), reduce("totals", totals)
+    col_new, rf, cf, update_sq = run(factored_factors, row_new, col, slices, hp, dims)
+    (update_sq,) = reduce("update", (update_sq,))
+    m_new, res_row_new, res_slices = run(factored_moment, g, tuple(moment), rf, cf, update_sq, res_row, hp, dims)
+    res_slices = reduce("slices", res_slices)
+    stats, new = (row, col, res_row, res_col), (row_new, col_new, res_row_new)
+    weights, ok = run(factored_apply, p, stats, new, m_new, res_slices, totals, hp, dims)
+    (weights,) = reduce("totals", (weights,))
+    run(_record, rms, skipped, weights, ok, dims)
+    return m_new, ok
 
 
 def factored_stats(g: Tensor, row: Tensor, hp: Tensor) -> tuple[Tensor, tuple, tuple]:
@@ -151,22 +170,13 @@ def factored_factors(row_new: Tensor, col: Tensor, slices: tuple, hp: Tensor, di
     return col_new, rf, col_new.rsqrt(), update_sq
 
 
-def _clip(update_sq: Tensor, hp: Tensor, numel: int) -> Tensor:
-    return ((update_sq / numel).sqrt() / hp[CLIP]).clamp(min=1.0)
-
-
-STORED_MOMENT = 1 << 20  # a chunk this small keeps its new first moment in a buffer (in cache), not recomputed
-
-
-def factored_moment(
-    g: Tensor, m: Tensor, rf: Tensor, cf: Tensor, update_sq: Tensor, res_row: Tensor, hp: Tensor, dims: Dims
-) -> tuple[Tensor, Tensor, tuple]:
-    """Pass 2: the clipped update, the new first moment ``m``, the instability's row EMA and its sums. A
-    compiled step recomputes the new moment in each later loop that reads it, except in a chunk of at most
-    ``STORED_MOMENT`` elements, where those loops load it from a buffer."""
+def factored_moment(g: Tensor, moment: tuple, rf: Tensor, cf: Tensor, update_sq: Tensor, res_row: Tensor, hp, dims):
+    """Pass 2: the clipped update, the new first moment (from the stored one, decoded from 8 bits where it is),
+    the instability's row EMA and its sums. A compiled step recomputes the new moment in each later loop that
+    reads it, except in a chunk of at most ``STORED_MOMENT`` elements, where those loops load it from a buffer."""
     rf = _realized(rf / _per_param(_clip(update_sq, hp, dims.numel), rf))
     u = (g * rf.unsqueeze(-1)).mul_(_realized(cf).unsqueeze(-2))
-    m_new = (m * hp[BETA1]).add_(u * hp[BETA1_C])
+    m_new = (moment_value(moment, g.shape, dims) * hp[BETA1]).add_(u * hp[BETA1_C])
     if g.numel() <= STORED_MOMENT:
         m_new = _realized(m_new)
     res = u.sub_(m_new).square_()  # u is not needed again
@@ -174,70 +184,15 @@ def factored_moment(
     return m_new, res_row_new, (_col_sum(res), res_row_new.sum(-1))
 
 
-def factored_apply(p: Tensor, m_new: Tensor, res_row_new: Tensor, res_col: Tensor, res_slices: tuple, hp, dims):
-    """Pass 3: the instability's column EMA and ``p <- p * (1 - lr*wd) - lr * m * R * C``; returns the new
-    weights and column statistics."""
-    res_col_sum, res_row_sum = res_slices
-    res_col_new = _ema(res_col, res_col_sum / dims.rows + hp[EPS2], hp, BETA3)
+def factored_apply(p: Tensor, stats: tuple, new: tuple, m_new: Tensor, res_slices: tuple, totals: tuple, hp, dims):
+    """Pass 3: the instability's column EMA and ``p <- p * (1 - lr*wd) - lr * m * R * C``, written where the
+    gradient is finite (``ok``); returns ``ok`` and the squared new weights' sums (``state["RMS"]``)."""
+    ok = totals[0].isfinite()
+    (res_col_sum, res_row_sum), res_row_new = res_slices, new[2]
+    res_col_new = _ema(stats[3], res_col_sum / dims.rows + hp[EPS2], hp, BETA3)
     rf = _realized((res_row_new / (res_row_sum / dims.rows).unsqueeze(-1)).rsqrt())
     step = (m_new * rf.unsqueeze(-1)).mul_(_realized(res_col_new.rsqrt()).unsqueeze(-2))
-    return (p * hp[DECAY]).sub_(step.mul_(hp[LR])), res_col_new
-
-
-def eager(fn: Callable, *args: Any) -> Any:
-    """``fn(*args)``: the eager step's ``run``."""
-    return fn(*args)
-
-
-def factored_step(
-    p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, dims: Dims, reduce: Reduce = None, run: Run = eager
-):
-    """One CAME step of a group of factored params, in place. ``state`` is (row, col, res_row, res_col, rms,
-    skipped, *moment): the statistics of ``G^2`` and of the instability, the weights' RMS (G,), the count of
-    skipped tensors, and the first moment: ``(m,)``, or ``(codes, absmax)`` (int8 codes in blocks, or laid out
-    like ``p``: ``rows_align``; the blocks' scales)."""
-    m_new, ok = factored_update(p, g, state, hp, dims, reduce, run)
-    run(write_moment, tuple(state[6:]), m_new, ok, dims)
-
-
-def factored_update(
-    p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, dims: Dims, reduce: Reduce = None, run: Run = eager
-):
-    """``factored_step`` up to the first moment: updates ``p`` and the statistics in place and returns the
-    new first moment (fp32, like ``p``) and which params took the step, for ``write_moment`` (a separate
-    compiled call for 8-bit codes in blocks that cut rows: the new moment is then made once).
-
-    ``run`` calls each phase: a whole tensor's compiled step traces them all into one graph; a shard's
-    (``reduce`` sums over the ranks between the phases) compiles each phase, the all-reduces between."""
-    row, col, res_row, res_col, rms, skipped, *moment = state
-    row_new, slices, totals = run(factored_stats, g, row, hp)
-    if reduce is not None:
-        slices, totals = reduce("slices", slices), reduce("totals", totals)
-    col_new, rf, cf, update_sq = run(factored_factors, row_new, col, slices, hp, dims)
-    if reduce is not None:
-        (update_sq,) = reduce("update", (update_sq,))
-    m_new, res_row_new, res_slices = run(_moment_phase, g, tuple(moment), rf, cf, update_sq, res_row, hp, dims)
-    if reduce is not None:
-        res_slices = reduce("slices", res_slices)
-    stats, new = (row, col, res_row, res_col), (row_new, col_new, res_row_new)
-    weights, ok = run(_apply_phase, p, stats, new, m_new, res_slices, totals, hp, dims)
-    if reduce is not None:
-        (weights,) = reduce("totals", (weights,))
-    run(_record, rms, skipped, weights, ok, dims)
-    return m_new, ok
-
-
-def _moment_phase(g: Tensor, moment: tuple, rf: Tensor, cf: Tensor, update_sq: Tensor, res_row: Tensor, hp, dims):
-    """Pass 2 on the stored first moment (decoded from 8 bits where it is)."""
-    return factored_moment(g, moment_value(moment, g.shape, dims), rf, cf, update_sq, res_row, hp, dims)
-
-
-def _apply_phase(p: Tensor, stats: tuple, new: tuple, m_new: Tensor, res_slices: tuple, totals: tuple, hp, dims):
-    """Pass 3, then the new weights and statistics written where the gradient is finite (``ok``); returns
-    the per-parameter sum of the squared new weights and ``ok``."""
-    ok = totals[0].isfinite()
-    p_new, res_col_new = factored_apply(p, m_new, new[2], stats[3], res_slices, hp, dims)
-    p_new = _realized(_keep(ok, p_new, p))  # the new weights, summed (squared) in the loop that writes them
+    p_new = _realized(_keep(ok, (p * hp[DECAY]).sub_(step.mul_(hp[LR])), p))
     for stat, value in zip(stats, (*new, res_col_new), strict=True):
         stat.copy_(_keep(ok, value, stat))
     p.copy_(p_new)
@@ -251,9 +206,7 @@ def _record(rms: Tensor, skipped: Tensor, weights: Tensor, ok: Tensor, dims: Dim
 
 
 def _weights_sq(p_new: Tensor) -> Tensor:
-    """The per-parameter sum of the squared new weights ``p_new`` (G, ..., C), for ``state["RMS"]``: summed in
-    the loop that writes them (the weights before the step, as came-pytorch records them, took a pass)."""
-    rows = _sum_sq(p_new, (-1,))
+    rows = torch.linalg.vector_norm(p_new, 2, dim=-1).square()  # no full-size square
     return rows.reshape(rows.shape[0], -1).sum(-1)  # (not .sum(()), which would sum every dim)
 
 
@@ -265,7 +218,7 @@ def _row_sum(x: Tensor, dims: Dims) -> Tensor:
 
 
 def _segmented(x: Tensor, block: int) -> Tensor:
-    """``x`` (..., C) as (..., C // block, block) where its rows hold several whole blocks, else ``x``."""
+    """``x`` (..., C) as (..., C // block, block) where rows hold several whole blocks, else ``x``."""
     cols = x.shape[-1]
     if not block or cols <= block or cols % block:
         return x
@@ -273,16 +226,14 @@ def _segmented(x: Tensor, block: int) -> Tensor:
 
 
 def rows_align(cols: int, block: int) -> bool:
-    """Whether 8-bit blocks of ``block`` elements hold whole rows ``cols`` wide, or rows whole blocks. Such
-    codes reach the step laid out like the weights, (G, L, R, C) (``row_codes``; ``_segmented`` views rows
-    of several blocks), so a compiled step finds the block maxima and writes the codes in the loops over
-    rows it makes anyway. Other codes reach it as their blocks, (G, blocks, block)."""
+    """Whether 8-bit blocks of ``block`` elements hold whole rows ``cols`` wide, or rows whole blocks. Such codes
+    reach the step laid out like the weights, (G, L, R, C) (``row_codes``), so a compiled step finds the block
+    maxima and writes the codes in loops over rows it makes anyway; others as their blocks, (G, blocks, block)."""
     return block % cols == 0 or cols % block == 0
 
 
 def row_codes(codes: Tensor, shape: tuple[int, ...]) -> Tensor:
-    """The codes (G, blocks, block) of params ``shape`` (G, L, R, C) laid out like them (see ``rows_align``;
-    the padded tail of the last block left out)."""
+    """The codes (G, blocks, block) of params ``shape`` (G, L, R, C) laid out like them, less the padded tail."""
     return codes.view(codes.shape[0], -1)[:, : prod(shape[1:])].view(shape)
 
 
@@ -300,7 +251,7 @@ def moment_value(moment: tuple[Tensor, ...] | list[Tensor], shape: torch.Size, d
         return moment[0]
     codes, absmax = moment
     if codes.dim() == 3:
-        return from_blocks(decode(codes, absmax), shape)
+        return decode(codes, absmax).reshape(len(codes), -1)[:, : shape[1:].numel()].reshape(shape)
     segments = _segmented(codes, dims.block)
     return decode(segments, _segment_scales(absmax, segments.shape, dims.block)).view(shape)
 
@@ -313,8 +264,11 @@ def write_moment(moment: tuple[Tensor, ...] | list[Tensor], m_new: Tensor, ok: T
         return
     codes, absmax = moment
     if codes.dim() == 3:
-        blocks = to_blocks(m_new, *codes.shape[1:])
-        scale = _absmax(blocks)
+        flat = m_new.reshape(len(m_new), -1)
+        if flat.shape[1] != codes[0].numel():  # zero-padded into whole blocks
+            flat = functional.pad(flat, (0, codes[0].numel() - flat.shape[1]))
+        blocks = flat.view(codes.shape)
+        scale = torch.linalg.vector_norm(blocks, float("inf"), dim=-1).clamp_(min=MIN_ABSMAX)  # no full-size abs()
         new_codes = _encoded(blocks, scale)
     else:  # as their rows' segments (rows_align)
         count, n_blocks = absmax.shape
@@ -334,16 +288,13 @@ def write_moment(moment: tuple[Tensor, ...] | list[Tensor], m_new: Tensor, ok: T
 def plain_step(
     p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, dims: Dims, reduce: Reduce = None, run: Run = eager
 ):
-    """One CAME step of a group of unfactored (1-D) params (G, N): ``v`` is an EMA of ``G^2 + eps1``,
-    ``u = G / sqrt(v)``, clipped, and the step is ``m`` itself. ``state`` is (v, m, rms, skipped).
-    ``reduce`` and ``run``: as in ``factored_update``."""
+    """One CAME step of a group of 1-D params (G, N): ``v`` an EMA of ``G^2 + eps1``, ``u = G / sqrt(v)``,
+    clipped, and the step ``m`` itself. ``state`` is (v, m, rms, skipped); ``reduce``, ``run``: as above."""
     v, m, rms, skipped = state
+    reduce = reduce or _whole
     v_new, u, totals = run(_plain_stats, g, v, hp)
-    if reduce is not None:
-        totals = reduce("totals", totals)
-    weights, ok = run(_plain_apply, p, (v, m), v_new, u, totals, hp, dims)
-    if reduce is not None:
-        (weights,) = reduce("totals", (weights,))
+    weights, ok = run(_plain_apply, p, (v, m), v_new, u, reduce("totals", totals), hp, dims)
+    (weights,) = reduce("totals", (weights,))
     run(_record, rms, skipped, weights, ok, dims)
 
 

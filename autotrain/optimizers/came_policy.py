@@ -1,7 +1,7 @@
-"""Which step each group of CAME's same-shaped params takes: eager, compiled, compiled in the background, or
-measured against the eager one; decided by ``which_step`` from the group, its device, the run's length and
-whether the process is one of several ranks. ``Steps`` runs that decision for one optimizer. Figures behind
-the thresholds and the history of these choices: docs/came.md.
+"""Which step each group of CAME's same-shaped params takes (``which_step``, run for an optimizer by
+``Steps``): eager, compiled, compiled on a worker thread while the eager step runs (``Background``), or with
+several ranks compiled before the first step (``Replicas``). Where auto measures (CUDA), the compiled and
+eager steps then take timed turns and the faster is kept. Figures behind the thresholds: docs/came.md.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from autotrain.optimizers import came_compile
-from autotrain.optimizers.came_compile import fake_plan, fakes, inductor_settings, signature, with_inductor_settings
+from autotrain.optimizers.came_compile import fakes_of, inductor_settings, signature, with_inductor_settings
 from autotrain.optimizers.came_groups import Group, Scratch, chunk_args, chunk_maths, step_group
 
 # Auto compiles a group where its compilation (seconds per shape, whatever its size) pays back within the
@@ -31,8 +31,7 @@ MEASURED_ON = {"cuda"}  # where auto times its compiled step against the eager o
 
 
 def compiles(device_type: str, numel: int, total_steps: int | None) -> bool:
-    """Whether auto compiles a group of ``numel`` elements on ``device_type`` in a run of ``total_steps``
-    steps (None: a run of unknown length)."""
+    """Whether auto compiles a group of ``numel`` elements in a run of ``total_steps`` (None: unknown)."""
     if device_type == "cuda":
         return total_steps is None or total_steps >= CUDA_MIN_STEPS
     if device_type != "cpu" or numel < CPU_MIN_NUMEL:
@@ -47,10 +46,9 @@ def replicated() -> bool:
 
 
 def which_step(group: Group, compile: bool | None, capturable: bool, total_steps: int | None, ranks: bool) -> str:
-    """The step ``group`` takes: "eager"; "compiled" (``compile=True``, from the first step); or where auto
-    compiles it, "background" (one process: eager until a worker thread has compiled it) or "replicas"
-    (several ``ranks``: compiled before the first step everywhere, so every rank takes the same step). The
-    same on every rank (global sizes). Auto leaves shards of one process eager (the worker cannot run their
+    """ "eager", "compiled" (``compile=True``), or where auto compiles ``group``, "background" (one process) or
+    "replicas" (several ``ranks``: they must take the same step, whose roundings would drift apart); the same
+    on every rank (global sizes). Auto leaves eager the shards of one process (the worker cannot run their
     all-reduces) and a capturable CUDA step (a switch would not reach a captured graph)."""
     if compile is not None:
         return "compiled" if compile else "eager"
@@ -63,8 +61,7 @@ def which_step(group: Group, compile: bool | None, capturable: bool, total_steps
 
 
 class Steps:
-    """``which_step`` for the groups of ``optimizer`` (its ``compile``, ``capturable`` and ``total_steps``, read
-    each step), and what it keeps between steps (the ranks' vote)."""
+    """``which_step`` for the groups of ``optimizer`` (its settings read each step), and the ranks' vote."""
 
     def __init__(self, optimizer: Any) -> None:
         self.optimizer = optimizer
@@ -76,25 +73,25 @@ class Steps:
 
     def step_group(self, group: Group, hp: Tensor, skipped: Tensor, scratch: Scratch) -> None:
         kind = self.which(group)
-        if kind in ("eager", "compiled"):
-            step_group(group, hp, skipped, came_compile.COMPILER if kind == "compiled" else None, scratch)
+        if kind == "background":
+            BACKGROUND.step_group(group, hp, skipped, scratch)
         elif kind == "replicas":
             self.replicas.step_group(group, hp, skipped, scratch)
         else:
-            BACKGROUND.step_group(group, hp, skipped, scratch)
+            step_group(group, hp, skipped, came_compile.COMPILER if kind == "compiled" else None, scratch)
 
-    def step_done(self, device_types: set[str]) -> None:
-        """Called when each ``step()`` ends: the worker starts on what was queued; with several ranks under
-        auto, the step is counted (the vote follows the count, the same on every rank)."""
+    def step_done(self) -> None:
+        """When ``step()`` ends: the worker starts on what was queued; with several ranks the step is counted
+        (the vote follows the count, the same on every rank whatever its own groups)."""
         BACKGROUND.start()
         if self.optimizer.compile is None and replicated():
-            self.replicas.step_done(measured=bool(device_types & MEASURED_ON))
+            types = {p.device.type for g in self.optimizer.param_groups for p in g["params"]}
+            self.replicas.step_done(measured=bool(types & MEASURED_ON))
 
 
 class Background:
-    """Groups compiled on a worker thread while their eager step runs; once all its chunk layouts are compiled a
-    group takes the compiled step (or whichever ``choose`` keeps). The thread compiles from fakes of the same
-    layouts (``StepCompiler.prepare``): no real tensor, no kernel. Pending work is dropped at exit."""
+    """Groups compiled on a worker thread, from fakes of their chunks' layouts (no real tensor, no kernel), while
+    their eager step runs; then the compiled step (or whichever ``choose`` keeps). Dropped at exit."""
 
     def __init__(self, compiler: came_compile.StepCompiler) -> None:
         self.compiler = compiler
@@ -103,52 +100,47 @@ class Background:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._stopping = False
-        self._registered = False
+        # The worker is no daemon (one killed inside the compiler can crash the interpreter's shutdown): at exit,
+        # before the interpreter joins it, it is told to drop what is queued.
+        threading._register_atexit(self._stop)  # type: ignore[attr-defined]
 
     def step_group(self, group: Group, hp: Tensor, skipped: Tensor, scratch: Scratch | None = None) -> None:
-        if group.compiled and self.compiler.failure is None:  # checked once, not each step
+        if not group.compiled and self.compiler.failure is None:  # once compiled, not checked again
+            device = group.params[0].device
+            layouts = [chunk_args(group, *chunk, hp, skipped, None)[0] for chunk in group.chunks]
+            keys = [signature(args, device) for args in layouts]
+            group.compiled = all(key in self.ready for key in keys)
+            for key, args in zip(keys, layouts, strict=True):
+                if key not in self.ready and key not in self._pending:
+                    self._pending.add(key)
+                    fakes = fakes_of(args, device)  # no real tensor reaches the worker
+                    self._queue.put((key, device, fakes, torch.get_num_threads(), inductor_settings()))
+        if group.compiled and self.compiler.failure is None:
             return self.choose(group, hp, skipped, scratch)
-        device = group.params[0].device
-        layouts = [chunk_args(group, start, end, hp, skipped, None)[0] for start, end in group.chunks]
-        keys = [signature(args, device) for args in layouts]
-        if self.compiler.failure is None and all(key in self.ready for key in keys):
-            group.compiled = True
-            return self.choose(group, hp, skipped, scratch)
-        for key, args in zip(keys, layouts, strict=True):
-            if key not in self.ready and key not in self._pending and self.compiler.failure is None:
-                self._pending.add(key)
-                self._queue.put((key, device, fake_plan(args, device), torch.get_num_threads(), inductor_settings()))
         return step_group(group, hp, skipped, None, scratch)
 
     def choose(self, group: Group, hp: Tensor, skipped: Tensor, scratch: Scratch | None = None) -> None:
-        """The compiled step; where auto measures, the group's next ``TRIAL_STEPS`` steps of each kind first take
-        turns, timed, and it keeps the one with the lower median (``choice``), compiled meanwhile."""
+        """The compiled step; where auto measures, after ``TRIAL_STEPS`` timed turns of each kind, the one with
+        the lower median (``choice``)."""
         device = group.params[0].device
         if group.choice is not None or device.type not in MEASURED_ON:
             kept = group.choice is None or group.choice["kept"] == "compiled"
             return step_group(group, hp, skipped, self.compiler if kept else None, scratch)
         if len(group.trial) == 2 * TRIAL_STEPS or _capturing(device):
             step_group(group, hp, skipped, self.compiler, scratch)
-            return self._decide(group)
-        turn = "compiled" if len(group.trial) % 2 == 0 else "eager"
-        timing = Timing(device)
-        step_group(group, hp, skipped, self.compiler if turn == "compiled" else None, scratch)
-        group.trial.append((turn, timing.stop()))
-
-    @staticmethod
-    def _decide(group: Group) -> None:
-        seconds = [(turn, timing.seconds()) for turn, timing in group.trial]
-        if len(seconds) < 2 * TRIAL_STEPS or any(s is None for _, s in seconds):  # a GPU's timings not in yet
-            return
-        ms = _medians(seconds)
-        kept = "compiled" if ms["compiled_ms"] <= ms["eager_ms"] else "eager"
-        group.choice = {"shape": list(group.local_shape), "params": len(group.params), **ms, "kept": kept}
-        group.trial = []
+            seconds = [(turn, timing.seconds()) for turn, timing in group.trial]
+            if len(seconds) == 2 * TRIAL_STEPS and all(s is not None for _, s in seconds):  # a GPU's are in
+                ms = _measured(group, seconds)
+                group.choice = {**ms, "kept": "compiled" if ms["compiled_ms"] <= ms["eager_ms"] else "eager"}
+                group.trial = []
+            return None
+        return _turn(group, len(group.trial) % 2 == 0, self.compiler, hp, skipped, scratch)
 
     def start(self) -> None:
-        """Begin compiling what was queued (when a step ends: the first step never shares the machine)."""
-        if self._pending:
-            self._start()
+        """Compile what was queued (when a step ends: the first step never shares the machine)."""
+        if self._pending and (self._thread is None or not self._thread.is_alive()):
+            self._thread = threading.Thread(target=self._work, name="came-compile")
+            self._thread.start()
 
     def idle(self, timeout: float | None = None) -> bool:
         """Wait until nothing is queued or compiling (at most ``timeout`` seconds); whether it is so."""
@@ -158,40 +150,22 @@ class Background:
             time.sleep(0.01)
         return not self._pending
 
-    def _start(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
-            return
-        # Not a daemon where the interpreter can stop it before joining it at exit (a daemon thread killed
-        # inside the compiler can crash the interpreter's shutdown).
-        register = getattr(threading, "_register_atexit", None)
-        self._thread = threading.Thread(target=self._work, name="came-compile", daemon=register is None)
-        if register is not None and not self._registered:
-            register(self._stop)
-            self._registered = True
-        self._thread.start()
-
     def _stop(self) -> None:
         self._stopping = True
-        self._queue.put(None)
 
     def _work(self) -> None:
-        """Compile what is queued, then end: the OpenMP team the thread started ends with it (one left
-        waiting slowed every later compiled step of the process; docs/came.md)."""
+        """Compile what is queued, then end, and the thread's OpenMP team with it (one left waiting slowed every
+        later compiled step)."""
         while not self._stopping:
             try:
-                item = self._queue.get_nowait()
+                key, device, fakes, threads, settings = self._queue.get_nowait()
             except queue.Empty:
                 return
-            if item is None or self._stopping:
-                return
-            key, device, plan, threads, settings = item
             try:
-                if self.compiler.failure is not None:
-                    continue
-                torch.set_num_threads(threads)  # part of a graph's key (the C++ kernels bake it in)
-                with torch.no_grad(), with_inductor_settings(settings), _on(device):
-                    chunk_maths(self.compiler.prepare, *fakes(plan))
                 if self.compiler.failure is None:
+                    torch.set_num_threads(threads)  # part of a graph's key (the C++ kernels bake it in)
+                    with torch.no_grad(), with_inductor_settings(settings), _on(device):
+                        chunk_maths(self.compiler.prepare, *fakes)
                     self.ready.add(key)
             except Exception as exc:  # the eager step goes on
                 self.compiler._fail(exc)
@@ -200,25 +174,22 @@ class Background:
 
 
 class Replicas:
-    """Auto with several ranks, which must take the same step (other roundings would drift apart): every group
-    compiles before its first step. Where auto measures, steps 2 to 7 take turns, compiled then eager, timed;
-    when step 7 ends every rank, whatever its groups, adds its medians and failures to one all-reduce, and all
-    keep the faster step (eager if anything failed). ``steps`` counts ``step()`` calls: the same everywhere."""
+    """Auto with several ranks: every group compiles before its first step. Where auto measures, steps 2 to 7
+    take timed turns; after step 7 every rank adds its medians and failures to one all-reduce, and all keep the
+    faster step (eager if anything failed). ``steps`` counts ``step()`` calls: the same everywhere."""
 
     def __init__(self) -> None:
         self.steps = 0
         self.kept: str | None = None
-        self.trials: dict[int, tuple[Group, list]] = {}
+        self.timed: dict[int, Group] = {}
 
     def step_group(self, group: Group, hp: Tensor, skipped: Tensor, scratch: Scratch | None = None) -> None:
         device = group.params[0].device
         compiler = came_compile.COMPILER
         timed = self.kept is None and device.type in MEASURED_ON and 1 <= self.steps <= 2 * TRIAL_STEPS
         if timed and not _capturing(device):
-            turn = "compiled" if self.steps % 2 == 1 else "eager"
-            timing = Timing(device)
-            step_group(group, hp, skipped, compiler if turn == "compiled" else None, scratch)
-            self.trials.setdefault(id(group), (group, []))[1].append((turn, timing.stop()))
+            self.timed[id(group)] = group
+            _turn(group, self.steps % 2 == 1, compiler, hp, skipped, scratch)
         else:
             step_group(group, hp, skipped, None if self.kept == "eager" else compiler, scratch)
 
@@ -229,27 +200,34 @@ class Replicas:
 
     def _agree(self) -> None:
         totals = {"eager_ms": 0.0, "compiled_ms": 0.0}
-        for group, trial in self.trials.values():
-            seconds = [(turn, timing.seconds(wait=True)) for turn, timing in trial]
+        for group in self.timed.values():
+            seconds = [(turn, timing.seconds(wait=True)) for turn, timing in group.trial]
+            group.trial = []
             if {turn for turn, _ in seconds} != {"eager", "compiled"}:
                 continue  # a group (re)built during the turns
-            ms = _medians(seconds)
-            group.choice = {"shape": list(group.local_shape), "params": len(group.params), **ms}
-            group.choice.update({"failure": group.failure} if group.failure else {})
+            group.choice = {**_measured(group, seconds), **({"failure": group.failure} if group.failure else {})}
             for key in totals:
-                totals[key] += ms[key]
-        failed = came_compile.COMPILER.failure is not None or any(g.failure for g, _ in self.trials.values())
+                totals[key] += group.choice[key]
+        failed = came_compile.COMPILER.failure is not None or any(g.failure for g in self.timed.values())
         eager, compiled, failures = _all_sum([totals["eager_ms"], totals["compiled_ms"], float(failed)])
         self.kept = "compiled" if compiled <= eager and failures == 0 else "eager"
-        for group, _ in self.trials.values():
+        for group in self.timed.values():
             if group.choice is not None:
                 group.choice["kept"] = "eager" if group.failure else self.kept
-        self.trials = {}
+        self.timed = {}
 
 
-def _medians(seconds: list[tuple[str, float]]) -> dict[str, float]:
-    """The median milliseconds of each kind of step timed in ``seconds``: ``eager_ms``, ``compiled_ms``."""
-    return {f"{kind}_ms": 1e3 * median(s for turn, s in seconds if turn == kind) for kind in ("eager", "compiled")}
+def _turn(group: Group, compiled: bool, compiler: Any, hp: Tensor, skipped: Tensor, scratch: Scratch | None) -> None:
+    """One step of ``group``, compiled or eager, timed into ``group.trial``."""
+    timing = Timing(group.params[0].device)
+    step_group(group, hp, skipped, compiler if compiled else None, scratch)
+    group.trial.append(("compiled" if compiled else "eager", timing.stop()))
+
+
+def _measured(group: Group, seconds: list[tuple[str, float]]) -> dict[str, Any]:
+    """``group``'s record: its local shape, params, and the median ms of each kind of step in ``seconds``."""
+    ms = {f"{kind}_ms": 1e3 * median(s for turn, s in seconds if turn == kind) for kind in ("eager", "compiled")}
+    return {"shape": list(group.local_shape), "params": len(group.params), **ms}
 
 
 def _all_sum(values: list[float]) -> list[float]:
@@ -262,7 +240,7 @@ def _all_sum(values: list[float]) -> list[float]:
 
 
 class Timing:
-    """How long one group's step took: the host's time, or on CUDA the longer of it and the GPU's."""
+    """How long one group's step took: the host's time, or on CUDA the longer of it and the GPU's (read later)."""
 
     def __init__(self, device: torch.device) -> None:
         self.events = None
@@ -289,8 +267,7 @@ class Timing:
 
 
 def _on(device: torch.device):
-    """``device`` as this thread's current CUDA device (a new thread's is device 0, whatever the training
-    thread set)."""
+    """``device`` as this thread's current CUDA device (a new thread's is device 0)."""
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 

@@ -10,6 +10,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from autotrain.optimizers.came_8bit import CAME8Bit
+from autotrain.optimizers.common import check_arg, closure_loss
 from autotrain.optimizers.fused_adam import FusedAdam
 
 
@@ -78,12 +79,9 @@ class CAME8BitFusedAdam(Optimizer):
         adam: dict[str, Any] | None = None,
         min_factored_size: int = 16384,
     ) -> None:
-        if not lr >= 0.0:
-            raise ValueError(f"Invalid learning rate: {lr}")
-        if not weight_decay >= 0.0:
-            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
-        if not min_factored_size >= 0:
-            raise ValueError(f"Invalid min_factored_size value: {min_factored_size}")
+        check_arg(lr >= 0.0, "learning rate", lr)
+        check_arg(weight_decay >= 0.0, "weight_decay value", weight_decay)
+        check_arg(min_factored_size >= 0, "min_factored_size value", min_factored_size)
         self.min_factored_size = min_factored_size
         self._came_kwargs = dict(came or {})
         self._adam_kwargs = dict(adam or {})
@@ -123,20 +121,17 @@ class CAME8BitFusedAdam(Optimizer):
         options = {k: v for k, v in param_group.items() if k != "params"}
         for key in ("lr", "weight_decay"):
             options.setdefault(key, self.defaults[key])
-        came_params = [p for p in params if self._takes_came_path(p)]
-        adam_params = [p for p in params if not self._takes_came_path(p)]
-        if came_params:
-            group = {**options, "params": came_params}
-            if self.came is None:
-                self.came = CAME8Bit([group], **{"lr": options["lr"], **self._came_kwargs})
+        for name, cls, kwargs, came_path in (
+            ("came", CAME8Bit, self._came_kwargs, True),
+            ("adam", FusedAdam, self._adam_kwargs, False),
+        ):
+            group = {**options, "params": [p for p in params if self._takes_came_path(p) == came_path]}
+            if not group["params"]:
+                continue
+            if getattr(self, name) is None:
+                setattr(self, name, cls([group], **{"lr": options["lr"], **kwargs}))
             else:
-                self.came.add_param_group(group)
-        if adam_params:
-            group = {**options, "params": adam_params}
-            if self.adam is None:
-                self.adam = FusedAdam([group], **{"lr": options["lr"], **self._adam_kwargs})
-            else:
-                self.adam.add_param_group(group)
+                getattr(self, name).add_param_group(group)
         self._sync_param_groups()
 
     def _sync_param_groups(self) -> None:
@@ -146,10 +141,7 @@ class CAME8BitFusedAdam(Optimizer):
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
         """Perform one optimization step of both inner optimizers; the closure runs once."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = closure_loss(closure)
         for opt in self.optimizers:
             opt.step()
         return loss

@@ -10,10 +10,9 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from autotrain.optimizers.came import load_state_dict_keeping_dtypes
+from autotrain.optimizers.common import HALF, check_arg, closure_loss, restore_saved_dtypes
 from autotrain.optimizers.sharding import local
 
-_HALF_DTYPES = (torch.float16, torch.bfloat16)
 # beta**step underflows to exactly 0 for any beta < 1, so the kernel's bias corrections
 # (1 - beta**step) become exactly 1: this is how bias_correction=False reaches the fused kernel.
 _NO_BIAS_CORRECTION_STEP = 1e30
@@ -126,14 +125,10 @@ class FusedAdam(Optimizer):
                 "so a captured CUDA graph would keep the first one; use torch.optim.AdamW(fused=True, "
                 "capturable=True) for graph capture"
             )
-        if not lr >= 0.0:
-            raise ValueError(f"Invalid learning rate: {lr}")
-        if not eps >= 0.0:
-            raise ValueError(f"Invalid epsilon value: {eps}")
-        if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
-            raise ValueError(f"Invalid beta parameters: {betas}")
-        if not weight_decay >= 0.0:
-            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        check_arg(lr >= 0.0, "learning rate", lr)
+        check_arg(eps >= 0.0, "epsilon value", eps)
+        check_arg(len(betas) == 2 and all(0.0 <= b < 1.0 for b in betas), "beta parameters", betas)
+        check_arg(weight_decay >= 0.0, "weight_decay value", weight_decay)
         defaults = dict(
             lr=lr,
             bias_correction=bias_correction,
@@ -161,7 +156,7 @@ class FusedAdam(Optimizer):
             if p.grad.is_sparse:
                 raise RuntimeError("FusedAdam does not support sparse gradients")
             state = self.state[p]
-            use_master = self.master_weights and p.dtype in _HALF_DTYPES
+            use_master = self.master_weights and p.dtype in HALF
             if len(state) == 0:
                 state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
                 if use_master:
@@ -192,10 +187,7 @@ class FusedAdam(Optimizer):
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
         """Perform one optimization step; ``closure`` re-evaluates the model and returns the loss."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = closure_loss(closure)
         for group in self.param_groups:
             for (device, _), bucket in self._init_group(group).items():
                 adam_multi_tensor_(
@@ -218,11 +210,11 @@ class FusedAdam(Optimizer):
         """Load a dict from :meth:`state_dict`, or one in Apex's layout (``step`` per param group)."""
         state_dict = _per_param_steps(state_dict)
         super().load_state_dict(state_dict)
-        load_state_dict_keeping_dtypes(self, state_dict)
+        restore_saved_dtypes(self, state_dict)
         for group in self.param_groups:
             for p in group["params"]:
                 state = self.state.get(p, {})
-                moment_dtype = torch.float32 if self.master_weights and p.dtype in _HALF_DTYPES else p.dtype
+                moment_dtype = torch.float32 if self.master_weights and p.dtype in HALF else p.dtype
                 for key in ("exp_avg", "exp_avg_sq"):  # Apex keeps fp32 moments; the kernel needs one dtype
                     if key in state and state[key].dtype != moment_dtype:
                         state[key] = state[key].to(moment_dtype)
