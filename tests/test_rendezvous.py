@@ -99,6 +99,77 @@ def test_a_wrong_num_machines_is_named_on_both_machines(tmp_path):
     assert_named(*node1, "node 0 from 127.0.0.1", "says num_machines 2", "this machine says 3")
 
 
+class _Store:
+    """A store in memory, like TCPStore's client: `add`, `set`, `get`, `check`; `drop_after` operations it
+    raises what TCPStore raises when machine 0 has gone."""
+
+    def __init__(self, drop_after: int | None = None):
+        self.values, self.calls, self.drop_after = {}, 0, drop_after
+
+    def _op(self):
+        self.calls += 1
+        if self.drop_after is not None and self.calls > self.drop_after:
+            raise torch_dist().DistNetworkError("Failed to recv, got 0 bytes. Connection was likely closed.")
+
+    def add(self, key, amount):
+        self._op()
+        self.values[key] = int(self.values.get(key, 0)) + amount
+        return self.values[key]
+
+    def set(self, key, value):
+        self._op()
+        self.values[key] = value
+
+    def get(self, key):
+        self._op()
+        return self.values[key]
+
+    def check(self, keys):
+        self._op()
+        return all(key in self.values for key in keys)
+
+
+def torch_dist():
+    import torch.distributed
+
+    return torch.distributed
+
+
+def test_a_machine_that_loses_machine_0_mid_wait_names_it(monkeypatch):
+    """Machine 0 stopped (it saw a problem) while this machine was still reading: a named line, exit 2."""
+    from autotrain.run import rendezvous
+
+    monkeypatch.setattr(rendezvous, "_connect", lambda *a: _Store(drop_after=4))
+    dist = DistributedConfig(num_machines=2, machine_rank=1, main_process_ip="127.0.0.1", rendezvous_timeout=15)
+    with pytest.raises(rendezvous.RendezvousError, match="machine 0's rendezvous closed while this machine waited"):
+        rendezvous.check_in(dist)
+
+
+def test_machine_0_keeps_the_store_until_the_others_have_read_the_problem(monkeypatch):
+    """Machine 0 saw a wrong num_machines; it stops only once machine 1 said it stopped too (or after 5 s)."""
+    from autotrain.run import rendezvous
+
+    store = _Store()
+    store.values[f"{rendezvous.PREFIX}count"] = 1
+    store.values[f"{rendezvous.PREFIX}arrival/1"] = '{"rank": 1, "num_machines": 3, "host": "b", "address": "x"}'
+    monkeypatch.setattr(rendezvous, "_serve", lambda *a: store)
+    waited = []
+    sleep = time.sleep
+
+    def machine_1_stops_later(seconds):
+        waited.append(seconds)
+        if len(waited) == 3:
+            store.values[f"{rendezvous.PREFIX}stopped/1"] = "1"
+        sleep(0)
+
+    monkeypatch.setattr(rendezvous.time, "sleep", machine_1_stops_later)
+    dist = DistributedConfig(num_machines=2, machine_rank=0, main_process_ip="127.0.0.1", rendezvous_timeout=15)
+    with pytest.raises(rendezvous.RendezvousError, match="says num_machines 3"):
+        rendezvous.check_in(dist)
+    assert len(waited) == 3, "machine 0 stopped before machine 1 had read the problem, or waited on after it"
+    assert store.values[f"{rendezvous.PREFIX}stopped/0"] == "1"
+
+
 @pytest.mark.slow
 def test_a_port_in_use_on_machine_0_is_refused(tmp_path):
     port = free_port()

@@ -45,6 +45,8 @@ _POLL = 0.2
 _MIN_WAIT = 10.0  # however long the start took, wait at least this long for the others
 # The timeout is when the named error must be out: stop waiting this much earlier, for the line and the exit.
 _EXIT_RESERVE = 2.0
+# After a problem, how long machine 0 keeps the store up for the others to read it and stop with their own line.
+_SETTLE = 5.0
 
 
 class RendezvousError(UserInputError):
@@ -101,7 +103,19 @@ def check_in(dist: DistributedConfig, processes: int = 1):
         raise _failure(f"two machines say they are machine_rank {me.rank} (the other is not this one)", me, where)
     index = store.add(f"{PREFIX}count", 1)
     store.set(f"{PREFIX}arrival/{index}", json.dumps(asdict(me)))
-    arrived = _wait(store, me, deadline, where, timeout)
+    try:
+        arrived = _wait(store, me, deadline, where, timeout)
+    except RendezvousError:
+        _settle(store, me)
+        raise
+    except RuntimeError as exc:  # the store's connection dropped: machine 0 stopped before this one saw why
+        raise _failure(
+            f"machine 0's rendezvous closed while this machine waited ({str(exc).strip().splitlines()[0]}); "
+            "machine 0 stopped: its own error says why",
+            me,
+            where,
+            timeout,
+        ) from None
     ranks = ", ".join(str(a.rank) for a in arrived)
     print(f"rendezvous: all {me.num_machines} machines checked in at {where} (nodes {ranks})", flush=True)
     return store
@@ -160,6 +174,22 @@ def _connect(host: str, port: int, deadline: float, me: Arrival, timeout: int):
             f"{host}:{port}",
             timeout,
         ) from None
+
+
+def _settle(store, me: Arrival) -> None:
+    """Before a machine that found a problem stops: say so, and machine 0 (which serves the store) waits
+    until every machine that arrived has said so too, at most _SETTLE s, so that none of them loses the
+    store before it could read what went wrong and name it itself."""
+    with contextlib.suppress(RuntimeError):
+        store.set(f"{PREFIX}stopped/{me.rank}", "1")
+        if me.rank != 0:
+            return
+        until = time.monotonic() + _SETTLE
+        while time.monotonic() < until:
+            others = {a.rank for a in _read(store, [])} - {0}
+            if all(store.check([f"{PREFIX}stopped/{rank}"]) for rank in others):
+                return
+            time.sleep(_POLL)
 
 
 def _read(store, seen: list[Arrival]) -> list[Arrival]:
