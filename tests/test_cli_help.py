@@ -67,3 +67,24 @@ def test_init_writes_an_absolute_schema_location_that_exists(cli, tmp_path, monk
     moved = tmp_path / "moved.yml"
     out.rename(moved)
     assert Path(url2pathname(urlparse(moved.read_text().splitlines()[0].removeprefix(prefix)).path)).is_file()
+
+
+def _options(command) -> set[str]:
+    return {flag for param in command.params for flag in param.opts} - {"--version", "--help", "-h"}
+
+
+def test_autotrain_config_takes_the_options_of_the_task_commands(cli):
+    """`autotrain --config F` and `autotrain llm --config F` read one option list (the root once lacked
+    --preview: "No such option")."""
+    import typer
+
+    from autotrain.cli.main import app
+
+    group = typer.main.get_command(app)
+    root = _options(group)
+    assert "--preview" in root and "--accept-changes" in root
+    for task in ("llm", "text-classification", "image-classification"):
+        assert _options(group.commands[task]) == root, task
+    result = cli("--config", "configs/llm/quickstart.yml", "--preview", "1")
+    assert result.exit_code == 0, result.output
+    assert result.output == cli("llm", "--config", "configs/llm/quickstart.yml", "--preview", "1").output

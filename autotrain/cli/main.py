@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import typer
 
@@ -11,14 +10,8 @@ from autotrain import __version__
 from autotrain.cli import app as webapp
 from autotrain.cli import env, export, inference, launch, migrate, templates, train, validate
 from autotrain.cli.common import (
-    AcceptChangesOption,
     Command,
-    ConfigOption,
-    DryRunOption,
     Group,
-    OverwriteOption,
-    ResumeOption,
-    SetOption,
 )
 from autotrain.config.tasks import TASKS
 from autotrain.errors import EXIT_FAILURE, debug_enabled, eprint
@@ -55,28 +48,24 @@ def _version(value: bool) -> None:
 
 
 @app.callback(invoke_without_command=True)
+@train.with_training_options
 def root(
     ctx: typer.Context,
-    config: Path = ConfigOption,
-    set_: list[str] = SetOption,
-    dry_run: bool = DryRunOption,
-    resume: str = ResumeOption,
-    overwrite: bool = OverwriteOption,
-    accept_changes: bool = AcceptChangesOption,
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+    **options,
 ) -> None:
     """Fine-tune LLMs, text and image classifiers from one checked YAML file.
 
     `autotrain --config F` runs the task named by the config's `task:` key.
     """
     if ctx.invoked_subcommand is not None:
-        if config is not None:
+        if options["config"] is not None:
             raise typer.BadParameter("give --config after the command: autotrain llm --config F", param_hint="--config")
         return
-    if config is None:
+    if options["config"] is None:
         print(ctx.get_help())
         raise typer.Exit(0)
-    train.run_training(config, set_, dry_run, resume, overwrite, None, accept_changes=accept_changes)
+    train.train_with(options, None)
 
 
 BARE_VALUES = {"--resume": "latest", "--preview": "5"}  # what these options mean standing alone

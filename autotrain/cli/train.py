@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import typer
@@ -70,17 +71,46 @@ def run_training(
     raise typer.Exit(code)
 
 
+def _options(
+    config: Path = ConfigOption,
+    set_: list[str] = SetOption,
+    dry_run: bool = DryRunOption,
+    resume: str = ResumeOption,
+    overwrite: bool = OverwriteOption,
+    preview: int = PreviewOption,
+    accept_changes: bool = AcceptChangesOption,
+) -> None:
+    """The training commands' options, listed once: `with_training_options` gives them to a command."""
+
+
+def with_training_options(command):
+    """`command(own parameters..., **options)` as typer reads it: its own parameters, then every training
+    option; `options` arrives with the names of `_options` (`autotrain --config F` and `autotrain llm` take
+    the same ones)."""
+    own = inspect.signature(command, eval_str=True).parameters.values()
+    shared = inspect.signature(_options, eval_str=True).parameters.values()
+    command.__signature__ = inspect.Signature([p for p in own if p.kind is not p.VAR_KEYWORD] + list(shared))
+    return command
+
+
+def train_with(options: dict, task: str | None) -> None:
+    """Run a training command's `options` (`task`: the command's task; None: the config's `task:`)."""
+    run_training(
+        options["config"],
+        options["set_"],
+        options["dry_run"],
+        options["resume"],
+        options["overwrite"],
+        task,
+        options["preview"],
+        options["accept_changes"],
+    )
+
+
 def make_command(task: str):
-    def command(
-        config: Path = ConfigOption,
-        set_: list[str] = SetOption,
-        dry_run: bool = DryRunOption,
-        resume: str = ResumeOption,
-        overwrite: bool = OverwriteOption,
-        preview: int = PreviewOption,
-        accept_changes: bool = AcceptChangesOption,
-    ) -> None:
-        run_training(config, set_, dry_run, resume, overwrite, task, preview, accept_changes)
+    @with_training_options
+    def command(**options) -> None:
+        train_with(options, task)
 
     spec = TASKS[task]
     choices = TRAINERS if task == "llm" else spec.trainers
