@@ -18,9 +18,13 @@ ENV PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_CONSTRAINT=/opt/autotrain/base-constraints.txt \
+    PIP_USE_PEP517=1 \
     HF_HOME=/cache/huggingface \
     AUTOTRAIN_CONTAINER=docker
 
+# PIP_USE_PEP517: a base whose pip predates 23.1 (Debian's) builds a package without pyproject.toml the old way,
+# fetching its setup_requires without their dependencies: seqeval (token classification) then fails on
+# setuptools_scm 10, which needs vcs-versioning. The PEP 517 build installs them properly, with any pip.
 # tini reaps the processes a multi-GPU launch leaves and passes SIGTERM on (docker stop saves a checkpoint).
 # The runtime images have no C compiler, without which torch.compile (CAME's compiled steps; Triton's
 # launchers on a GPU) cannot build anything: gcc and g++ come in unless COMPILER=0.
