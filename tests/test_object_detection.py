@@ -269,3 +269,25 @@ def test_detr_models_train_evaluate_and_predict(cli, tmp_path, kind):
     assert (
         len((tmp_path / "boxes.jsonl").read_text().splitlines()) == 4 and len(list((tmp_path / "drawn").iterdir())) == 4
     )
+
+
+def test_the_augmentation_asks_no_server_for_albumentations_updates():
+    """albumentations checks PyPI for a newer release on import unless told not to: the run tells it."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import os, urllib.request\n"
+        "os.environ.pop('NO_ALBUMENTATIONS_UPDATE', None)\n"
+        "asked = []\n"
+        "def refuse(self, request, *args, **kwargs):\n"
+        "    asked.append(getattr(request, 'full_url', request))\n"
+        "    raise OSError('no network in this test')\n"
+        "urllib.request.OpenerDirector.open = refuse\n"
+        "from autotrain.trainers.object_detection import transforms\n"
+        "transforms(64, train=True)\n"
+        "print('asked', asked)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "asked []", done.stdout

@@ -41,6 +41,11 @@ def build_processor(cfg, token: str | None = None, source=None):
 def transforms(side: int, train: bool):
     """albumentations: (training: flip, brightness/contrast, a small shift and scale, a box-safe crop) then
     the longer side to `side` pixels, padded to a square at the bottom and right."""
+    import os
+
+    # albumentations asks PyPI for a newer release when imported (a warning, or a 2 s wait offline): a run
+    # makes no network call it was not asked for.
+    os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
     import albumentations as A
 
     square = [A.LongestMaxSize(max_size=side), A.PadIfNeeded(side, side, position="top_left", border_mode=0, fill=GREY)]
