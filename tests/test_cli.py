@@ -240,7 +240,8 @@ def test_schema_unknown_task(cli):
 
 def test_dry_run_prints_plan_and_writes_nothing(cli, tmp_path, monkeypatch):
     config = tmp_path / "quickstart.yml"
-    config.write_text((CONFIGS / "llm" / "quickstart.yml").read_text(encoding="utf-8"), encoding="utf-8")
+    text = (CONFIGS / "llm" / "quickstart.yml").read_text(encoding="utf-8")
+    config.write_text(text.replace(" tests/assets/", f" {REPO_ROOT}/tests/assets/"), encoding="utf-8")
     monkeypatch.chdir(tmp_path)
 
     result = cli("llm", "--config", config, "--dry-run", "--set", "training_args.gradient_accumulation=3")
@@ -298,6 +299,7 @@ def test_set_overrides(cli):
         "--set", "data.column_mapping.text=body",
         "--set", "training_args.batch_size=2",
         "--set", "training_args.batch_size=3",  # the last one wins
+        "--set", "data.path=someone/corpus",  # a hub dataset (the template's local file is the user's to bring)
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     cfg = resolved(result.stdout)
@@ -611,6 +613,9 @@ NEEDS_CUDA = {  # QLoRA: 4-bit loading is CUDA only
     "llm/llama3-orpo.yml": "peft.quantization: int4",
     "vlm/vqav2-paligemma.yml": "peft.quantization: int4",
 }
+NEEDS_DATA = {  # continued pretraining on the user's own corpus: the dry run says the file is still to come
+    "llm/clm.yml": "data.path `data/corpus.jsonl` does not exist on this machine",
+}
 
 
 @pytest.mark.parametrize("template", SHIPPED)
@@ -628,6 +633,9 @@ def test_every_shipped_template_dry_runs_on_a_plain_install(cli, monkeypatch, te
     if template in NEEDS_CUDA and not torch.cuda.is_available():
         # only what 4-bit loading needs: a CUDA GPU, and bitsandbytes where it is not installed
         assert result.exit_code == 2 and errors and all(NEEDS_CUDA[template] in e for e in errors), result.output
+    elif template in NEEDS_DATA:
+        assert result.exit_code == 2 and len(errors) == 1 and NEEDS_DATA[template] in errors[0], result.output
+        assert "base_model" not in errors[0], result.output
     else:
         assert result.exit_code == 0, result.output
 

@@ -311,7 +311,7 @@ def test_the_word_no_is_a_choice_not_false(cli, tmp_path):
     """YAML 1.1 reads `no` as false; `mixed_precision: no` and `eval_strategy: no` still mean "no"."""
     config = tmp_path / "no.yml"
     config.write_text(
-        "task: llm\nbase_model: x\nproject_name: runs/a\ndata: {path: d.jsonl}\n"
+        "task: llm\nbase_model: x\nproject_name: runs/a\ndata: {path: someone/data}\n"
         "training_args:\n  mixed_precision: no\n  eval_strategy: no\n",
         encoding="utf-8",
     )

@@ -255,3 +255,37 @@ def test_the_dry_run_reports_every_preflight_problem(cli, tmp_path, hide, monkey
     assert any("strategy: deepspeed needs CUDA GPUs" in e for e in errors), errors
     assert any("needs the `deepspeed` package" in e for e in errors), errors
     assert "# plan" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "named"),
+    [
+        (
+            "base_model",
+            "tests/assets/tiny-llama",
+            "base_model `tests/assets/tiny-llama` does not exist on this machine",
+        ),
+        ("base_model", "./my-model", "base_model `./my-model` does not exist on this machine"),
+        ("base_model", "~/no-such-model.gguf", "base_model `~/no-such-model.gguf` does not exist on this machine"),
+        ("data", {"path": "data/corpus.jsonl"}, "data.path `data/corpus.jsonl` does not exist on this machine"),
+        ("data", {"path": "corpus.csv"}, "data.path `corpus.csv` does not exist on this machine"),
+    ],
+)
+def test_a_local_path_that_is_not_here_is_named_before_anything_loads(
+    cli, tmp_path, monkeypatch, no_data, field, value, named
+):
+    """A path no hub id can be (two slashes, `./`, `~`, a data file's name) that is not here: one line naming
+    it and the folder a relative one starts from, not the loader's "Repo id must be in the form ..."."""
+    config = write_config(tmp_path, {field: value})
+    monkeypatch.chdir(tmp_path)  # where relative paths start: none of these is here
+    line = run_refused(cli, config, no_data, named, "it cannot be a hub id")
+    relative = not str(value).startswith("~")
+    assert (f"the folder you run from, {tmp_path}" in line) == relative, line
+    assert "Repo id" not in line
+
+
+def test_a_hub_id_is_not_taken_for_a_missing_path(tmp_path):
+    from autotrain.training.hub import missing_paths
+
+    loaded = load_config(write_config(tmp_path, {"base_model": "someone/model", "data": {"path": "someone/data"}}))
+    assert missing_paths(loaded.config) == []

@@ -6,7 +6,8 @@ flash-attn (`attn_implementation: flash_attention_2`), DeepSpeed, Ray, a logger'
 The device: a CUDA build of torch and a visible GPU wherever the config asks for one, with the reason
 none is visible (a CPU-only torch, a container started without `--gpus all`, CUDA_VISIBLE_DEVICES);
 what several processes need (run.distributed.hardware_problems); a C compiler where CAME compiles its
-step (a note: it then takes the eager step). And the hub, for what the config fetches from it.
+step (a note: it then takes the eager step). A base_model or data.path that can only be a local path and
+is not here. And the hub, for what the config fetches from it.
 
 The runner runs this in every process before the data; `--dry-run` prints the same lines.
 """
@@ -29,7 +30,7 @@ class Preflight:
 
 def preflight(cfg: TaskConfig, plan: RunPlan) -> Preflight:
     """Every problem and note of `cfg` on this machine, in the order a reader fixes them."""
-    from autotrain.training.hub import hub_problems
+    from autotrain.training.hub import hub_problems, missing_paths
 
     gpus = visible_gpu_count()
     why = "" if gpus else why_no_gpu()
@@ -48,6 +49,7 @@ def preflight(cfg: TaskConfig, plan: RunPlan) -> Preflight:
     compiler = _compiler_note(plan)
     if compiler:
         found.notes.append(compiler)
+    found.problems += missing_paths(cfg)
     found.problems += hub_problems(cfg)
     return found
 

@@ -30,6 +30,22 @@ def hub_id(value: str | None) -> str | None:
     return value
 
 
+def missing_paths(cfg: TaskConfig) -> list[str]:
+    """One line per `base_model` / `data.path` that only a path here can be (`./x`, `a/b/c`, `x.jsonl`) and
+    that is not on this machine: said before anything loads, not as the loader's complaint about hub ids."""
+    problems = []
+    for field, value in (("base_model", cfg.base_model), ("data.path", cfg.data.path)):
+        if not value or "\x00" in value or hub_id(value) is not None or Path(value).expanduser().exists():
+            continue
+        where = (
+            ""
+            if value.startswith(("/", "~"))
+            else f" (a relative path starts from the folder you run from, {Path.cwd()})"
+        )
+        problems.append(f"{field} `{value}` does not exist on this machine{where}, and it cannot be a hub id")
+    return problems
+
+
 def offline() -> bool:
     return any(os.environ.get(name, "").lower() in _TRUE for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
 
