@@ -142,6 +142,7 @@ def _check_benchmark(cfg) -> None:
 
 def _dry_run(loaded, sets: list[str]) -> None:
     """Resolve the plan and run every check that needs no weights; print the plan, then every problem (exit 2)."""
+    from autotrain.config.interpolate import redact
     from autotrain.errors import UserInputError
     from autotrain.run.dry_run import print_plan
     from autotrain.run.preflight import preflight
@@ -152,9 +153,10 @@ def _dry_run(loaded, sets: list[str]) -> None:
     except UserInputError as exc:  # early stopping without evaluations, ...
         raise fail(str(exc), EXIT_BAD_INPUT) from None
     found = preflight(loaded.config, plan)
-    problems = found.problems
+    # a line may name a path or a repository a `${SECRET}` went into
+    problems = [redact(line, loaded.secrets) for line in found.problems]
     for note in found.notes:
-        eprint(f"note: {note}")
+        eprint(f"note: {redact(note, loaded.secrets)}")
     print_plan(loaded, plan, sets, problems)
     for problem in problems:
         eprint(f"error: {problem}")
