@@ -9,7 +9,7 @@ import random
 from pathlib import Path
 
 import pytest
-from text_tasks_assets import built, qa_rows, results, tiny_bert, write_config, write_rows
+from text_tasks_assets import qa_rows, results, trained_tiny_bert, write_config, write_rows
 
 CONFIG = """\
 task: extractive-qa
@@ -38,20 +38,7 @@ def data_folder(folder: Path) -> Path:
 
 def trained(root: Path) -> Path:
     """An extractive-qa run of the tiny BERT (trained once per session)."""
-    from typer.testing import CliRunner
-
-    from autotrain.cli.main import app
-
-    def train(folder: Path) -> Path:
-        model = built(root, "tiny-bert", tiny_bert)
-        config = write_config(
-            folder / "config.yml", CONFIG, model=model, project=folder / "run", data=data_folder(folder / "data")
-        )
-        result = CliRunner().invoke(app, ["extractive-qa", "--config", str(config)])
-        assert result.exit_code == 0, result.output
-        return folder
-
-    return built(root, "qa-run", train)
+    return trained_tiny_bert(root, "qa-run", "extractive-qa", CONFIG, data_folder)
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from text_tasks_assets import built, regression_rows, results, tiny_bert, write_config, write_rows
+from text_tasks_assets import regression_rows, results, trained_tiny_bert, write_config, write_rows
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 CONFIG = """\
@@ -40,20 +40,7 @@ def data_folder(folder: Path, train: int = 300, valid: int = 60) -> Path:
 
 def trained(root: Path) -> Path:
     """A text-regression run of the tiny BERT on sentiment sums (trained once per session)."""
-    from typer.testing import CliRunner
-
-    from autotrain.cli.main import app
-
-    def train(folder: Path) -> Path:
-        model = built(root, "tiny-bert", tiny_bert)
-        config = write_config(
-            folder / "config.yml", CONFIG, model=model, project=folder / "run", data=data_folder(folder / "data")
-        )
-        result = CliRunner().invoke(app, ["text-regression", "--config", str(config)])
-        assert result.exit_code == 0, result.output
-        return folder
-
-    return built(root, "regression-run", train)
+    return trained_tiny_bert(root, "regression-run", "text-regression", CONFIG, data_folder)
 
 
 @pytest.fixture(scope="session")

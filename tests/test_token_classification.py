@@ -8,7 +8,7 @@ import random
 from pathlib import Path
 
 import pytest
-from text_tasks_assets import built, ner_rows, results, tiny_bert, write_config, write_rows
+from text_tasks_assets import ner_rows, results, trained_tiny_bert, write_config, write_rows
 
 CONFIG = """\
 task: token-classification
@@ -36,20 +36,7 @@ def data_folder(folder: Path) -> Path:
 
 def trained(root: Path) -> Path:
     """A token-classification run of the tiny BERT on people and places (trained once per session)."""
-    from typer.testing import CliRunner
-
-    from autotrain.cli.main import app
-
-    def train(folder: Path) -> Path:
-        model = built(root, "tiny-bert", tiny_bert)
-        config = write_config(
-            folder / "config.yml", CONFIG, model=model, project=folder / "run", data=data_folder(folder / "data")
-        )
-        result = CliRunner().invoke(app, ["token-classification", "--config", str(config)])
-        assert result.exit_code == 0, result.output
-        return folder
-
-    return built(root, "token-run", train)
+    return trained_tiny_bert(root, "token-run", "token-classification", CONFIG, data_folder)
 
 
 @pytest.fixture(scope="session")

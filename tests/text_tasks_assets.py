@@ -227,6 +227,25 @@ def built(root: Path, name: str, build) -> Path:
     return _BUILT[name]
 
 
+def trained_tiny_bert(root: Path, name: str, task: str, config: str, data_folder) -> Path:
+    """A `task` run of the tiny BERT by the CLI, on `data_folder(folder)`'s files and `config` (a text with
+    {model}, {project} and {data}); trained once per session, under `root / name`."""
+    from typer.testing import CliRunner
+
+    from autotrain.cli.main import app
+
+    def train(folder: Path) -> Path:
+        model = built(root, "tiny-bert", tiny_bert)
+        path = write_config(
+            folder / "config.yml", config, model=model, project=folder / "run", data=data_folder(folder / "data")
+        )
+        result = CliRunner().invoke(app, [task, "--config", str(path)])
+        assert result.exit_code == 0, result.output
+        return folder
+
+    return built(root, name, train)
+
+
 def write_rows(path: Path, rows: list[dict]) -> Path:
     """Rows as .jsonl, .csv or .parquet, by the file's suffix."""
     import csv
