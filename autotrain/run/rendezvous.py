@@ -9,7 +9,8 @@ Here each machine's `autotrain` process, before it loads the training stack, joi
 address it reaches machine 0 from, `num_machines`), and waits for the others until
 `distributed.rendezvous_timeout` seconds after it started. Every machine that is up then stops with the
 same kind of line: what was expected, what arrived, and the network settings NCCL and gloo will use,
-and has exited by `rendezvous_timeout` seconds after its start (it stops waiting 2 s before, to say so).
+and has exited by `rendezvous_timeout` seconds after its start (it stops waiting 2 s before, to say so;
+machine 0 then keeps the store up at most 5 s more, until the machines that came have read the problem).
 
 Machine 0 keeps serving the store afterwards: it is created `multi_tenant`, so the launcher's own
 rendezvous (the torch elastic agent, in this same process, on the same port) reuses the server rather
