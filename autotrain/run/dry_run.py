@@ -46,6 +46,8 @@ def print_plan(
         asked = "" if cfg.attn_implementation == plan.attn_implementation else f" (asked: {cfg.attn_implementation})"
         rows = f"; padding-free batches: {plan.padding_free}" if plan.padding_free else ""
         print(f"attention: {plan.attn_implementation}{asked}{rows}")
+    if plan.cross_entropy:  # an LLM trainer computing its own next-token loss
+        print(f"loss: cross_entropy {plan.cross_entropy}")
     print(f"output folder: {loaded.redacted()['project_name']}")
     if plan.world_size > 1:
         from autotrain.run.launch import display_command

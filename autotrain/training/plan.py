@@ -75,6 +75,7 @@ class RunPlan:
     padding_free: str = ""  # "rows", "one sequence" or "" (padded; see `padding_free`)
     load_dtype: str = "float32"  # the torch dtype the model's weights are loaded in (see `load_dtype`)
     attn_implementation: str = ""  # the attention kernel an LLM loads with (see `attention`; "" for classifiers)
+    cross_entropy: str = ""  # how an LLM trainer computes its next-token loss (see `cross_entropy`; "": its own)
     notes: tuple[str, ...] = ()  # what the plan chose instead of what was asked, and why (said before the run)
     dtypes: dict[str, str] = field(default_factory=dict)  # of trained weights, gradients, state (`tensor_dtypes`)
     # (field, planned, used, why): what a builder changed once the model was loaded (see `refine`)
@@ -113,6 +114,7 @@ class RunPlan:
             "padding_free": self.padding_free,
             "load_dtype": self.load_dtype,
             "attn_implementation": self.attn_implementation,
+            "cross_entropy": self.cross_entropy,
             "notes": list(self.notes),
             "dtypes": self.dtypes,
             "refined_after_loading": [
@@ -136,6 +138,7 @@ def resolve_plan(cfg: TaskConfig, device: str | None = None) -> RunPlan:
     per_machine = processes_per_machine(cfg.distributed.num_processes)
     optimizer = resolve_optimizer(args.optimizer, args.optimizer_args, args.lr, args.max_steps)
     attn, batching, notes = attention(cfg, precision)
+    loss, loss_notes = cross_entropy(cfg, per_machine * cfg.distributed.num_machines)
     return RunPlan(
         precision=precision,
         asked_precision=args.mixed_precision,
@@ -149,7 +152,8 @@ def resolve_plan(cfg: TaskConfig, device: str | None = None) -> RunPlan:
         padding_free=batching,
         load_dtype=load_dtype(cfg, precision),
         attn_implementation=attn,
-        notes=notes,
+        cross_entropy=loss,
+        notes=notes + loss_notes,
         dtypes=tensor_dtypes(cfg, optimizer, load_dtype(cfg, precision)),
     )
 
@@ -320,6 +324,25 @@ def attention(cfg: TaskConfig, precision: Precision) -> tuple[str, str, tuple[st
             "padding-free batches pack rows instead of one sequence (the same samples and loss); pip install "
             "flash-attn on a CUDA machine for one sequence",
         ),
+    )
+
+
+def cross_entropy(cfg: TaskConfig, world: int) -> tuple[str, tuple[str, ...]]:
+    """(how the next-token loss is computed, notes): `training_args.cross_entropy` for the trainers that read it
+    ("" for the others: DPO, KTO and GRPO compute their log-probabilities with TRL's own fused LM head, a scorer
+    model has no vocabulary), or `full` where the processes shard the weights (FSDP, DeepSpeed): every other way
+    reads the output head's weight outside the head's own forward, which those strategies gather only there.
+
+    The builder checks the loaded model too (autotrain.training.lm_loss.head_problem) and refines this: a model
+    that post-processes its logits computes them in full."""
+    if not _reads(cfg, "cross_entropy"):
+        return "", ()
+    asked, strategy = cfg.training_args.cross_entropy, cfg.distributed.strategy
+    if asked == "full" or world == 1 or strategy == "ddp":
+        return asked, ()
+    return "full", (
+        f"training_args.cross_entropy: {asked} reads the output head's weight outside its module, which "
+        f"distributed.strategy: {strategy} shards: this run computes the full logits (cross_entropy: full)",
     )
 
 
