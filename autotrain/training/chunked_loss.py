@@ -42,8 +42,8 @@ def extra_peak_bytes(tokens: int, vocab_size: int, hidden_size: int, dtype_bytes
 
 
 def full_extra_peak_bytes(tokens: int, vocab_size: int, dtype_bytes: int) -> int:
-    """The same for the plain path (`cross_entropy: full`): the logits of every token in the compute dtype,
-    their fp32 copy (transformers' loss upcasts them), the log-softmax and its gradient in fp32, and the
-    gradient cast back to the compute dtype (2-byte dtypes). Its head gradient is the parameter's own."""
-    half = dtype_bytes if dtype_bytes != FP32 else 0
-    return tokens * vocab_size * (half + 3 * FP32 + half)
+    """The same for the plain path (`cross_entropy: full`): the logits of every token in the compute dtype (the
+    model returns them, so they live through the step), and in fp32 the log-softmax, its gradient and the
+    logits' gradient (transformers' loss upcasts the logits; the fp32 copy itself is freed once the log-softmax
+    exists). Its head gradient is the parameter's own."""
+    return tokens * vocab_size * (dtype_bytes + 3 * FP32)
