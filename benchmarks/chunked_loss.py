@@ -267,22 +267,24 @@ def _held_out_loss(model, tokenizer, path: Path, length: int) -> float:
     return sum(losses) / len(losses)
 
 
-def sft_rows(smoke: bool, steps: int, folder: Path) -> list[list[str]]:
+def sft_rows(smoke: bool, steps: int, folder: Path, tunes: list[str]) -> list[list[str]]:
+    """Each tune's three runs in fresh processes; each run's figures are printed as a JSON line as it ends (a
+    long benchmark that is stopped keeps what it measured)."""
     size = SFT["smoke" if smoke else "full"]
     model = TINY_MODEL if smoke else smollm2_folder()
-    train, _ = write_rows(folder, model, rows=8 * size["batch"], length=size["rows"])
+    write_rows(folder, model, rows=8 * size["batch"], length=size["rows"])
     rows = []
-    for lora in ("1",) if smoke else ("1", "0"):
-        runs = {
-            name: child_result(
-                child(sft_run, kind, method, lora, folder, model, steps, size["batch"], size["rows"]), env=ENV
-            )
-            for name, kind, method in (
-                ("trl", "trl", "-"),
-                ("full", "autotrain", "full"),
-                ("chunked", "autotrain", "chunked"),
-            )
-        }
+    for tune in tunes:
+        lora = "1" if tune == "lora" else "0"
+        runs = {}
+        for name, kind, method in (
+            ("trl", "trl", "-"),
+            ("full", "autotrain", "full"),
+            ("chunked", "autotrain", "chunked"),
+        ):
+            command = child(sft_run, kind, method, lora, folder, model, steps, size["batch"], size["rows"])
+            runs[name] = child_result(command, env=ENV)
+            print(json.dumps({"tune": tune, "run": name, **runs[name]}), flush=True)
         rows += _sft_table_rows(runs, lora == "1", size, model)
     return rows
 
@@ -321,6 +323,7 @@ def main() -> None:
     parser.add_argument("--part", choices=("loss", "sft", "both"), default="both")
     parser.add_argument("--steps", type=int, default=6, help="optimizer steps per fine-tune (tokens/s: steps 2..N)")
     parser.add_argument("--threads", type=int, default=2, help="intra-op threads of each process")
+    parser.add_argument("--tunes", default="lora,full", help="(b): lora, full or both (lora,full)")
     parser.add_argument("--smoke", action="store_true", help="seconds, on tiny shapes and the tiny model")
     args = parser.parse_args()
     ENV["OMP_NUM_THREADS"] = str(args.threads)
@@ -331,7 +334,8 @@ def main() -> None:
         print_table(loss_rows(args.smoke), header)
     if args.part in ("sft", "both"):
         with tempfile.TemporaryDirectory() as tmp:
-            rows = sft_rows(args.smoke, 2 if args.smoke else args.steps, Path(tmp))
+            tunes = ["lora"] if args.smoke else args.tunes.split(",")
+            rows = sft_rows(args.smoke, 2 if args.smoke else args.steps, Path(tmp), tunes)
         size = SFT["smoke" if args.smoke else "full"]
         print(f"\n(b) SFT, rows of {size['rows']} tokens, batch {size['batch']}, gradient checkpointing, fp32, CPU")
         header = ["run", "tune", "peak RSS", "vs TRL", "imports", "weights", "grads", "optimizer", "loss step"]

@@ -210,14 +210,33 @@ def test_the_builder_check_refines_the_plan_with_a_note(tmp_path, tiny, capsys):
     from autotrain.trainers.llm.base import loss_for_model
     from autotrain.training.plan import resolve_plan
 
-    plan = resolve_plan(_sft_config(tmp_path), device="cpu")
+    cfg = _sft_config(tmp_path)
+    plan = resolve_plan(cfg, device="cpu")
     assert plan.cross_entropy == "chunked" and plan.record()["cross_entropy"] == "chunked"
-    assert loss_for_model(plan, tiny) is plan
-    refined = loss_for_model(plan, _tiny(Gemma2Config, final_logit_softcapping=30.0))
+    assert loss_for_model(plan, tiny, cfg) is plan
+    refined = loss_for_model(plan, _tiny(Gemma2Config, final_logit_softcapping=30.0), cfg)
     assert refined.cross_entropy == "full"
     assert refined.record()["refined_after_loading"][0]["field"] == "cross_entropy"
     note = capsys.readouterr().err
     assert note.count("\n") == 1 and "final_logit_softcapping" in note and "cross_entropy: full" in note
+
+
+def test_lora_on_the_output_head_keeps_the_plain_path(tmp_path, tiny, capsys):
+    from peft import LoraConfig, get_peft_model
+
+    from autotrain.trainers.llm.base import loss_for_model
+    from autotrain.training.lm_loss import adapts_head
+    from autotrain.training.plan import resolve_plan
+
+    assert not adapts_head(tiny, "all-linear") and not adapts_head(tiny, ["q_proj", "v_proj"])
+    assert adapts_head(tiny, ["q_proj", "lm_head"])
+    cfg = _sft_config(tmp_path).model_copy(update={"peft": {"enabled": True, "target_modules": ["q_proj", "lm_head"]}})
+    cfg = type(cfg).model_validate(cfg.model_dump())
+    plan = loss_for_model(resolve_plan(cfg, device="cpu"), tiny, cfg)
+    assert plan.cross_entropy == "full" and "adapts its output head" in capsys.readouterr().err
+    adapted = get_peft_model(__import__("copy").deepcopy(tiny), LoraConfig(r=2, target_modules=["lm_head"]))
+    with pytest.raises(ValueError, match="needs a plain Linear output head"):  # never the base weight's loss
+        causal_lm_loss(adapted, adapted.get_base_model(), _batch(), "chunked")
 
 
 def _sft_config(tmp_path, **training):

@@ -213,6 +213,8 @@ def causal_lm_loss(model, inner, inputs: dict, method: str, smoothing: float = 0
     targets = targets.to(hidden.device)
     mask = targets != IGNORE
     head = inner.get_output_embeddings()
+    if type(head) is not torch.nn.Linear:  # an adapter on it, a custom head: its weight alone is not its output
+        raise ValueError(f"cross_entropy: {method} needs a plain Linear output head, not a {type(head).__name__}")
     total, entropy, correct = summed_cross_entropy(
         hidden[mask], head.weight, head.bias, targets[mask], method, smoothing
     )
@@ -255,6 +257,16 @@ def head_problem(model) -> str | None:
     if "logits_to_keep" not in inspect.signature(inner.forward).parameters:
         return "its forward takes no `logits_to_keep`"
     return None if _same_logits(inner, head) else "its logits are not its output head applied to its last hidden state"
+
+
+def adapts_head(model, target_modules) -> bool:
+    """Whether LoRA's `target_modules` (a list of module names, matched as PEFT matches them: the whole name or its
+    last parts; `all-linear` leaves the output layer out) name the output head of `model`."""
+    if isinstance(target_modules, str):
+        return False
+    head = language_model(model).get_output_embeddings()
+    names = [name for name, module in model.named_modules() if module is head]
+    return any(name == key or name.endswith("." + key) for name in names for key in target_modules)
 
 
 def _same_logits(inner, head) -> bool:

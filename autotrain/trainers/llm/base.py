@@ -59,16 +59,19 @@ def on_training_device(model, cfg: LLMConfig, plan: RunPlan, args) -> None:
         model.to(args.device)
 
 
-def loss_for_model(plan: RunPlan, model) -> RunPlan:
+def loss_for_model(plan: RunPlan, model, cfg: LLMConfig) -> RunPlan:
     """`plan`, with `cross_entropy: full` where it computes the loss from the last hidden states and the output
     head and the loaded model's logits are not that head applied to those states (said once; see
-    autotrain.training.lm_loss.head_problem). Every rank checks the same weights; they agree before going on."""
-    from autotrain.training.lm_loss import head_problem
+    autotrain.training.lm_loss.head_problem), or LoRA will adapt the head. Every rank checks the same weights;
+    they agree before going on."""
+    from autotrain.training.lm_loss import adapts_head, head_problem
     from autotrain.training.ranks import on_every_rank
 
     if plan.cross_entropy in ("", "full"):
         return plan
     problem = head_problem(model)
+    if problem is None and cfg.uses_peft and adapts_head(model, cfg.peft.target_modules):
+        problem = "peft.target_modules adapts its output head, whose weight alone is then not its output"
     if on_every_rank(problem is None):
         return plan
     problem = problem or "another process's model failed the check"

@@ -80,7 +80,7 @@ def build_trainer(cfg: LLMConfig, plan: RunPlan, callbacks: list, token: str | N
     model = build_model(cfg, plan, token)
     args = TrainingArguments(**plan.training_args)  # sets up this process's device and process group
     on_training_device(model, cfg, plan, args)
-    plan = loss_for_model(plan, model)
+    plan = loss_for_model(plan, model, cfg)
     lora = build_lora_config(cfg)
     if lora is not None:  # the plain Trainer takes no peft_config
         from peft import get_peft_model

@@ -23,7 +23,7 @@ def build_trainer(cfg: LLMConfig, plan: RunPlan, callbacks: list, token: str | N
     model = build_model(cfg, plan, token)
     args = SFTConfig(**{**plan.training_args, **sft_arguments(cfg)})  # sets up this process's device and group
     on_training_device(model, cfg, plan, args)
-    plan = loss_for_model(batching_for_model(plan, model), model)
+    plan = loss_for_model(batching_for_model(plan, model), model, cfg)
     return make_trainer(
         AutotrainSFTTrainer,
         plan,
