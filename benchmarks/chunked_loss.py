@@ -267,7 +267,7 @@ def _held_out_loss(model, tokenizer, path: Path, length: int) -> float:
     return sum(losses) / len(losses)
 
 
-def sft_rows(smoke: bool, steps: int, folder: Path, tunes: list[str]) -> list[list[str]]:
+def sft_rows(smoke: bool, steps: int, folder: Path, tunes: list[str], live: bool = False) -> list[list[str]]:
     """Each tune's three runs in fresh processes; each run's figures are printed as a JSON line as it ends (a
     long benchmark that is stopped keeps what it measured)."""
     size = SFT["smoke" if smoke else "full"]
@@ -283,7 +283,7 @@ def sft_rows(smoke: bool, steps: int, folder: Path, tunes: list[str]) -> list[li
             ("chunked", "autotrain", "chunked"),
         ):
             command = child(sft_run, kind, method, lora, folder, model, steps, size["batch"], size["rows"])
-            runs[name] = child_result(command, env=ENV)
+            runs[name] = child_result(command, env={**ENV, **LIVE} if live else ENV)
             print(json.dumps({"tune": tune, "run": name, **runs[name]}), flush=True)
         rows += _sft_table_rows(runs, lora == "1", size, model)
     return rows
@@ -324,6 +324,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6, help="optimizer steps per fine-tune (tokens/s: steps 2..N)")
     parser.add_argument("--threads", type=int, default=2, help="intra-op threads of each process")
     parser.add_argument("--tunes", default="lora,full", help="(b): lora, full or both (lora,full)")
+    parser.add_argument(
+        "--live",
+        action="store_true",
+        help="(b) with glibc told to map blocks of 1 MiB or more on their own, as (a) always is: peaks of the live "
+        "tensors, without what glibc's heap keeps of freed blocks (gigabytes in every run of (b))",
+    )
     parser.add_argument("--smoke", action="store_true", help="seconds, on tiny shapes and the tiny model")
     args = parser.parse_args()
     ENV["OMP_NUM_THREADS"] = str(args.threads)
@@ -335,9 +341,13 @@ def main() -> None:
     if args.part in ("sft", "both"):
         with tempfile.TemporaryDirectory() as tmp:
             tunes = ["lora"] if args.smoke else args.tunes.split(",")
-            rows = sft_rows(args.smoke, 2 if args.smoke else args.steps, Path(tmp), tunes)
+            rows = sft_rows(args.smoke, 2 if args.smoke else args.steps, Path(tmp), tunes, args.live)
         size = SFT["smoke" if args.smoke else "full"]
-        print(f"\n(b) SFT, rows of {size['rows']} tokens, batch {size['batch']}, gradient checkpointing, fp32, CPU")
+        heap = "live" if args.live else "glibc's heap"
+        print(
+            f"\n(b) SFT, rows of {size['rows']} tokens, batch {size['batch']}, gradient checkpointing, fp32, CPU; "
+            f"memory: {heap}"
+        )
         header = ["run", "tune", "peak RSS", "vs TRL", "imports", "weights", "grads", "optimizer", "loss step"]
         header += ["activations & rest", "tokens/s (vs full)", "held-out loss (vs full)"]
         print_table(rows, header)
