@@ -5,7 +5,7 @@ them per session through `text_tasks_assets.built`):
 - images of red squares on a 4x4 grid of 8x8-pixel cells (32x32 pixels): how many there are is the
   regression target (`count_rows`);
 - images of one or two coloured squares on a grey ground, with their boxes and colours (`box_rows`), for
-  detection;
+  detection; grey noise with one green square, anywhere or in a corner (`noise_square_rows`);
 - images of one coloured square, with a question and its answer (`vqa_rows`): "what color is the square?" ->
   `red`, "where is the square?" -> `left` / `right`;
 - `tiny_detr(folder)`: a DETR with a 2-stage ResNet backbone built from its config (no timm, no download)
@@ -80,6 +80,34 @@ def box_rows(
         name = f"{i:04d}.png"
         image.save(folder / name)
         rows.append({"file_name": name, "objects": {"bbox": boxes, "category": categories}})
+    return rows
+
+
+def noise_square_rows(
+    folder: Path, rng: random.Random, count: int, size: tuple[int, int] = (64, 64), corners: bool = False
+) -> list[dict]:
+    """`count` PNGs (size = width, height) of grey noise with one green square (side 14-22 pixels), anywhere
+    or (`corners`) 0-3 pixels from a random corner; rows as `box_rows` writes them (category `square`)."""
+    import numpy as np
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    noise = np.random.default_rng(rng.randrange(2**32))
+    width, height = size
+    rows = []
+    for i in range(count):
+        grey = noise.normal(128, 40, (height, width)).clip(0, 255).astype(np.uint8)
+        pixels = np.repeat(grey[..., None], 3, axis=-1)
+        side = rng.randint(14, 22)
+        if corners:
+            x = rng.choice([rng.randint(0, 3), width - side - rng.randint(0, 3)])
+            y = rng.choice([rng.randint(0, 3), height - side - rng.randint(0, 3)])
+        else:
+            x, y = rng.randint(0, width - side), rng.randint(0, height - side)
+        pixels[y : y + side, x : x + side] = COLORS["green"]
+        name = f"{i:04d}.png"
+        Image.fromarray(pixels).save(folder / name)
+        rows.append({"file_name": name, "objects": {"bbox": [[x, y, side, side]], "category": ["square"]}})
     return rows
 
 
