@@ -1,6 +1,6 @@
 """object-detection: where the boxes are, stage by stage, on grey noise with one green square. The targets
 the model is trained on are where the square's pixels are, whatever the checkpoint's processor config
-says."""
+says, and predicted boxes come back to the image's own pixels exactly."""
 
 from __future__ import annotations
 
@@ -95,3 +95,49 @@ def test_the_targets_are_where_the_square_is(tmp_path, kind, augment):
         x1, y1, x2, y2 = _green_box(pixels, processor)
         found = [64 * (cx - w / 2), 64 * (cy - h / 2), 64 * (cx + w / 2), 64 * (cy + h / 2)]
         assert found == pytest.approx([x1, y1, x2, y2], abs=tolerance), (found, (x1, y1, x2, y2))
+
+
+class _Answers:
+    """A stand-in detection model: for each image, one confident box at the given x1, y1, x2, y2 (pixels
+    of the 64-pixel square), as a DETR-family output (centre x, y, width, height as fractions)."""
+
+    def __init__(self, boxes: list[list[float]]):
+        self.boxes = boxes
+
+    def __call__(self, pixel_values, **kwargs):
+        import torch
+
+        from autotrain.trainers.object_detection import Detections
+
+        corners = torch.tensor(self.boxes[: len(pixel_values)]) / 64
+        self.boxes = self.boxes[len(pixel_values) :]
+        centres = torch.cat([(corners[:, :2] + corners[:, 2:]) / 2, corners[:, 2:] - corners[:, :2]], -1)
+        logits = torch.tensor([[[8.0, -8.0]]]).expand(len(corners), 1, 2)  # `square`, then no-object
+        return Detections(logits, centres[:, None])
+
+
+def test_predicted_boxes_come_back_in_the_images_own_pixels(tmp_path):
+    """A box the model puts on the square's place in the resized, padded input comes back as the image's own
+    box (each side scaled by its own rounded size: 96x64 -> 64x43, 100x30 -> 64x19, 50x200 -> 16x64);
+    a box reaching into the padding ends at the image's edge."""
+    import numpy as np
+    from PIL import Image
+
+    from autotrain.inference.detection import detections
+    from autotrain.inference.load import FinishedRun
+    from autotrain.trainers.object_detection import build_processor, transforms
+
+    cfg = _config(tmp_path, _processor_folder(tmp_path / "model", "yolos"))
+    images = [Image.new("RGB", size, (128, 128, 128)) for size in ((96, 64), (100, 30), (50, 200), (96, 64))]
+    truth = [[60.0, 40.0, 90.0, 62.0], [3.0, 11.0, 97.0, 29.0], [5.0, 150.0, 45.0, 197.0]]
+    square, placed = transforms(64, train=False), []
+    for image, (x1, y1, x2, y2) in zip(images, truth, strict=False):
+        ((x, y, w, h),) = square(image=np.asarray(image), bboxes=[[x1, y1, x2 - x1, y2 - y1]], categories=[0])["bboxes"]
+        placed.append([x, y, x + w, y + h])
+    placed.append([40.0, 21.5, 64.0, 64.0])  # reaches past the image (43 rows of 64) into the padding
+    model = _Answers(placed)
+    run = FinishedRun(tmp_path, cfg, model, build_processor(cfg), "cpu", 0)
+    found = detections(run, images, 2, lambda done: None, threshold=0.5)
+    assert [f["labels"] for f in found] == [[0]] * 4
+    for got, want in zip(found, [*truth, [60.0, 32.0, 96.0, 64.0]], strict=True):
+        assert got["boxes"][0] == pytest.approx(want, abs=0.01), (got["boxes"], want)
