@@ -137,7 +137,7 @@ class Compiler:
         """Compile what was queued on a thread of its own, which ends when the queue is empty (its OpenMP team
         with it: one left waiting slowed every later compiled step) or when the main thread has ended."""
         if self._queue and (self._thread is None or not self._thread.is_alive()):
-            context = contextvars.copy_context()  # the caller's inductor settings (per thread since torch 2.9)
+            context = contextvars.copy_context()  # the caller's inductor settings, where they are per thread
             work = (self._work, torch.get_num_threads())
             self._thread = threading.Thread(target=context.run, args=work, name=THREAD)
             self._thread.start()

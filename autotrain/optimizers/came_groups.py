@@ -232,7 +232,7 @@ def _stacked(tensors: list[Tensor], lead: tuple[int, ...], scratch: Scratch | No
 def chunk_args(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor, scratch: Scratch | None):
     """``chunk_maths``'s arguments for params ``[start, end)``, and the params' local tensors that ``p`` (their
     stack or master weights) is copied to after the step (None: ``p`` is the param). ``scratch`` None: only
-    the layouts (``Background``), nothing gathered."""
+    the layouts (``warm_up``), nothing gathered."""
     locals_ = [local(p) for p in group.params[start:end]]
     shape = group.local_shape
     lead = (len(locals_), *((prod(shape[:-2]), *shape[-2:]) if group.factored else (prod(shape),)))
