@@ -103,7 +103,7 @@ class CAME8BitFusedAdam(Optimizer):
 
     @property
     def compile_choices(self) -> list[dict]:
-        """CAME8Bit's measured choices between its compiled and eager steps (see CAME)."""
+        """CAME8Bit's record of a failed compilation, if any (see CAME)."""
         return [] if self.came is None else self.came.compile_choices
 
     def _optimizer_of(self, param: Tensor) -> Optimizer:

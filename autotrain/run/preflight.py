@@ -184,14 +184,14 @@ def _attention_problems(cfg: TaskConfig, plan: RunPlan, why: str) -> list[str]:
 
 def _compiler_note(plan: RunPlan) -> str | None:
     """A note where CAME would compile its step (compile: true, or auto in a run where compiling pays) and no
-    C compiler runs here: it then takes the eager step (came_compile.StepCompiler: same maths, slower)."""
+    C compiler runs here: it then takes the eager step (came_compile.Compiler: same maths, slower)."""
     kwargs = plan.optimizer.kwargs
     came = kwargs.get("came", kwargs)
     if "compile" not in came or came["compile"] is False:
         return None
     device = plan.precision.device
     if came["compile"] is None:
-        from autotrain.optimizers.came_policy import CPU_MIN_NUMEL, compiles
+        from autotrain.optimizers.came_compile import CPU_MIN_NUMEL, compiles
 
         if not compiles(device, CPU_MIN_NUMEL, came.get("total_steps")):
             return None  # auto compiles nothing in a run this short
