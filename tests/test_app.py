@@ -488,7 +488,12 @@ def test_in_the_docker_image_the_app_listens_for_the_host_and_says_which_port_th
 
 
 def test_the_address_to_print_comes_from_the_environment_and_a_bad_one_is_refused(cli):
-    result = cli("app", "--port", "1", env={"AUTOTRAIN_APP_URL": "localhost:8080"})
+    import socket
+
+    with socket.socket() as taken:  # were the address not checked first, the app would stop at the port
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        result = cli("app", "--port", taken.getsockname()[1], env={"AUTOTRAIN_APP_URL": "localhost:8080"})
     assert result.exit_code == 2
     assert "--url / AUTOTRAIN_APP_URL must be the address a browser opens" in result.stderr
 
