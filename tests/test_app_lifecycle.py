@@ -154,6 +154,53 @@ def test_a_run_still_held_elsewhere_is_neither_settled_nor_resumed(tmp_path):
         holder.communicate("")
 
 
+STUBBORN = """
+import signal, sys, time
+seen = []
+def handle(*_):
+    if seen:
+        sys.exit(143)
+    seen.append(1)
+    print("saving", flush=True)
+signal.signal(signal.SIGTERM, handle)
+print("ready", flush=True)
+while True:
+    time.sleep(0.05)
+"""  # a run that takes the first SIGTERM (as a run saving its checkpoint) and ends at the second
+
+
+@pytest.mark.parametrize("second_signal", [False, True])
+def test_the_app_waits_for_its_runs_for_so_long_and_a_second_signal_ends_them(tmp_path, second_signal):
+    from autotrain.app.lifecycle import Stopping
+    from autotrain.app.runs import Runs
+
+    runs = Runs(tmp_path / "runs", tmp_path)
+    (runs.root / "r").mkdir(parents=True)
+    child = subprocess.Popen([sys.executable, "-c", STUBBORN], stdout=subprocess.PIPE, text=True)
+    told, server = [], type("Server", (), {"should_exit": False})()
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        runs.children["r"] = child
+        stopping = Stopping(runs, wait=2, server=server, tell=told.append)
+        stopping.handler(signal.SIGTERM, None)
+        stopping.act()
+        assert child.stdout.readline().strip() == "saving"  # the first SIGTERM is in (signals do not queue)
+        if second_signal:
+            stopping.handler(signal.SIGINT, None)
+        stopping.wait_for_runs()
+    finally:
+        child.kill()
+        child.wait()
+    assert server.should_exit and stopping.exit_code == 143 and runs.closing
+    assert told[0].startswith(f"SIGTERM: stopping; SIGTERM sent to run `r` (pid {child.pid}). Waiting up to 2 s ")
+    if second_signal:
+        assert told[1:] == ["SIGINT again: a second SIGTERM sent to run `r`: each ends at once, without saving",
+                            "run `r` ended: interrupted (exit 143); no complete checkpoint"]  # fmt: skip
+    else:
+        assert told[1:] == [f"run `r` (pid {child.pid}) has not ended in the time given; the app exits without it "
+                            "(it keeps going in its own session; an app started again finds it)"]  # fmt: skip
+
+
 # --- a real app process and real training ---------------------------------------------------------------
 
 

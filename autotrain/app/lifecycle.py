@@ -146,8 +146,8 @@ class Stopping:
             if left and time.monotonic() >= (self.deadline or 0.0):
                 for what in left:
                     self.tell(
-                        f"{what} (pid {self.pids[what]}) has not ended after {self.wait:g} s; the app exits without "
-                        "it (it keeps going in its own session; an app started again finds it)"
+                        f"{what} (pid {self.pids[what]}) has not ended in the time given; the app exits without it "
+                        "(it keeps going in its own session; an app started again finds it)"
                     )
                 return
             time.sleep(0.2)
