@@ -198,7 +198,7 @@ def test_the_app_waits_for_its_runs_for_so_long_and_a_second_signal_ends_them(tm
                             "run `r` ended: interrupted (exit 143); no complete checkpoint"]  # fmt: skip
     else:
         assert told[1:] == [f"run `r` (pid {child.pid}) has not ended in the time given; the app exits without it "
-                            "(it keeps going in its own session; an app started again finds it)"]  # fmt: skip
+                            "(it keeps going in its own process group; an app started again finds it)"]  # fmt: skip
 
 
 # --- a real app process and real training ---------------------------------------------------------------
@@ -332,7 +332,7 @@ def test_stopping_the_app_stops_its_run_with_a_checkpoint_and_resume_continues_i
 
 @pytest.mark.slow
 def test_a_killed_app_leaves_its_run_training_and_the_app_started_again_takes_it_over_and_settles_it(tmp_path, apps):
-    """On a host, SIGKILL of the app alone: the run trains on (its own session), the app started again takes
+    """On a host, SIGKILL of the app alone: the run trains on (its own process group), the app started again takes
     it over (stopping that app would stop it). The run's process killed too (as its container's end would):
     it reads `died`, the record is settled with its last complete checkpoint, and Resume continues from it."""
     runs = tmp_path / "runs"

@@ -9,7 +9,7 @@ and records that) and ends the wait. The app's runs are those it started and tho
 restart; a run started from the command line, or by another app that still runs, is left alone. Exports
 the app started get SIGTERM too: each removes its lock and its half-written output and exits.
 
-Killed itself (SIGKILL, a crash), the app takes nothing with it: each run is in a session of its own and
+Killed itself (SIGKILL, a crash), the app takes nothing with it: each run is in a process group of its own and
 trains on. Started again, the app takes over each run still training whose app is gone, and settles the
 record of each run whose process is gone without recording its end (killed with its container, say):
 `died`, or `interrupted` when the app had told it to stop (killed while it saved: docker stop's grace period
@@ -147,7 +147,7 @@ class Stopping:
                 for what in left:
                     self.tell(
                         f"{what} (pid {self.pids[what]}) has not ended in the time given; the app exits without it "
-                        "(it keeps going in its own session; an app started again finds it)"
+                        "(it keeps going in its own process group; an app started again finds it)"
                     )
                 return
             time.sleep(0.2)

@@ -1,8 +1,8 @@
 """Runs under the runs dir, and the training processes the app starts, stops and resumes.
 
 A run is started exactly as `autotrain --config FILE` starts it: a child `python -m autotrain.cli.main
---config FILE [--resume [--accept-changes]]`, in its own session (so a Ctrl-C meant for the app does not reach
-it, and it outlives an app that is killed), its output in `<project>/logs/app.log`. Stopping sends it
+--config FILE [--resume [--accept-changes]]`, in a process group of its own (setsid: a Ctrl-C meant for the app
+does not reach it, and it outlives an app that is killed), its output in `<project>/logs/app.log`. Stopping sends it
 SIGTERM: the CLI finishes its step, saves a checkpoint, records `interrupted` and exits 143. The app stops its
 runs that way when it is stopped itself (app/lifecycle.py).
 
