@@ -61,6 +61,13 @@ class ParityError(Exception):
     """An export whose parity check failed: the artifact is kept under a `.failed` name, exit code 4."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in commands that clean up on the way out as they do for Ctrl-C (an export's lock and
+    staging folder, predict's partial file): exit code 143 (cli/inference.py)."""
+
+    exit_code = EXIT_SIGTERM
+
+
 def debug_enabled() -> bool:
     """`AUTOTRAIN_DEBUG=1`: show tracebacks and library logs."""
     return os.environ.get("AUTOTRAIN_DEBUG", "") not in ("", "0", "false", "False")

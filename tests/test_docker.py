@@ -262,5 +262,6 @@ def test_docs_show_build_and_run():
     run = next(line for line in docs.splitlines() if line.startswith("docker run --gpus all"))
     assert '-v "$PWD":/workspace' in run and "autotrain llm --config" in docs
     assert "--stop-timeout" in run  # docker's 10 s before SIGKILL is short for saving a large checkpoint
-    lines = docs.splitlines()
-    assert any(line.startswith("docker run") and "-p 7860:7860" in line and " app" in line for line in lines)
+    app = next(line for line in docs.splitlines() if line.startswith("docker run") and line.endswith(" app"))
+    assert "-p 7860:7860" in app and "-e AUTOTRAIN_APP_URL=http://localhost:7860" in app  # the address to open
+    assert "--stop-timeout 300" in app  # the app stops its runs, each saving a checkpoint, and waits (240 s)

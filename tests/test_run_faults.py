@@ -662,7 +662,7 @@ def test_an_export_onto_a_full_device_is_one_line_and_leaves_nothing(cli, tmp_pa
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in result.output, result.output
     assert errors[0].startswith(f"error: no space left on the device writing `out` in `{disk}`: it needs about ")
-    assert [p.name for p in disk.iterdir()] == [".out.lock"]  # no staging folder, nothing under `out`
+    assert [p.name for p in disk.iterdir()] == []  # no staging folder, nothing under `out`, no lock
 
 
 @pytest.mark.slow
@@ -683,6 +683,7 @@ def test_an_export_started_while_another_writes_the_same_output_is_refused(tmp_p
     assert f"error: another export to `{out}` is under way (pid {first.pid})" in refused
     assert first.returncode == 0, out_first
     assert len(list(out.glob("*.gguf"))) == 1
+    assert not (tmp_path / ".out.lock").exists()  # the refused one left the lock alone, the first removed it
 
 
 # --- SIGKILL at seeded random moments ---------------------------------------------------------------------

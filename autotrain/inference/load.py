@@ -5,7 +5,6 @@ of torch."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import pickle
 from dataclasses import dataclass
@@ -61,15 +60,15 @@ def _has_model(folder: Path) -> bool:
 
 
 def _not_finished(folder: Path) -> str:
-    from autotrain.training.folder import holds_run
+    from autotrain.training.folder import holds_run, run_record
 
     if not holds_run(folder):
         return f"`{folder}` holds no autotrain run; give the project folder (`project_name`) of a finished run"
+    record = run_record(folder)  # a `running` record whose process is gone reads as `died`
     status = "did not finish"
-    manifest = folder / "run.json"
-    if manifest.is_file():
-        with contextlib.suppress(ValueError, KeyError):
-            status = f"did not finish (status: {json.loads(manifest.read_text(encoding='utf-8'))['status']})"
+    if isinstance(record.get("status"), str):
+        how = f": {record['how']}" if record["status"] == "died" else ""
+        status = f"did not finish (status: {record['status']}{how})"
     return (
         f"the run in `{folder}` {status}: it has no final model; continue it with `--resume` "
         "(or give the folder of a finished run)"

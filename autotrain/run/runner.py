@@ -34,6 +34,7 @@ def run(
 
             # Claimed before the training stack is imported: a refusal here takes a fraction of a second.
             project = ProjectFolder(this.folder).claim(resume, overwrite)
+            _note_taken_over(this, project)
             if resume and _finished(this):
                 return EXIT_OK
             if resume:
@@ -84,6 +85,23 @@ def _launch(this: Run, resume: str | None, ray: bool) -> int:
     if this.cfg.distributed.machine_rank == 0:
         settle(this.folder, code, how)
     return code
+
+
+def _note_taken_over(this: Run, project) -> None:
+    """The folder was left locked by a process that ended without releasing it (killed): say so, and settle
+    the record it left `running` (this process holds the folder now, so that process is surely gone)."""
+    from autotrain.training.folder import settle
+    from autotrain.training.locks import describe
+
+    if project.took_over is not None:
+        this.say(
+            f"note: the lock of {this.folder} named {describe(project.took_over)}, which ended without releasing "
+            "it (killed, or its machine or container stopped); taken over"
+        )
+    settled = settle(this.folder, claimed=True)
+    if settled is not None:
+        where = settled["last_checkpoint"] or "no complete checkpoint"
+        this.say(f"note: run.json said `running`, but {settled['how']}; recorded as `died` ({where})")
 
 
 def _check_changes(this: Run, accept: bool) -> None:
