@@ -77,6 +77,20 @@ def _process_count(value: Any) -> Any:
 ProcessCount = Annotated[Int | Literal["auto"], BeforeValidator(_process_count)]
 
 
+class FsdpConfig(StrictModel):
+    version: Literal[1, 2] = Field(2, description="FSDP version (2 = per-parameter sharding).")
+    reshard_after_forward: Bool = Field(True, description="Full shard (true) or shard-grad-op (false).")
+    auto_wrap: Bool = Field(True, description="Wrap each decoder layer of the model.")
+    cpu_offload: Bool = Field(False, description="Keep parameters and optimizer state on the CPU.")
+    activation_checkpointing: Bool = Field(False, description="FSDP activation checkpointing.")
+
+
+class DeepSpeedConfig(StrictModel):
+    stage: Literal[2, 3] = Field(2, description="ZeRO stage.")
+    config_file: str | None = Field(None, description="Path to your own DeepSpeed JSON (overrides `stage`).")
+    offload_optimizer: Bool = Field(False, description="Offload optimizer state to the CPU.")
+
+
 class DistributedConfig(StrictModel):
     num_processes: ProcessCount = Field(
         1, description="Processes (GPUs) per machine, 1-1024; `auto` = every visible GPU."
@@ -104,20 +118,6 @@ class DistributedConfig(StrictModel):
         description="Multi-node: seconds from each machine's start by which every machine has checked in at "
         "main_process_ip:port, or this one has stopped with one line naming who came and who did not.",
     )
-
-
-class FsdpConfig(StrictModel):
-    version: Literal[1, 2] = Field(2, description="FSDP version (2 = per-parameter sharding).")
-    reshard_after_forward: Bool = Field(True, description="Full shard (true) or shard-grad-op (false).")
-    auto_wrap: Bool = Field(True, description="Wrap each decoder layer of the model.")
-    cpu_offload: Bool = Field(False, description="Keep parameters and optimizer state on the CPU.")
-    activation_checkpointing: Bool = Field(False, description="FSDP activation checkpointing.")
-
-
-class DeepSpeedConfig(StrictModel):
-    stage: Literal[2, 3] = Field(2, description="ZeRO stage.")
-    config_file: str | None = Field(None, description="Path to your own DeepSpeed JSON (overrides `stage`).")
-    offload_optimizer: Bool = Field(False, description="Offload optimizer state to the CPU.")
 
 
 class ClusterConfig(StrictModel):

@@ -152,7 +152,7 @@ def _validate(model: type[TaskConfig], data: dict, task: str, locator: Locator, 
     try:
         config = model.model_validate(data)
     except ValidationError as exc:
-        errors = [e for e in exc.errors() if e["type"] != RULE_ERROR]
+        errors = messages.without_members([e for e in exc.errors() if e["type"] != RULE_ERROR], model)
         # With fields refused by the schema the model's rules did not run: run them on the fields that passed.
         rules = check_rules(model, data, task) if errors else ((tuple(e["loc"]), e["msg"]) for e in exc.errors())
         rule_issues = [locator.issue(p, m) for p, m in rules]
