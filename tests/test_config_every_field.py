@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
+from autotrain.config.paths import hub_id
 from autotrain.config.tasks import TASKS, schema_of
 from autotrain.config.trainers import TRAINERS
 from autotrain.optimizers.table import OPTIMIZERS
@@ -49,7 +50,11 @@ def _bases() -> dict[str, dict]:
     """A valid config of every task (its first template) and of every LLM trainer (its template)."""
     bases = {task: spec.templates[0] for task, spec in TASKS.items() if spec.templates}
     bases |= {f"llm-{name}": spec.template for name, spec in TRAINERS.items()}
-    return {key: yaml.safe_load((ROOT / "configs" / template).read_text()) for key, template in bases.items()}
+    configs = {key: yaml.safe_load((ROOT / "configs" / template).read_text()) for key, template in bases.items()}
+    for config in configs.values():  # a template for the user's own file (clm: data/corpus.jsonl): a file here
+        if hub_id(config["data"]["path"]) is None and not (ROOT / config["data"]["path"]).exists():
+            config["data"]["path"] = "tests/assets/data/text.jsonl"
+    return configs
 
 
 BASES = _bases()

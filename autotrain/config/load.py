@@ -14,7 +14,7 @@ from autotrain.config.base import TaskConfig
 from autotrain.config.interpolate import REDACTED, interpolate, redact, secret_values
 from autotrain.config.messages import RULE_ERROR
 from autotrain.config.overrides import apply_overrides
-from autotrain.config.paths import check_paths, text_problems
+from autotrain.config.paths import check_paths, missing_local_paths, text_problems
 from autotrain.config.rules import check_rules
 from autotrain.config.suggest import did_you_mean
 from autotrain.config.tasks import TaskModels
@@ -48,10 +48,14 @@ def load_config(
     overrides: list[str] | tuple[str, ...] = (),
     expected_task: str | None = None,
     environ: dict[str, str] | None = None,
+    local_paths: bool = False,
 ) -> LoadedConfig:
-    """Read, translate, override, interpolate and validate a config; raise ConfigError with every issue."""
+    """Read, translate, override, interpolate and validate a config; raise ConfigError with every issue.
+
+    `local_paths`: also refuse a base_model / data.path that can only be a path here and is not (`validate`
+    asks; a run says it in its preflight, and a saved run's config is read back from anywhere)."""
     data, locator = read_yaml(path)
-    return load_data(data, locator, overrides, expected_task, environ)
+    return load_data(data, locator, overrides, expected_task, environ, local_paths)
 
 
 def load_data(
@@ -60,6 +64,7 @@ def load_data(
     overrides: list[str] | tuple[str, ...] = (),
     expected_task: str | None = None,
     environ: dict[str, str] | None = None,
+    local_paths: bool = False,
 ) -> LoadedConfig:
     """Raw YAML data -> validated config: translate, override, interpolate, pick the task, validate."""
     issues: list[ConfigIssue] = list(locator.problems)
@@ -95,6 +100,8 @@ def load_data(
     if task is None:
         raise ConfigError(_sorted(issues, secrets))
     config = _validate(TASK_MODELS[task], data, task, locator, issues)
+    if config is not None and local_paths:
+        issues += [locator.issue(p, m) for p, m in missing_local_paths(config)]
     if issues:
         raise ConfigError(_sorted(issues, secrets))
     return LoadedConfig(
