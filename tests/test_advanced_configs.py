@@ -109,6 +109,29 @@ def test_an_unset_token_in_a_native_config_when_nothing_is_pushed(cli, tmp_path)
     assert cli("validate", config, env=NO_HUB_ENV).exit_code == 2
 
 
+def test_a_migrated_repo_id_needs_its_variable_only_when_pushing(cli, tmp_path):
+    """Migrated with `push_to_hub: true`, the native config has `repo_id: ${HF_USERNAME}/NAME`. Pushing
+    turned off, the unset HF_USERNAME is no error (nothing is pushed: no repository is named); pushing, it is
+    one located line, not also the rule's "needs `hub.repo_id`" about the empty value it left."""
+    native = tmp_path / "native.yml"
+    assert cli("migrate", ADVANCED / "llm_finetuning" / "smollm2.yml", "-o", native).exit_code == 0
+    text = native.read_text()
+    assert "repo_id: ${HF_USERNAME}/" in text and "push_to_hub: true" in text, text
+    off = cli("validate", native, "--set", "hub.push_to_hub=false", env=NO_HUB_ENV)
+    assert off.exit_code == 0, off.output
+    native.with_name("off.yml").write_text(text.replace("push_to_hub: true", "push_to_hub: false"))
+    assert cli("validate", native.with_name("off.yml"), env=NO_HUB_ENV).exit_code == 0
+
+    pushing = cli("validate", native, env={"HF_USERNAME": None, "HF_TOKEN": "hf_example"})
+    assert pushing.exit_code == 2, pushing.output
+    line = text.splitlines().index(next(x for x in text.splitlines() if "repo_id:" in x)) + 1
+    problems = [x for x in pushing.stderr.splitlines() if x.startswith(str(native))]
+    assert problems == [
+        f"{native}:{line}:3: hub.repo_id: environment variable `HF_USERNAME` is not set (and no "
+        "`${HF_USERNAME:-default}`)"
+    ], pushing.stderr
+
+
 @pytest.mark.no_cuda
 def test_a_paged_8bit_optimizer_is_refused_on_this_cpu_with_what_to_do(cli):
     """The 70B SFT example asks for `paged_adamw_8bit` (bitsandbytes, CUDA): the dry run names both and the

@@ -87,10 +87,11 @@ def load_data(
     data, set_paths, override_issues = apply_overrides(data, list(overrides))
     issues += override_issues
     locator.overridden.update(set_paths)
-    optional = _optional_token(data)
+    optional = _needed_to_push(data)
     data, unset, secrets = interpolate(data, environ, optional=optional)
-    issues += [locator.issue(p, m) for p, m in unset]
-    if optional and isinstance(data.get("hub"), dict) and data["hub"].get("token") is None:
+    unset_issues = [locator.issue(p, m) for p, m in unset]
+    issues += unset_issues
+    if ("hub", "token") in optional and data["hub"].get("token") is None:
         unset_token = "its variable is not set, so no token is used (nothing is pushed; downloads use a saved login)"
         notices.append(locator.issue(("hub", "token"), unset_token).format())
     secrets |= secret_values(data)
@@ -100,6 +101,9 @@ def load_data(
     if task is None:
         raise ConfigError(_sorted(issues, secrets))
     config = _validate(TASK_MODELS[task], data, task, locator, issues)
+    # An unset variable left "" behind: what the schema or the rules say about that "" follows from it.
+    unset_paths = {issue.path for issue in unset_issues}
+    issues = [i for i in issues if i.path not in unset_paths or i in unset_issues]
     if config is not None and local_paths:
         issues += [locator.issue(p, m) for p, m in missing_local_paths(config)]
     if issues:
@@ -109,14 +113,14 @@ def load_data(
     )
 
 
-def _optional_token(data: dict) -> set[tuple]:
-    """`hub.token: ${HF_TOKEN}` is needed to push; when nothing is pushed an unset variable leaves it unset
-    (downloads then use the saved login, if any) instead of failing the config."""
+def _needed_to_push(data: dict) -> set[tuple]:
+    """`hub.token: ${HF_TOKEN}` and `hub.repo_id: ${HF_USERNAME}/name` are needed to push; when nothing is
+    pushed an unset variable leaves them unset (downloads then use the saved login, if any) instead of failing
+    the config."""
     hub = data.get("hub")
-    token = hub.get("token") if isinstance(hub, dict) else None
-    if isinstance(token, str) and "${" in token and hub.get("push_to_hub") in (None, False, "false"):
-        return {("hub", "token")}
-    return set()
+    if not isinstance(hub, dict) or hub.get("push_to_hub") not in (None, False, "false"):
+        return set()
+    return {("hub", key) for key in ("token", "repo_id") if isinstance(hub.get(key), str) and "${" in hub[key]}
 
 
 def _task(data: dict, locator: Locator, issues: list[ConfigIssue], expected: str | None) -> str | None:
