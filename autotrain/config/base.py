@@ -127,6 +127,13 @@ class ClusterConfig(StrictModel):
         None, ge=1, le=4096, description="Machines to ask for (default: distributed.num_machines)."
     )
     gpus_per_node: Int = Field(1, ge=0, le=64, description="GPUs per machine; one process per GPU.")
+    cpus_per_process: Int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="CPU cores per training process (Slurm --cpus-per-task: this x the processes of a machine, "
+        "whose one task runs them all); null: 4, plus one per training_args.dataloader_num_workers.",
+    )
     gpu_type: str | None = Field(
         None, description="GPU model, e.g. `A100` or `H100` (SkyPilot accelerators; Slurm --gpus-per-node TYPE:N)."
     )
