@@ -380,6 +380,17 @@ def test_the_modelfile_carries_the_runs_system_prompt_where_the_template_has_one
     assert "SYSTEM" not in modelfile_text("m.gguf", mistral, "Talk like a pirate.")  # its template drops it
 
 
+def test_the_modelfile_decodes_greedily_as_the_parity_check_did():
+    """Ollama samples by default (temperature 0.8, top_k 40, top_p 0.9, repeat_penalty 1.1): the export's
+    answers would differ from the greedy ones the parity check compared. The Modelfile asks for greedy."""
+    from autotrain.export.modelfile import FAMILIES, ChatFamily, modelfile_text
+
+    chatml = ChatFamily("chatml", FAMILIES["chatml"][0][0], ("<|im_end|>",), None, "")
+    lines = modelfile_text("m.gguf", chatml, None).splitlines()
+    assert "PARAMETER temperature 0" in lines and "PARAMETER repeat_penalty 1" in lines, lines
+    assert any(line.startswith("# ") and "greedy" in line for line in lines), lines
+
+
 def test_the_llama_cpp_reader_is_used_when_installed(cli, tiny_run, tmp_path, monkeypatch):
     """With `llama_cpp` importable its greedy tokens join the check (here a stand-in speaking its API, backed
     by transformers' reading of the same file; the real one runs where llama-cpp-python is installed)."""
