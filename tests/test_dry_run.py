@@ -74,3 +74,41 @@ def test_a_max_length_above_the_models_positions_is_capped_as_the_run_caps_it(cl
     the_runs_note = capsys.readouterr().err.strip().removeprefix("note: ")
     assert the_runs_note == "training_args.max_length 4096 is more than base_model takes; using 64"
     assert f"  note: {the_runs_note}" in asked.stdout.splitlines(), asked.stdout
+
+
+QUIET = """
+import json, logging, sys
+from autotrain.training.quiet import quiet_libraries
+
+quiet_libraries()
+imported = sorted({"datasets", "transformers", "huggingface_hub"} & set(sys.modules))
+import datasets, transformers
+from huggingface_hub.utils import logging as hub_logging
+
+print(json.dumps({
+    "imported_by_quieting": imported,
+    "transformers": transformers.logging.get_verbosity() == logging.ERROR,
+    "transformers_bars": not transformers.utils.logging.is_progress_bar_enabled(),
+    "datasets": datasets.logging.get_verbosity() == logging.ERROR,
+    "datasets_bars": not datasets.is_progress_bar_enabled(),
+    "hub": hub_logging.get_verbosity() == logging.ERROR,
+}))
+"""
+
+
+def test_quieting_the_libraries_imports_none_of_them():
+    """The dry run quiets the libraries before its memory estimate; that used to import `datasets` (about 870
+    modules with pandas and pyarrow) in every dry run, also where no data is read here (hub data: no preview).
+    Each library now reads the quiet settings when it is first imported."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "AUTOTRAIN_DEBUG" and not k.endswith("VERBOSITY")}
+    env = {k: v for k, v in env.items() if "PROGRESS_BAR" not in k and k != "TQDM_DISABLE"}
+    done = subprocess.run([sys.executable, "-c", QUIET], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result.pop("imported_by_quieting") == []
+    assert all(result.values()), result
