@@ -56,6 +56,23 @@ class ConfigError(Exception):
 class UserInputError(Exception):
     """Bad input that is not a config mistake (missing data column, unreadable file, ...): exit code 2."""
 
+    @property
+    def lines(self) -> list[str]:
+        """What the user is told, one `error:` line each."""
+        return [str(self)]
+
+
+class UserInputErrors(UserInputError):
+    """Several problems found at once (the preflight's): one line each, as the dry run prints them."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("; ".join(problems))
+        self.problems = list(problems)
+
+    @property
+    def lines(self) -> list[str]:
+        return self.problems
+
 
 class ParityError(Exception):
     """An export whose parity check failed: the artifact is kept under a `.failed` name, exit code 4."""

@@ -67,6 +67,22 @@ def cli():
     return invoke
 
 
+# AutoTrain Advanced's example configs name the user's data by placeholders relative to the folder they run
+# from; `validate` refuses a local path that is not there, as a run does. (`/path/to/your/dataset`, absolute,
+# is not made: the one example naming it is expected to be refused for it.)
+PLACEHOLDER_DATA = ("data", "path/to/your/dataset csv/jsonl files")
+
+
+@pytest.fixture
+def placeholder_data(tmp_path, monkeypatch) -> Path:
+    """Run from a folder holding the (empty) data folders the example configs name."""
+    folder = tmp_path / "work"
+    for name in PLACEHOLDER_DATA:
+        (folder / name).mkdir(parents=True)
+    monkeypatch.chdir(folder)
+    return folder
+
+
 # --- the web app (test_app.py, test_app_browser.py) -----------------------------------------------------
 
 

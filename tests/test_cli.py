@@ -178,6 +178,11 @@ def test_init_writes_a_template_that_validates(cli, tmp_path, task, trainer):
     jsonschema.Draft202012Validator(json.loads(schema_file.read_text(encoding="utf-8"))).validate(data)
 
     checked = cli("validate", out)
+    needs_data = NEEDS_DATA.get(TEMPLATES[(task, trainer)])
+    if needs_data:  # the user's own corpus, still to come: validate says so as the dry run does
+        field, message = needs_data.split(" ", 1)
+        assert checked.exit_code == 2 and f": {field}: {message}" in checked.stderr, checked.output
+        return
     trainer = trainer or data.get("trainer")  # a task with trainers of its own names one in its template
     kind = task + (f" ({trainer})" if trainer else "")
     assert (checked.exit_code, checked.stdout) == (0, f"{out}: ok: {kind}\n"), checked.output
@@ -532,6 +537,54 @@ def test_startup_does_not_import_the_training_stack(args):
     result = json.loads(done.stdout.rsplit("\nRESULT ", 1)[1])
     assert result["code"] in (0, None), done.stdout + done.stderr
     assert result["heavy"] == [], f"`autotrain {' '.join(args)}` imported {result['heavy']}"
+
+
+MISSING_PATHS = """\
+task: llm
+trainer: sft
+base_model: ./my-model
+project_name: runs/x
+data:
+  path: data/corpus.jsonl
+  column_mapping: {text: text}
+"""
+
+
+def test_validate_names_a_local_path_that_is_not_here_as_the_run_does(cli, tmp_path, monkeypatch):
+    """A base_model / data.path that only a path here can be, and is not: validate says at its line what the
+    run's preflight says (exit 2), where it used to answer `ok` for a run that could not start."""
+    from autotrain.config.load import load_config
+    from autotrain.training.hub import missing_paths
+
+    config = tmp_path / "c.yml"
+    config.write_text(MISSING_PATHS)
+    monkeypatch.chdir(tmp_path)
+    result = cli("validate", config)
+    assert result.exit_code == 2, result.output
+    preflight = missing_paths(load_config(config).config)  # what the run says, one line each
+    assert len(preflight) == 2 and f"folder you run from, {tmp_path}" in preflight[1], preflight
+    for line_no, said in zip((3, 6), preflight, strict=True):
+        field, message = said.split(" ", 1)
+        assert f"{config}:{line_no}:" in result.stderr and f": {field}: {message}" in result.stderr, result.stderr
+    (tmp_path / "my-model").mkdir()
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "corpus.jsonl").write_text('{"text": "hi"}\n')
+    assert cli("validate", config).exit_code == 0
+
+
+def test_validate_of_a_missing_local_path_imports_no_torch(tmp_path):
+    config = tmp_path / "c.yml"
+    config.write_text(MISSING_PATHS)
+    done = subprocess.run(
+        [sys.executable, "-c", STARTUP, "validate", str(config)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    result = json.loads(done.stdout.rsplit("\nRESULT ", 1)[1])
+    assert result["code"] == 2 and "does not exist on this machine" in done.stderr, done.stderr
+    assert result["heavy"] == [], result["heavy"]
 
 
 def test_the_top_level_help_reads_no_config_schema():

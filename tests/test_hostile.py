@@ -100,6 +100,8 @@ def base_env(home: Path, **extra: str) -> dict[str, str]:
         "HOME": str(home),
         "HF_HUB_OFFLINE": "1",
         "PYTHONHASHSEED": "0",
+        # this checkout's package, wherever the environment's editable install points
+        "PYTHONPATH": str(REPO_ROOT),
         # The configs name hub ids that this offline machine cannot check; that check has its own tests.
         "AUTOTRAIN_SKIP_HUB_CHECK": "1",
     }
@@ -378,8 +380,9 @@ CASES = [
          expect=("--set",), secret=SECRET),
     Case("dry-run-set-token", ("llm", "--config", "{F}", "--dry-run", "--set", f"hub.token={SECRET}"), code=0,
          file="valid.yml", secret=SECRET),
-    Case("validate-token-in-data-path", ("validate", "{F}"), code=0, file="token-in-data-path.yml",
-         env={"HF_TOKEN": SECRET}, secret=SECRET),
+    Case("validate-token-in-data-path", ("validate", "{F}"), code=2,
+         expect=("data.path: `***/data.jsonl` does not exist on this machine",), lines=(7,),
+         file="token-in-data-path.yml", env={"HF_TOKEN": SECRET}, secret=SECRET),
     Case("dry-run-token-in-data-path", ("llm", "--config", "{F}", "--dry-run"), code=2,
          expect=("data.path `***/data.jsonl` does not exist on this machine",),
          file="token-in-data-path.yml", env={"HF_TOKEN": SECRET}, secret=SECRET),

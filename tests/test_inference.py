@@ -335,6 +335,51 @@ def test_chat_stdin_that_is_not_utf8_is_bad_input(llm_run, prompts):
     assert len(prompts) == 1  # the first line was answered
 
 
+@pytest.fixture
+def unloaded_llm_run(tmp_path, monkeypatch) -> Path:
+    """A folder that reads as a finished llm run, whose model is never loaded: loading it says `loaded: N`."""
+    import autotrain.inference.load as load_module
+    from autotrain.errors import UserInputError
+
+    config = yaml.safe_load((REPO / "configs" / "llm" / "quickstart.yml").read_text())
+    config["base_model"] = str(REPO / config["base_model"])
+    config["data"]["path"] = str(REPO / config["data"]["path"])
+    config["project_name"] = str(tmp_path / "run")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "autotrain.yaml").write_text(yaml.safe_dump(config))
+    (tmp_path / "run" / "config.json").write_text("{}")
+    (tmp_path / "run" / ".autotrain-run").write_text("")  # a folder autotrain made: its saved config is its own
+
+    def loaded(run_dir, device):
+        raise UserInputError("loaded: the model would load now")
+
+    monkeypatch.setattr(load_module, "load_run", loaded)
+    return tmp_path / "run"
+
+
+@pytest.mark.parametrize("piped", ["", "\n  \n"], ids=["closed", "blank"])
+def test_chat_without_a_terminal_or_a_message_says_how_to_chat(unloaded_llm_run, piped):
+    """`docker run IMAGE chat RUN` without -i: stdin is empty and no terminal. It used to print nothing and
+    exit 0; now one line says how to chat, exit 2, before the model loads."""
+    result = autotrain("chat", unloaded_llm_run, input=piped)
+    assert_bad_input(result, "-m TEXT", "pipe", "docker run -it")
+    assert "loaded" not in result.output
+
+
+def test_chat_with_stdin_closed_says_how_to_chat(unloaded_llm_run, monkeypatch):
+    from autotrain.errors import UserInputError
+    from autotrain.inference.chat import run_chat
+    from autotrain.inference.generate import GenerationSettings
+
+    monkeypatch.setattr(sys, "stdin", None)  # the process was started with its stdin closed (`<&-`)
+    with pytest.raises(UserInputError, match="docker run -it"):
+        run_chat(unloaded_llm_run, GenerationSettings())
+
+
+def test_chat_with_piped_text_goes_on_to_the_model(unloaded_llm_run):
+    assert_bad_input(autotrain("chat", unloaded_llm_run, input="hello\n"), "loaded: the model would load now")
+
+
 def test_chat_on_a_classifier_is_bad_input(text_run):
     assert_bad_input(autotrain("chat", text_run, "-m", "hi"), "generat")
 

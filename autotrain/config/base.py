@@ -77,6 +77,20 @@ def _process_count(value: Any) -> Any:
 ProcessCount = Annotated[Int | Literal["auto"], BeforeValidator(_process_count)]
 
 
+class FsdpConfig(StrictModel):
+    version: Literal[1, 2] = Field(2, description="FSDP version (2 = per-parameter sharding).")
+    reshard_after_forward: Bool = Field(True, description="Full shard (true) or shard-grad-op (false).")
+    auto_wrap: Bool = Field(True, description="Wrap each decoder layer of the model.")
+    cpu_offload: Bool = Field(False, description="Keep parameters and optimizer state on the CPU.")
+    activation_checkpointing: Bool = Field(False, description="FSDP activation checkpointing.")
+
+
+class DeepSpeedConfig(StrictModel):
+    stage: Literal[2, 3] = Field(2, description="ZeRO stage.")
+    config_file: str | None = Field(None, description="Path to your own DeepSpeed JSON (overrides `stage`).")
+    offload_optimizer: Bool = Field(False, description="Offload optimizer state to the CPU.")
+
+
 class DistributedConfig(StrictModel):
     num_processes: ProcessCount = Field(
         1, description="Processes (GPUs) per machine, 1-1024; `auto` = every visible GPU."
@@ -106,20 +120,6 @@ class DistributedConfig(StrictModel):
     )
 
 
-class FsdpConfig(StrictModel):
-    version: Literal[1, 2] = Field(2, description="FSDP version (2 = per-parameter sharding).")
-    reshard_after_forward: Bool = Field(True, description="Full shard (true) or shard-grad-op (false).")
-    auto_wrap: Bool = Field(True, description="Wrap each decoder layer of the model.")
-    cpu_offload: Bool = Field(False, description="Keep parameters and optimizer state on the CPU.")
-    activation_checkpointing: Bool = Field(False, description="FSDP activation checkpointing.")
-
-
-class DeepSpeedConfig(StrictModel):
-    stage: Literal[2, 3] = Field(2, description="ZeRO stage.")
-    config_file: str | None = Field(None, description="Path to your own DeepSpeed JSON (overrides `stage`).")
-    offload_optimizer: Bool = Field(False, description="Offload optimizer state to the CPU.")
-
-
 class ClusterConfig(StrictModel):
     """What only a scheduler needs (`autotrain launch --target ...`); training never reads it."""
 
@@ -127,6 +127,13 @@ class ClusterConfig(StrictModel):
         None, ge=1, le=4096, description="Machines to ask for (default: distributed.num_machines)."
     )
     gpus_per_node: Int = Field(1, ge=0, le=64, description="GPUs per machine; one process per GPU.")
+    cpus_per_process: Int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="CPU cores per training process (Slurm --cpus-per-task: this x the processes of a machine, "
+        "whose one task runs them all); null: 4, plus one per training_args.dataloader_num_workers.",
+    )
     gpu_type: str | None = Field(
         None, description="GPU model, e.g. `A100` or `H100` (SkyPilot accelerators; Slurm --gpus-per-node TYPE:N)."
     )

@@ -19,7 +19,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from autotrain.config.messages import OPTIMIZER_ARGS_ERROR, RULE_ERROR, plain
+from autotrain.config.messages import OPTIMIZER_ARGS_ERROR, RULE_ERROR, plain, without_members
 from autotrain.config.suggest import did_you_mean
 from autotrain.config.tasks import TASKS
 from autotrain.config.trainers import TRAINERS, trainer_fields, used_by
@@ -159,7 +159,7 @@ def typed_optimizer_args(name: str, given: Any) -> BaseModel:
 
 def _optimizer_args_issues(name: str, exc: ValidationError) -> Iterator[Issue]:
     spec = OPTIMIZERS[name]
-    errors = exc.errors()
+    errors = without_members(exc.errors(), spec.args)
     # A tuple given too few values fails once per absent item: report it once, at the tuple.
     absent = Counter(e["loc"][:-1] for e in errors if _absent_item(e))
     for err in errors:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from autotrain.training.plan import RunPlan
@@ -18,6 +19,9 @@ def memory_record(cfg, plan: RunPlan, token: str | None = None) -> dict[str, Any
     quiet_libraries()
     setup = memory.setup_of(cfg, plan)
     try:
+        capped = model_shape.position_cap(cfg, token)  # the length the run trains at, as it says
+        if capped is not None:
+            setup = dataclasses.replace(setup, length=capped)
         shape = model_shape.shape_of(cfg, setup, token)
     except Exception as exc:  # noqa: BLE001 - any failure to read or build the config: no estimate
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -28,6 +32,8 @@ def memory_record(cfg, plan: RunPlan, token: str | None = None) -> dict[str, Any
         **result.record(),
         "model": {"parameters": shape.params, "trained_parameters": shape.lora_params or shape.params},
     }
+    if capped is not None:
+        record["notes"] = [model_shape.capped_length_note(cfg.training_args.max_length, capped), *record["notes"]]
     available = memory.available_bytes(setup.device)
     if setup.device == "cpu":
         # the process itself (python, torch, the libraries) before any model: this one's size is a fair guess

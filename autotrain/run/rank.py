@@ -64,7 +64,8 @@ def failure_code(this: Run, exc: BaseException) -> int:
     if isinstance(exc, UserInputError):
         if debug_enabled():
             traceback.print_exc()
-        this.say(f"error: {exc}", every_rank=True)
+        for line in exc.lines:  # several problems found at once: one line each
+            this.say(f"error: {line}", every_rank=True)
         return this.finish("bad input", EXIT_BAD_INPUT, None, error=str(exc))
     if not isinstance(exc, Exception):  # SystemExit, KeyboardInterrupt: not ours to map
         raise exc

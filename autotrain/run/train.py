@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from autotrain.errors import EXIT_OK, UserInputError
+from autotrain.errors import EXIT_OK, UserInputError, UserInputErrors
 from autotrain.run.process import ACCELERATE_LAUNCHED, PARENT_ENV, Run, last_checkpoint, launched, resume_command
 from autotrain.training.quiet import quiet_libraries
 
@@ -24,7 +24,7 @@ def resolve(this: Run):
     plan = resolve_plan(this.cfg)
     found = preflight(this.cfg, plan)
     if found.problems:
-        raise UserInputError("; ".join(found.problems))
+        raise UserInputErrors(found.problems)
     if not launched():
         for note in found.notes:
             this.say(f"note: {note}")

@@ -9,41 +9,21 @@ do. `AUTOTRAIN_SKIP_HUB_CHECK=1` skips the check (a proxy that serves downloads 
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 from autotrain.config.base import TaskConfig
+from autotrain.config.paths import hub_id, missing_local_paths
 
 TIMEOUT_S = 5.0
 SKIP_ENV = "AUTOTRAIN_SKIP_HUB_CHECK"
-# `name` or `owner/name`: what a hub repository id looks like (a local path has other characters or exists).
-_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 _TRUE = ("1", "true", "yes", "on")
 
 
-def hub_id(value: str | None) -> str | None:
-    """`value` when it names a hub repository rather than a local file or folder, else None."""
-    if not value or not _REPO_ID.fullmatch(value) or Path(value).expanduser().exists():
-        return None
-    if value.endswith((".gguf", ".json", ".jsonl", ".csv", ".parquet", ".txt")):
-        return None  # a local file that is not there: reported by the loader
-    return value
-
-
 def missing_paths(cfg: TaskConfig) -> list[str]:
-    """One line per `base_model` / `data.path` that only a path here can be (`./x`, `a/b/c`, `x.jsonl`) and
-    that is not on this machine: said before anything loads, not as the loader's complaint about hub ids."""
-    problems = []
-    for field, value in (("base_model", cfg.base_model), ("data.path", cfg.data.path)):
-        if not value or "\x00" in value or hub_id(value) is not None or Path(value).expanduser().exists():
-            continue
-        where = (
-            ""
-            if value.startswith(("/", "~"))
-            else f" (a relative path starts from the folder you run from, {Path.cwd()})"
-        )
-        problems.append(f"{field} `{value}` does not exist on this machine{where}, and it cannot be a hub id")
-    return problems
+    """One line per `base_model` / `data.path` that only a path here can be and that is not on this machine
+    (`data.path `x` does not exist ...`): said before anything loads, not as the loader's complaint about hub
+    ids."""
+    return [f"{'.'.join(path)} {message}" for path, message in missing_local_paths(cfg)]
 
 
 def offline() -> bool:

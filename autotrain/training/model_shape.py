@@ -326,6 +326,28 @@ def shape_of(cfg, setup: Setup, token: str | None = None) -> ModelShape:
     return trace_model(*args)
 
 
+# Every text task's run but the generative ones (llm, vlm) trains at most as many tokens as base_model's
+# position embeddings take, with a note (trainers/text_classification.py's `max_tokens`, which the text tasks
+# share, and sentence-transformers' `sequence_length`); the estimate traces that length, not the one asked.
+_UNCAPPED = ("llm", "vlm")
+
+
+def capped_length_note(asked: int, used: int) -> str:
+    """What a run says when it trains `used` tokens per sample where the config asked for `asked`."""
+    return f"training_args.max_length {asked} is more than base_model takes; using {used}"
+
+
+def position_cap(cfg, token: str | None = None) -> int | None:
+    """The length a run of `cfg` trains at where its `max_length` is above base_model's positions, else None."""
+    asked = getattr(cfg.training_args, "max_length", None)
+    if asked is None or cfg.task in _UNCAPPED or not _is_text(cfg.task):
+        return None
+    from transformers import AutoConfig
+
+    positions = getattr(AutoConfig.for_model(**json.loads(_config_json(cfg, token))), "max_position_embeddings", None)
+    return positions if isinstance(positions, int) and 0 < positions < asked else None
+
+
 def _config_json(cfg, token: str | None) -> str:
     from transformers import AutoConfig
 
