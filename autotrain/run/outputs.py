@@ -187,7 +187,6 @@ def push_to_hub(loaded: LoadedConfig, extra_files: list[Path] = ()) -> str:
             "run.json",
             "training_args.bin",
             "export-*/**",
-            "initial_adapter/**",  # a PiSSA / OLoRA run's starting adapter, until its final save
             "*.failed/**",
             ".autotrain*",  # the folder's marker and locks
             ".*.lock",  # exports' locks
