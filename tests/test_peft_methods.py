@@ -405,7 +405,7 @@ def test_every_llm_trainer_adapts_every_linear_layer_but_the_output(tmp_path, tr
 
         raw["data"] = kto_data(unpaired(tmp_path))
     if trainer == "grpo":
-        raw["data"] = {"path": str(ASSETS / "data" / "math.jsonl"), "column_mapping": {"prompt": "question"}}
+        raw["data"] = {"path": str(ASSETS / "data" / "math.jsonl"), "column_mapping": {"prompt": "question", "answer": "answer"}}
         raw["training_args"].update(num_generations=2, max_completion_length=8)
     cfg = load_data(raw, Locator("config.yml"), environ={}).config
     built, _ = build_trainer(cfg, resolve_plan(cfg, device="cpu"), callbacks=[])
