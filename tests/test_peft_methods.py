@@ -405,7 +405,10 @@ def test_every_llm_trainer_adapts_every_linear_layer_but_the_output(tmp_path, tr
 
         raw["data"] = kto_data(unpaired(tmp_path))
     if trainer == "grpo":
-        raw["data"] = {"path": str(ASSETS / "data" / "math.jsonl"), "column_mapping": {"prompt": "question", "answer": "answer"}}
+        raw["data"] = {
+            "path": str(ASSETS / "data" / "math.jsonl"),
+            "column_mapping": {"prompt": "question", "answer": "answer"},
+        }
         raw["training_args"].update(num_generations=2, max_completion_length=8)
     cfg = load_data(raw, Locator("config.yml"), environ={}).config
     built, _ = build_trainer(cfg, resolve_plan(cfg, device="cpu"), callbacks=[])
@@ -491,3 +494,68 @@ def test_the_estimate_adds_doras_weight_norm_scratch_only_with_dora():
     assert terms == {"DoRA weight-norm scratch (largest layer)": scratch}
     assert estimated.parts["DoRA weight-norm scratch (largest layer)"] == scratch
     assert estimated.peak > runs[False][1].peak + scratch
+
+
+# --- seq2seq and vlm: the same variants through their own builders ------------------------------------------
+
+
+def _merged_state_on_base(auto_cls, base: Path, run: Path) -> dict[str, torch.Tensor]:
+    from peft import PeftModel
+
+    return PeftModel.from_pretrained(auto_cls.from_pretrained(base), str(run)).merge_and_unload().state_dict()
+
+
+def _train_task(cli, tmp_path: Path, task: str, model: Path, data: dict, peft: dict, **training) -> Path:
+    raw = {
+        "task": task, "base_model": str(model), "project_name": str(tmp_path / "run"), "data": data,
+        "peft": {"r": 4, "alpha": 8, "dropout": 0.0, "merge_adapter": True, **peft},
+        "training_args": {"max_steps": 4, "batch_size": 8, "lr": 1e-2, "eval_strategy": "no", "save_steps": 1000,
+                          "logging_steps": 1, **training},
+    }  # fmt: skip
+    path = tmp_path / "config.yml"
+    path.write_text(yaml.safe_dump(raw))
+    result = cli(task, "--config", path)
+    assert result.exit_code == 0, result.output
+    return tmp_path / "run"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "task, peft",
+    [("seq2seq", {"init": "pissa", "use_rslora": True, "loraplus_lr_ratio": 4}),
+     ("vlm", {"init": "olora", "loraplus_lr_ratio": 4}),
+     ("vlm", {"use_dora": True})],
+    ids=["seq2seq-pissa-rslora-loraplus", "vlm-olora-loraplus", "vlm-dora"],
+)  # fmt: skip
+def test_seq2seq_and_vlm_train_the_variants_and_save_what_they_trained(cli, tmp_path, task, peft):
+    """The adapter the run saved, put on the base model, holds the weights of the trained model (`merged/`)."""
+    import random
+
+    if task == "seq2seq":
+        from text_tasks_assets import seq2seq_rows, tiny_t5, write_rows
+        from transformers import AutoModelForSeq2SeqLM as auto_cls
+
+        model = tiny_t5(tmp_path / "t5")
+        write_rows(tmp_path / "data" / "train.jsonl", seq2seq_rows(random.Random(0), 64))
+        data = {"path": str(tmp_path / "data"), "valid_size": 0.1, "column_mapping": {"target": "summary"}}
+        extra = {"max_length": 16, "max_target_length": 8}
+    else:
+        from transformers import AutoModelForImageTextToText as auto_cls
+        from vision_assets import tiny_idefics3, vqa_rows, write_jsonl
+
+        model = tiny_idefics3(tmp_path / "idefics3")
+        write_jsonl(
+            tmp_path / "data" / "train" / "metadata.jsonl", vqa_rows(tmp_path / "data" / "train", random.Random(0), 32)
+        )
+        data = {"path": str(tmp_path / "data"), "valid_size": 0.25, "column_mapping": {"prompt": "question"}}
+        extra = {"max_length": 64, "max_new_tokens": 4}
+    run = _train_task(cli, tmp_path, task, model, data, peft, **extra)
+    state = json.loads((run / "trainer_state.json").read_text())
+    assert all(math.isfinite(e["loss"]) for e in state["log_history"] if "loss" in e)
+    converted = peft.get("init") in ("pissa", "olora")
+    assert json.loads((run / "adapter_config.json").read_text())["r"] == (8 if converted else 4)
+    on_base = _merged_state_on_base(auto_cls, model, run)
+    trained = auto_cls.from_pretrained(run / "merged").state_dict()
+    base = auto_cls.from_pretrained(model).state_dict()
+    moved = [name for name, value in trained.items() if not torch.equal(value, base[name])]
+    assert moved and all(torch.allclose(on_base[name], trained[name], atol=1e-5) for name in trained)
