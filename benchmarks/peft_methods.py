@@ -224,7 +224,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2, help="OMP_NUM_THREADS of the runs and of this process.")
     parser.add_argument("--no-gguf", action="store_true", help="Skip the GGUF export.")
     parser.add_argument(
-        "--smoke", action="store_true", help="The tiny test model, 3 steps, lora and pissa only: shows it works."
+        "--smoke", action="store_true", help="The tiny test model, 3 steps, pissa only: shows it works."
     )
     parser.add_argument("--keep", type=Path, help="Train into this folder and keep the runs.")
     args = parser.parse_args()
@@ -233,7 +233,7 @@ def main() -> int:
 
     torch.set_num_threads(args.threads)
     if args.smoke:
-        args.steps, args.lr, args.methods = 3, 1e-3, ["lora", "pissa"]
+        args.steps, args.lr, args.methods = 3, 1e-3, ["pissa"]
     model = ROOT / "tests" / "assets" / "tiny-llama" if args.smoke else smollm2_folder()
     rows = []
     with tempfile.TemporaryDirectory(prefix="autotrain-peft-") as name:
