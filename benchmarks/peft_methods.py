@@ -206,7 +206,7 @@ def _row(r: dict) -> list[str]:
     gguf = r.get("gguf_export")
     return [
         r["method"],
-        f"{r['first_loss']:.3f} -> {r['last_loss']:.3f}",
+        f"{r['first_loss']:.4g} -> {r['last_loss']:.3g}",
         str(r["saved_rank"]),
         f"{r['merge_max_logit_diff']:.2e}",
         f"{'passed' if merged['passed'] else 'FAILED'} ({merged['agreement_pct']}%)",
