@@ -40,6 +40,42 @@ class PeftConfig(StrictModel):
         None, description="Load the base model in 4 or 8 bit (bitsandbytes, CUDA only): QLoRA."
     )
     merge_adapter: Bool = Field(False, description="Also save the base model with the adapter merged in.")
+    use_dora: Bool = Field(
+        False,
+        description="DoRA (peft `use_dora`): each adapted weight is split into a magnitude (one trained value per "
+        "output) and a direction that LoRA adapts. Often closer to a full fine-tune at low rank; each step costs "
+        "more (the adapted weight's norm is computed in every forward). Merges like LoRA.",
+    )
+    use_rslora: Bool = Field(
+        False,
+        description="rsLoRA (peft `use_rslora`): scale the adapter by alpha / sqrt(r) instead of alpha / r, "
+        "so that a high rank still learns (with alpha / r the update shrinks as r grows).",
+    )
+    init: Literal["default", "gaussian", "pissa", "olora"] = Field(
+        "default",
+        description="How the adapter starts (peft `init_lora_weights`). default: A random, B zero (the model "
+        "starts as the base); gaussian: A from a Gaussian scaled by the rank; pissa: A and B from the top r "
+        "singular vectors of each weight, which keeps only the rest (PiSSA); olora: from a QR decomposition of "
+        "each weight (OLoRA). pissa and olora move part of each base weight into the adapter; the saved adapter "
+        "is converted to a plain LoRA adapter of rank 2r on the unchanged base model.",
+    )
+    pissa_niter: Int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="`init: pissa` only: null computes the exact SVD of every adapted weight (minutes on a 7B "
+        "model); N takes a fast randomized SVD with N subspace iterations (peft `pissa_niter_N`; 4 to 16 is "
+        "usual, seconds on a 7B model).",
+    )
+    loraplus_lr_ratio: Float | None = Field(
+        None,
+        ge=1,
+        le=10_000,
+        description="LoRA+: the B matrices (and DoRA's magnitudes) learn at `lr` x this ratio, the A matrices "
+        "at `lr` (peft `create_loraplus_optimizer`; 16 is the paper's usual value, with `lr` often halved). "
+        "Works with every optimizer but those that group parameters themselves (GaLore, APOLLO, LOMO). "
+        "null: one rate for all.",
+    )
 
 
 class LLMTrainingArgs(TrainingArgs):

@@ -265,6 +265,72 @@ def _peft_needs_lora(cfg) -> Iterator[Issue]:
         yield ("peft", "quantization"), "`peft.quantization` needs `peft.enabled: true` (QLoRA trains an adapter)"
     if peft.merge_adapter:
         yield ("peft", "merge_adapter"), "`peft.merge_adapter` needs `peft.enabled: true`"
+    for key in ("use_dora", "use_rslora", "pissa_niter", "loraplus_lr_ratio"):
+        if getattr(peft, key):
+            yield ("peft", key), f"`peft.{key}` needs `peft.enabled: true` (it is a setting of the LoRA adapter)"
+    if peft.init != "default":
+        yield ("peft", "init"), f"`peft.init: {peft.init}` needs `peft.enabled: true` (it starts the LoRA adapter)"
+
+
+# PiSSA and OLoRA move part of each base weight into the adapter (the base keeps the residual).
+RESIDUAL_INITS = ("pissa", "olora")
+
+
+@rule("peft", task=PEFT_TASKS)
+def _adapter_init(cfg) -> Iterator[Issue]:
+    peft = cfg.peft
+    if peft is None or not peft.enabled:
+        return
+    if peft.pissa_niter is not None and peft.init != "pissa":
+        yield (
+            ("peft", "pissa_niter"),
+            f"`peft.pissa_niter` sets PiSSA's fast SVD; it needs `peft.init: pissa` (got `peft.init: {peft.init}`)",
+        )
+    if peft.init not in RESIDUAL_INITS:
+        return
+    if peft.use_dora:
+        yield (
+            ("peft", "init"),
+            f"`peft.init: {peft.init}` cannot be combined with `peft.use_dora: true`: the trained adapter is saved "
+            "converted to a plain LoRA adapter on the unchanged base model, which has no place for DoRA's "
+            "magnitudes; use one of them",
+        )
+    if peft.quantization:
+        yield (
+            ("peft", "init"),
+            f"`peft.init: {peft.init}` cannot start from a `peft.quantization: {peft.quantization}` base model: it "
+            "decomposes the full-precision weights and keeps their residual in the base; train unquantized, or "
+            "use `peft.init: default`",
+        )
+
+
+@rule("peft", "distributed.strategy", task=PEFT_TASKS)
+def _residual_init_needs_whole_weights(cfg) -> Iterator[Issue]:
+    strategy = cfg.distributed.strategy
+    if cfg.uses_peft and cfg.peft.init in RESIDUAL_INITS and strategy in ("fsdp", "deepspeed"):
+        yield (
+            ("peft", "init"),
+            f"`peft.init: {cfg.peft.init}` cannot run under `distributed.strategy: {strategy}`: the adapter is "
+            "converted to plain LoRA against its initial value when saved, which needs whole weights on one "
+            "process; use `strategy: ddp`, or `peft.init: default`",
+        )
+
+
+# Optimizers that make their own parameter groups (low-rank projections, fused backward updates): LoRA+'s
+# groups (B matrices at a higher rate) cannot be handed to them.
+OWN_PARAM_GROUPS = ("galore_", "apollo_", "lomo", "adalomo")
+
+
+@rule("peft", "training_args.optimizer", task=PEFT_TASKS)
+def _loraplus_optimizer(cfg) -> Iterator[Issue]:
+    optimizer = cfg.training_args.optimizer
+    if cfg.uses_peft and cfg.peft.loraplus_lr_ratio is not None and optimizer.startswith(OWN_PARAM_GROUPS):
+        yield (
+            ("peft", "loraplus_lr_ratio"),
+            f"`peft.loraplus_lr_ratio` cannot run with `training_args.optimizer: {optimizer}`, which makes its own "
+            "parameter groups; use another optimizer (adamw_torch, came, fused_adam, ...), or remove "
+            "`peft.loraplus_lr_ratio`",
+        )
 
 
 # --- llm -------------------------------------------------------------------------------------------------
@@ -306,6 +372,24 @@ def _gguf_file(cfg) -> Iterator[Issue]:
             ("gguf_file",),
             "`base_model` names a .gguf file already; give either that file as `base_model`, or its folder "
             "as `base_model` and the file name as `gguf_file`",
+        )
+
+
+@rule("trainer", "peft", "training_args.beta", task="llm")
+def _residual_init_reference(cfg) -> Iterator[Issue]:
+    """DPO, KTO and a sampling trainer with a KL term compare with the base model, which with LoRA is the model
+    with its adapter switched off: after PiSSA or OLoRA that is the residual, not the base model."""
+    if not cfg.uses_peft or cfg.peft.init not in RESIDUAL_INITS:
+        return
+    spec = TRAINERS[cfg.trainer]
+    kl = "rewards" in spec.fields and (cfg.training_args.beta or 0) > 0
+    if spec.reference_model or kl:
+        yield (
+            ("peft", "init"),
+            f"`peft.init: {cfg.peft.init}` cannot train `trainer: {cfg.trainer}`"
+            + (" with `training_args.beta` above 0" if kl else "")
+            + ": its reference is the model with the adapter switched off, which after "
+            f"{cfg.peft.init} is only the residual of the base weights; use `peft.init: default` or `gaussian`",
         )
 
 

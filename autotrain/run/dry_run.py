@@ -42,6 +42,8 @@ def print_plan(
     settings = optimizer.get("kwargs") or optimizer.get("training_arguments") or {}
     if settings:
         print("optimizer arguments: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
+    if plan.adapter is not None:
+        print(f"adapter: {plan.adapter.summary()}")
     if plan.attn_implementation:  # an LLM
         asked = "" if cfg.attn_implementation == plan.attn_implementation else f" (asked: {cfg.attn_implementation})"
         rows = f"; padding-free batches: {plan.padding_free}" if plan.padding_free else ""

@@ -96,6 +96,8 @@ def _training_lines(cfg, plan: RunPlan | None, state) -> list[str]:
             f"{args.gradient_accumulation} x {plan.world_size} process(es)"
         )
     lines.append(f"- learning rate: {args.lr}, optimizer: {plan.optimizer.name if plan else args.optimizer}")
+    if plan is not None and plan.adapter is not None:
+        lines.append(f"- adapter: {plan.adapter.summary()}")
     if plan is not None:
         mode = "fp32" if plan.precision.mode == "no" else plan.precision.mode
         lines.append(f"- precision: {mode} on {plan.precision.device} (asked: {plan.asked_precision})")
@@ -110,6 +112,10 @@ def save_final(trainer, loaded: LoadedConfig, plan: RunPlan, metrics: dict) -> N
     cfg = loaded.config
     folder = Path(cfg.project_name)
     trainer.save_model(str(folder))
+    if plan.adapter is not None and plan.adapter.converts and trainer.is_world_process_zero():
+        from autotrain.training.adapter import save_converted_adapter
+
+        save_converted_adapter(trainer.model, folder)  # PiSSA / OLoRA: a plain LoRA adapter on the base model
     processor = getattr(trainer, "processing_class", None)
     if processor is not None and trainer.is_world_process_zero():
         processor.save_pretrained(str(folder))

@@ -88,7 +88,9 @@ def _build(this: Run, checkpoint: str | None, stop, resume: str | None):
     trainer.remove_callback(PrinterCallback)  # our progress display replaces its raw dict lines
     if checkpoint:
         _check_fits(this, checkpoint, trainer.model)
-        trainer.add_callback(ResumedSchedule(cfg.training_args.lr, this.say))  # the schedule as the config says
+        loraplus = this.plan.adapter.loraplus_lr_ratio if this.plan.adapter is not None else None
+        # the schedule as the config says (LoRA+'s B matrices keep their ratio)
+        trainer.add_callback(ResumedSchedule(cfg.training_args.lr, this.say, loraplus or 1.0))
     install_loss_hooks(trainer, cfg.training_args.nan_policy)
     AtomicCheckpoints(folder, cfg.training_args.save_total_limit, [checkpoint] if checkpoint else []).attach(trainer)
     progress.trainer = trainer

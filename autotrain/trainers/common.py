@@ -67,8 +67,14 @@ def make_trainer(trainer_cls, plan: RunPlan, **kwargs: Any) -> tuple[Any, RunPla
     It goes in as `optimizer_cls_and_kwargs`, so the Trainer still builds the param groups (no weight
     decay on biases and norms) and the LR scheduler. TRL's DPO and ORPO trainers do not take that
     argument; for them the same public attribute is set right after construction, before any optimizer
-    exists.
+    exists. With LoRA+ (`plan.adapter.loraplus_lr_ratio`) the trainer's `create_optimizer` makes LoRA+'s
+    groups for that same optimizer instead (autotrain.trainers.loraplus).
     """
+    ratio = plan.adapter.loraplus_lr_ratio if plan.adapter is not None else None
+    if ratio is not None:
+        from autotrain.trainers.loraplus import with_loraplus
+
+        trainer_cls = with_loraplus(trainer_cls, ratio)
     chosen = plan.optimizer.cls_and_kwargs
     takes_it = "optimizer_cls_and_kwargs" in inspect.signature(trainer_cls.__init__).parameters
     if chosen is not None and takes_it:
@@ -76,4 +82,8 @@ def make_trainer(trainer_cls, plan: RunPlan, **kwargs: Any) -> tuple[Any, RunPla
     trainer = trainer_cls(**kwargs)
     if chosen is not None and not takes_it:
         trainer.optimizer_cls_and_kwargs = chosen
+    if plan.adapter is not None and plan.adapter.converts:  # PiSSA / OLoRA: the start the final save subtracts
+        from autotrain.training.adapter import save_initial_adapter
+
+        save_initial_adapter(trainer)
     return trainer, plan

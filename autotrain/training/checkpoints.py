@@ -167,23 +167,26 @@ class ResumedSchedule(TrainerCallback):
     the resume would run at the old schedule's rate. Here the base rate becomes the config's (groups at a
     fraction of it keep their fraction) and the rate of the resumed step is taken from the schedule as now
     defined (a longer `max_steps` stretches it): the same rates a run with this config has at those steps.
+    `highest`: the fastest group's rate over `lr` (LoRA+'s B matrices: its ratio; otherwise 1).
     """
 
-    def __init__(self, lr: float, say=print):
+    def __init__(self, lr: float, say=print, highest: float = 1.0):
         self.lr = lr
         self.say = say
+        self.highest = highest
 
     def on_train_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
         scheduler = getattr(lr_scheduler, "scheduler", lr_scheduler)  # under accelerate's wrapper, if any
         bases = getattr(scheduler, "base_lrs", None)
         if not state.global_step or optimizer is None or not bases or not hasattr(scheduler, "lr_lambdas"):
             return
-        ratio = self.lr / max(bases) if max(bases) else 1.0
+        old = max(bases) / self.highest
+        ratio = self.lr / old if old else 1.0
         if abs(ratio - 1) > 1e-9:
             scheduler.base_lrs = [base * ratio for base in bases]
             for group in optimizer.param_groups:
                 group["initial_lr"] = group.get("initial_lr", group["lr"]) * ratio
-            self.say(f"learning rate: {max(bases):g} -> {self.lr:g} from step {state.global_step} on")
+            self.say(f"learning rate: {old:g} -> {self.lr:g} from step {state.global_step} on")
         step = scheduler.last_epoch
         rates = [base * rule(step) for rule, base in zip(scheduler.lr_lambdas, scheduler.base_lrs, strict=True)]
         for group, rate in zip(optimizer.param_groups, rates, strict=True):

@@ -67,6 +67,7 @@ class ModelShape:
     layer_bytes_per_token: float  # kept for backward by one decoder layer
     rest_bytes_per_token: float  # outside the layers: embeddings, final norm, logits, loss
     activation_bytes: int  # bytes of one activation value (4 fp32, 2 bf16 / fp16)
+    dora_scratch: int = 0  # bytes of DoRA's weight-norm temporaries in its largest adapted layer (`dora_terms`)
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ class Setup:
     optimizer: str
     precision: str  # no | bf16 | fp16
     device: str
-    lora: tuple[int, Any, float] | None  # (r, target modules, dropout)
+    lora: tuple[int, Any, float] | tuple[int, Any, float, bool] | None  # (r, target modules, dropout[, DoRA])
     quantization: str | None
     world_size: int = 1
     strategy: str = "ddp"
@@ -147,6 +148,7 @@ def estimate(shape: ModelShape, setup: Setup) -> Estimate:
     if setup.precision != "no" and w == 4 and not quantized:
         # autocast keeps a half copy of each fp32 weight a matmul used until backward has used it
         extra["autocast weight copies"] = (shape.linear_params if setup.lora else shape.params) * 2
+    extra.update(dora_terms(shape, setup))
     acts, logits = _activations(shape, setup)
     weights, grads, state, gathered = _sharded(shape, setup, weights, grads, state, notes)
     if gathered:
@@ -236,6 +238,20 @@ def _sharded(shape: ModelShape, setup: Setup, weights, grads, state, notes: list
     return weights, grads, state, gathered
 
 
+# --- DoRA (peft `use_dora`) ---------------------------------------------------------------------------
+
+
+def dora_terms(shape: ModelShape, setup: Setup) -> dict[str, int]:
+    """What DoRA adds that the trace does not measure. Its magnitude vectors (one value per output of each adapted
+    layer) are in `shape.lora_params`, trained like the rest of the adapter; the activations its forward keeps
+    (the base output and the adapter's, scaled by magnitude / norm) are traced. Not traced: each adapted layer
+    builds its whole adapted weight W + s B A (through an identity matrix of its input width) to take its norm,
+    in every forward and, with gradient checkpointing, again in backward's recomputation: one layer's at a time,
+    the largest counted here."""
+    dora = setup.lora is not None and len(setup.lora) > 3 and setup.lora[3]
+    return {"DoRA weight-norm scratch (largest layer)": shape.dora_scratch} if dora and shape.dora_scratch else {}
+
+
 # --- from a config ----------------------------------------------------------------------------------
 
 
@@ -256,7 +272,9 @@ def setup_of(cfg, plan) -> Setup:
         optimizer=args.optimizer,
         precision=plan.precision.mode,
         device=plan.precision.device,
-        lora=(cfg.peft.r, _targets(cfg.peft.target_modules), cfg.peft.dropout) if uses_peft else None,
+        lora=(cfg.peft.r, _targets(cfg.peft.target_modules), cfg.peft.dropout, cfg.peft.use_dora)
+        if uses_peft
+        else None,
         quantization=cfg.peft.quantization if uses_peft else None,
         world_size=plan.world_size,
         strategy=dist.strategy,

@@ -15,6 +15,7 @@ from typing import Any
 from autotrain.config.base import TaskConfig
 from autotrain.config.tasks import TASKS
 from autotrain.errors import UserInputError
+from autotrain.training.adapter import AdapterPlan, resolve_adapter
 from autotrain.training.precision import Precision, resolve_precision
 
 
@@ -79,6 +80,7 @@ class RunPlan:
     dtypes: dict[str, str] = field(default_factory=dict)  # of trained weights, gradients, state (`tensor_dtypes`)
     # (field, planned, used, why): what a builder changed once the model was loaded (see `refine`)
     refined: tuple[tuple[str, Any, Any, str], ...] = ()
+    adapter: AdapterPlan | None = None  # the LoRA adapter (method, scale, init, LoRA+); None: full fine-tune
 
     @property
     def world_size(self) -> int:
@@ -115,6 +117,7 @@ class RunPlan:
             "attn_implementation": self.attn_implementation,
             "notes": list(self.notes),
             "dtypes": self.dtypes,
+            "adapter": self.adapter.record() if self.adapter is not None else None,
             "refined_after_loading": [
                 {"field": key, "planned": planned, "used": used, "why": why} for key, planned, used, why in self.refined
             ],
@@ -151,6 +154,7 @@ def resolve_plan(cfg: TaskConfig, device: str | None = None) -> RunPlan:
         attn_implementation=attn,
         notes=notes,
         dtypes=tensor_dtypes(cfg, optimizer, load_dtype(cfg, precision)),
+        adapter=resolve_adapter(cfg),
     )
 
 
