@@ -258,7 +258,7 @@ def test_secrets_never_leave_the_app(client, runs, monkeypatch):
 def test_the_command_explains_how_to_install_the_extra(cli, monkeypatch):
     monkeypatch.setitem(sys.modules, "fastapi", None)
     result = cli("app")
-    assert result.exit_code == 2 and 'pip install -e ".[app]"' in result.output
+    assert result.exit_code == 2 and "pip install 'autotrain[app]'" in result.output
 
 
 def test_the_app_serves_the_page_from_the_package(runs, app_server):

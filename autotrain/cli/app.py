@@ -42,7 +42,9 @@ def app(
         import fastapi  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError:
-        raise fail('the app needs its optional dependencies: pip install -e ".[app]"', EXIT_BAD_INPUT) from None
+        from autotrain.hints import install_hint
+
+        raise fail(f"the app needs its optional dependencies: {install_hint(extra='app')}", EXIT_BAD_INPUT) from None
     from autotrain.app.listen import PortTaken, bind, default_host, serve, token_problem, url_problem
 
     host = host or default_host()

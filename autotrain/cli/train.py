@@ -44,7 +44,7 @@ def run_training(
     try:
         loaded = load_config(config_path, sets or [], expected_task=expected_task)
     except ConfigError as exc:
-        raise report_config_error(exc) from None
+        raise report_config_error(exc, config_path) from None
     for notice in loaded.notices:
         eprint(f"note: {notice}")
 

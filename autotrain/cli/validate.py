@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from autotrain.cli.common import SetOption
+from autotrain.cli.common import SetOption, with_mount_hint
 from autotrain.errors import EXIT_BAD_INPUT, eprint
 
 
@@ -27,7 +27,7 @@ def validate(
             bad += 1
             problems += len(exc.issues)
             for issue in exc.issues:
-                eprint(issue.format())
+                eprint(with_mount_hint(issue, path).format())
             continue
         cfg = loaded.config
         kind = cfg.task + (f" ({cfg.trainer})" if getattr(cfg, "trainer", None) else "")

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from autotrain.errors import UserInputError
+from autotrain.hints import cannot_write_hint
 from autotrain.training.disk import is_disk_full, no_space
 from autotrain.training.lifetime import pid_alive
 
@@ -112,7 +113,7 @@ def writing_error(exc: BaseException, out: Path, needed: int | None = None) -> U
     if not isinstance(exc, OSError):
         return None
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return UserInputError(f"cannot write `{out}`: {exc.strerror}; choose another -o")
+        return UserInputError(f"cannot write `{out}`: {exc.strerror}; {cannot_write_hint(out, 'choose another -o')}")
     return UserInputError(f"writing `{out}` failed: {exc.strerror or exc}")
 
 

@@ -64,7 +64,9 @@ def export_run(request: ExportRequest, say: Callable[[str], None] = print) -> Ex
             import importlib.util
 
             if importlib.util.find_spec("gguf") is None:
-                raise UserInputError("GGUF export needs the gguf package: pip install 'autotrain[export]'")
+                from autotrain.hints import install_hint
+
+                raise UserInputError(f"GGUF export needs the gguf package: {install_hint(extra='export')}")
         return _export(request, cfg, quant, out, say)
 
 

@@ -165,7 +165,10 @@ def hardware_problems(cfg: TaskConfig, gpus: int, per_machine: int, why_no_gpu: 
         import importlib.util
 
         if importlib.util.find_spec("deepspeed") is None:
-            problems.append("distributed.strategy: deepspeed needs the `deepspeed` package (pip install deepspeed)")
+            from autotrain.hints import install_hint
+
+            hint = install_hint("deepspeed")
+            problems.append(f"distributed.strategy: deepspeed needs the `deepspeed` package ({hint})")
         ds = dist.deepspeed or DeepSpeedConfig()
         if ds.config_file and not Path(ds.config_file).is_file():
             problems.append(f"distributed.deepspeed.config_file `{ds.config_file}` does not exist")

@@ -19,6 +19,7 @@ import os
 from dataclasses import dataclass, field
 
 from autotrain.config.base import TaskConfig
+from autotrain.hints import compiler_hint, install_hint
 from autotrain.training.plan import RunPlan
 
 
@@ -118,11 +119,11 @@ def _package_problems(cfg: TaskConfig) -> list[str]:
 
     problems = [p for p in [missing_extra(cfg.task)] if p]
     if cfg.log != "none" and _missing(cfg.log):
-        problems.append(f"log: {cfg.log} needs the `{cfg.log}` package: pip install {cfg.log} (or set `log: none`)")
+        problems.append(f"log: {cfg.log} needs the `{cfg.log}` package: {install_hint(cfg.log)} (or set `log: none`)")
     if getattr(cfg, "gguf", None) is not None and _missing("gguf"):
-        problems.append("base_model: loading a GGUF file needs the gguf package: pip install gguf")
+        problems.append(f"base_model: loading a GGUF file needs the gguf package: {install_hint('gguf')}")
     if cfg.distributed.backend == "ray" and _missing("ray"):
-        problems.append("distributed.backend: ray needs Ray Train: pip install 'autotrain[ray]'")
+        problems.append(f"distributed.backend: ray needs Ray Train: {install_hint(extra='ray')}")
     return problems
 
 
@@ -134,7 +135,7 @@ def _optimizer_problems(name: str, device: str, why: str) -> list[str]:
     instead = "or use `came_8bit`: it needs nothing extra and runs everywhere"
     if spec.package and _missing(spec.import_name):
         problems.append(
-            f"training_args.optimizer: {name} needs {spec.package}: pip install {spec.package} (or {instead})"
+            f"training_args.optimizer: {name} needs {spec.package}: {install_hint(spec.package)} (or {instead})"
         )
     if spec.cuda_only and device != "cuda":
         problems.append(f"training_args.optimizer: {name} needs a CUDA GPU and none is visible{_aside(why, instead)}")
@@ -154,7 +155,7 @@ def _quantization_problems(cfg: TaskConfig, plan: RunPlan, why: str) -> list[str
         )
     if _missing("bitsandbytes"):
         problems.append(
-            f"peft.quantization: {quantization} loads through the bitsandbytes package: pip install bitsandbytes"
+            f"peft.quantization: {quantization} loads through the bitsandbytes package: {install_hint('bitsandbytes')}"
         )
     return problems
 
@@ -167,14 +168,14 @@ def _attention_problems(cfg: TaskConfig, plan: RunPlan, why: str) -> list[str]:
     if plan.precision.device != "cuda":
         return [f"{asked} needs a CUDA GPU and none is visible{_aside(why, instead)}"]
     if _missing("flash_attn"):
-        return [f"{asked} needs the flash-attn package: pip install flash-attn{_aside(instead)}"]
+        return [f"{asked} needs the flash-attn package: {install_hint('flash-attn')}{_aside(instead)}"]
     try:  # the usual failure: a wheel built against another torch or CUDA, found but not importable
         import flash_attn  # noqa: F401
     except Exception as exc:  # noqa: BLE001 - whatever the import raises, the model load would raise it too
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return [
             f"{asked}: the flash-attn package does not import ({first}); reinstall it for this torch: "
-            f"pip install flash-attn --no-build-isolation{_aside(instead)}"
+            f"{install_hint('flash-attn --no-build-isolation')}{_aside(instead)}"
         ]
     return []
 
@@ -205,7 +206,7 @@ def _compiler_note(plan: RunPlan) -> str | None:
         return None
     return (
         f"optimizer: CAME compiles its step here, and {wanted} was not found or does not run: it will take the "
-        "eager step (the same maths, slower); install one (apt-get install build-essential) to compile it"
+        f"eager step (the same maths, slower); to compile it, {compiler_hint()}"
     )
 
 

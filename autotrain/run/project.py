@@ -22,6 +22,7 @@ from pathlib import Path
 
 from autotrain.config.paths import RUN_MARKER, why_not_a_run_folder
 from autotrain.errors import UserInputError
+from autotrain.hints import cannot_write_hint
 from autotrain.training.folder import LOCK, RANKS_LOCK, holds_run
 
 MARKER = RUN_MARKER
@@ -48,9 +49,9 @@ class ProjectFolder:
             if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
                 raise
             where = exc.filename or self.folder
+            remedy = cannot_write_hint(where, "choose a project_name in a folder you can write to")
             raise UserInputError(
-                f"project folder `{self.folder}`: cannot write to `{where}` ({exc.strerror}); "
-                "choose a project_name in a folder you can write to"
+                f"project folder `{self.folder}`: cannot write to `{where}` ({exc.strerror}); {remedy}"
             ) from None
 
     def _claim(self, resume: str | None, overwrite: bool) -> ProjectFolder:

@@ -32,7 +32,9 @@ def run_on_ray(loaded: LoadedConfig, plan, resume: str | None = None, argv_sets=
         import ray
         from ray.train.torch import TorchTrainer  # noqa: F401
     except ImportError:
-        raise UserInputError("distributed.backend: ray needs Ray Train: pip install 'autotrain[ray]'") from None
+        from autotrain.hints import install_hint
+
+        raise UserInputError(f"distributed.backend: ray needs Ray Train: {install_hint(extra='ray')}") from None
     cfg = loaded.config
     folder = Path(cfg.project_name).resolve()
     stop_file = folder / STOP_FILE

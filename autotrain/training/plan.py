@@ -15,6 +15,7 @@ from typing import Any
 from autotrain.config.base import TaskConfig
 from autotrain.config.tasks import TASKS
 from autotrain.errors import UserInputError
+from autotrain.hints import install_hint
 from autotrain.training.adapter import AdapterPlan, resolve_adapter
 from autotrain.training.precision import Precision, resolve_precision
 
@@ -321,8 +322,8 @@ def attention(cfg: TaskConfig, precision: Precision) -> tuple[str, str, tuple[st
         "rows",
         (
             f"attn_implementation: flash_attention_2 cannot run here ({why}): attention runs sdpa and the "
-            "padding-free batches pack rows instead of one sequence (the same samples and loss); pip install "
-            "flash-attn on a CUDA machine for one sequence",
+            "padding-free batches pack rows instead of one sequence (the same samples and loss); for one sequence, "
+            f"on a CUDA machine: {install_hint('flash-attn')}",
         ),
     )
 
