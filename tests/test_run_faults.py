@@ -421,6 +421,43 @@ def test_an_accepted_new_lr_applies_from_the_resumed_step_and_is_recorded(cli, t
     assert {s: resumed[s] for s in (3, 4)} == pytest.approx({s: expected[s] for s in (3, 4)}, rel=1e-9)
 
 
+@pytest.mark.parametrize("lr", [1e-3, 5e-4])
+def test_a_resumed_schedule_has_the_rates_of_a_run_with_the_new_config(lr):
+    """The Trainer loads the checkpoint's scheduler state over the schedule the config now defines; the
+    rates from the resumed step on are those of a fresh run with the new lr and length, warm-up included."""
+    from types import SimpleNamespace
+
+    import torch
+    from transformers import get_scheduler
+
+    from autotrain.training.checkpoints import ResumedSchedule
+
+    def schedule(rate: float, steps: int, done: int):
+        params = [torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(1))]
+        optimizer = torch.optim.AdamW([{"params": params[:1]}, {"params": params[1:], "lr": rate / 2}], rate)
+        scheduler = get_scheduler("linear", optimizer, num_warmup_steps=3, num_training_steps=steps)
+        for _ in range(done):
+            optimizer.step()
+            scheduler.step()
+        return optimizer, scheduler
+
+    _, old = schedule(1e-3, 8, 4)  # the run that saved a checkpoint at step 4 of 8
+    optimizer, resumed = schedule(lr, 16, 0)  # resumed with max_steps 16 and `lr`
+    resumed.load_state_dict(old.state_dict())
+    for group, saved in zip(optimizer.param_groups, old.optimizer.param_groups, strict=True):
+        group.update(lr=saved["lr"], initial_lr=saved["initial_lr"])  # as the optimizer's state brings them
+    ResumedSchedule(lr, say=lambda line: None).on_train_begin(
+        None, SimpleNamespace(global_step=4), None, optimizer=optimizer, lr_scheduler=resumed
+    )
+    _, fresh = schedule(lr, 16, 4)
+    for _ in range(3):
+        assert resumed.get_last_lr() == pytest.approx(fresh.get_last_lr(), rel=1e-12)
+        assert [g["lr"] for g in optimizer.param_groups] == pytest.approx(fresh.get_last_lr(), rel=1e-12)
+        optimizer.step()
+        resumed.step()
+        fresh.step()
+
+
 def test_a_checkpoint_of_another_shape_is_bad_input_naming_it_and_the_tensor(cli, finished_run, tmp_path):
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 

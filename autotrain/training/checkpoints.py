@@ -174,18 +174,19 @@ class ResumedSchedule(TrainerCallback):
         self.say = say
 
     def on_train_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
+        from torch.optim.lr_scheduler import LambdaLR
+
         scheduler = getattr(lr_scheduler, "scheduler", lr_scheduler)  # under accelerate's wrapper, if any
-        bases = getattr(scheduler, "base_lrs", None)
-        if not state.global_step or optimizer is None or not bases or not hasattr(scheduler, "lr_lambdas"):
-            return
+        if not state.global_step or optimizer is None or not isinstance(scheduler, LambdaLR):
+            return  # transformers' schedules are LambdaLR: each rate a function of the step alone
+        bases = scheduler.base_lrs
         ratio = self.lr / max(bases) if max(bases) else 1.0
         if abs(ratio - 1) > 1e-9:
             scheduler.base_lrs = [base * ratio for base in bases]
             for group in optimizer.param_groups:
                 group["initial_lr"] = group.get("initial_lr", group["lr"]) * ratio
             self.say(f"learning rate: {max(bases):g} -> {self.lr:g} from step {state.global_step} on")
-        step = scheduler.last_epoch
-        rates = [base * rule(step) for rule, base in zip(scheduler.lr_lambdas, scheduler.base_lrs, strict=True)]
-        for group, rate in zip(optimizer.param_groups, rates, strict=True):
-            group["lr"] = rate
-        scheduler._last_lr = rates  # what get_last_lr() (the logged rate) reads
+        # The resumed step's rates as the schedule now defines them: a step from the one before sets each
+        # group's rate and the last rate (what get_last_lr(), the logged rate, reads) from the step alone.
+        scheduler.last_epoch -= 1
+        scheduler.step()
