@@ -190,3 +190,30 @@ class ResumedSchedule(TrainerCallback):
         # group's rate and the last rate (what get_last_lr(), the logged rate, reads) from the step alone.
         scheduler.last_epoch -= 1
         scheduler.step()
+
+
+class _ScheduleDone(Exception):
+    """`train(resume_from_checkpoint=...)` has loaded the checkpoint, and no step of the schedule is left."""
+
+
+class _LoadOnly(TrainerCallback):
+    """The first callback of the Trainer: ends `train()` when training would begin, after the Trainer has
+    loaded the checkpoint's weights, optimizer and state, before any step or any other callback."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        raise _ScheduleDone
+
+
+def load_finished_schedule(trainer, checkpoint: str) -> None:
+    """The weights and state of `checkpoint`, which holds the whole schedule (a run killed during its final
+    save), into `trainer`, loaded by `train(resume_from_checkpoint=...)` itself, which would otherwise train
+    one step past it."""
+    stop = _LoadOnly()
+    trainer.callback_handler.callbacks.insert(0, stop)
+    try:
+        trainer.train(resume_from_checkpoint=checkpoint)
+    except _ScheduleDone:
+        pass
+    finally:
+        trainer.remove_callback(stop)
+    trainer.is_in_train = False  # as a finished train() leaves it
