@@ -84,3 +84,33 @@ def test_the_plan_records_the_dtypes_of_weights_gradients_and_state(monkeypatch,
         "optimizer_state": state,
         **({"master_weights": master} if master else {}),
     }
+
+
+def test_a_trainer_without_the_optimizer_argument_builds_the_planned_optimizer(tmp_path):
+    """TRL's DPO, KTO, GRPO and ORPO trainers take no `optimizer_cls_and_kwargs`: the planned optimizer is
+    what the Trainer's own `create_optimizer` builds (its decay / no-decay groups kept), through the public
+    hook it asks, and nothing is set on a built trainer."""
+    import inspect
+
+    from transformers import Trainer, TrainingArguments
+
+    from autotrain.optimizers import FusedAdam
+    from autotrain.trainers.common import make_trainer
+
+    class NoOptimizerArgument(Trainer):  # as TRL's: no `optimizer_cls_and_kwargs` among its arguments
+        def __init__(self, model, args):
+            super().__init__(model=model, args=args)
+
+    assert "optimizer_cls_and_kwargs" not in inspect.signature(NoOptimizerArgument.__init__).parameters
+    training = {"optimizer": "fused_adam", "weight_decay": 0.1}
+    cfg = LLMConfig.model_validate({**BASE, "peft": {"enabled": False}, "training_args": training})
+    plan = resolve_plan(cfg, device="cpu")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+    args = TrainingArguments(output_dir=str(tmp_path), weight_decay=0.1, report_to=[], use_cpu=True)
+    trainer, returned = make_trainer(NoOptimizerArgument, plan, model=model, args=args)
+    assert returned is plan and isinstance(trainer, NoOptimizerArgument)
+    assert trainer.optimizer_cls_and_kwargs is None
+    optimizer = trainer.create_optimizer()
+    assert type(optimizer) is FusedAdam and optimizer.defaults["lr"] == plan.optimizer.kwargs["lr"]
+    decays = sorted((g["weight_decay"], len(g["params"])) for g in optimizer.param_groups)
+    assert decays == [(0.0, 3), (0.1, 1)]  # the Linear's weight decays; its bias and the norm's do not
