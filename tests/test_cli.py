@@ -577,33 +577,52 @@ def test_validate_builds_only_the_schemas_its_config_uses():
     assert not built & unused, built
 
 
-def test_a_process_ended_early_still_finishes_its_threads_and_exit_handlers(tmp_path):
-    """Launched ranks and read-only commands end without the interpreter's teardown (`_exit_now`), yet
-    first do what a normal exit does before it: a non-daemon thread is joined, and the exit handlers run,
-    in that order; the exit code is kept."""
+ENDING = """
+import atexit, sys, threading, time
+from autotrain.cli.ending import skip_teardown  # as the CLI imports it: before anything registers a handler
+
+def log(line):
+    with open(sys.argv[1], "a") as f:
+        f.write(line + "\\n")
+
+class TornDown:
+    def __del__(self, path=sys.argv[1], open=open):  # what it needs, kept: the teardown clears the rest
+        with open(path, "a") as f:
+            f.write("teardown\\n")
+
+kept = TornDown()  # a module global: released by the interpreter's teardown of the modules
+
+def work():
+    time.sleep(0.5)
+    log("thread done")
+
+threading.Thread(target=work).start()
+atexit.register(log, "exit handler")
+if sys.argv[2] == "skip":
+    skip_teardown(3)
+raise SystemExit(3)
+"""
+
+
+@pytest.mark.parametrize("skip", [True, False], ids=["teardown-skipped", "plain-exit"])
+def test_a_process_ended_early_still_finishes_its_threads_and_exit_handlers(tmp_path, skip):
+    """Launched ranks and read-only commands end without the interpreter's teardown of the modules
+    (`skip_teardown`), yet first do what a normal exit does before it: a non-daemon thread is joined, and the
+    exit handlers run, in that order; the exit code is kept. A plain exit (the control) tears down."""
     log = tmp_path / "log"
-    script = textwrap.dedent(
-        f"""
-        import atexit, threading, time
-        from autotrain.cli.main import _exit_now
-
-        def log(line):
-            with open({str(log)!r}, "a") as f:
-                f.write(line + "\\n")
-
-        def work():
-            time.sleep(0.5)
-            log("thread done")
-
-        threading.Thread(target=work).start()
-        atexit.register(log, "exit handler")
-        _exit_now(3)
-        log("not reached")
-        """
-    )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    argv = [sys.executable, "-c", ENDING, str(log), "skip" if skip else "plain"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert done.returncode == 3, done.stderr
-    assert log.read_text().splitlines() == ["thread done", "exit handler"]
+    expected = ["thread done", "exit handler"] + ([] if skip else ["teardown"])
+    assert log.read_text().splitlines() == expected
+
+
+def test_a_message_as_exit_code_is_said_and_ends_with_1(tmp_path):
+    code = (
+        "from autotrain.cli.ending import skip_teardown\nskip_teardown('no such run')\nraise SystemExit('no such run')"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stderr.strip() == "no such run", done
 
 
 # --- the templates run as they are ------------------------------------------------------------------------
