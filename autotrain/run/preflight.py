@@ -197,7 +197,7 @@ def _compiler_note(plan: RunPlan) -> str | None:
             return None  # auto compiles nothing in a run this short
     if device == "cuda":  # Triton builds its launchers with a C compiler
         wanted, candidates = "a C compiler for Triton (CC, gcc or clang)", _c_compilers()
-    elif device == "cpu":  # inductor's C++ kernels (torch._inductor.config.cpp.cxx)
+    elif device == "cpu":  # inductor's C++ kernels (its config's cpp.cxx)
         wanted, candidates = "a C++ compiler (CXX, or g++)", [os.environ.get("CXX", "g++")]
     else:
         return None
