@@ -166,11 +166,7 @@ def tensor_dtypes(cfg: TaskConfig, optimizer: OptimizerPlan, loaded: str) -> dic
     state = trained if not spec.bundled else "float32"
     state = "8-bit moments, float32 statistics" if spec.state_quantized else state
     dtypes = {"weights": trained, "gradients": trained, "optimizer_state": state}
-    parts = (
-        [optimizer.kwargs.get(key, {}) for key in ("came", "adam")]
-        if "adam" in optimizer.kwargs
-        else [optimizer.kwargs]
-    )
+    parts = [kwargs for _, kwargs in spec.part_kwargs(optimizer.kwargs)]
     if spec.bundled and trained != "float32" and all(part.get("master_weights", True) for part in parts):
         dtypes["master_weights"] = "float32"
     return dtypes
@@ -200,7 +196,8 @@ def resolve_optimizer(name: str, optimizer_args, lr: float, max_steps: int | Non
 
     if OPTIMIZERS[name].bundled:
         cls, kwargs = optimizer_cls_and_kwargs(name, optimizer_args)
-        _give_run_length(kwargs.get("came", kwargs), max_steps)
+        for _, part in OPTIMIZERS[name].part_kwargs(kwargs):
+            _give_run_length(part, max_steps)
         # The Trainer passes param groups (with weight_decay) but not lr on this path.
         return OptimizerPlan(name, cls=cls, kwargs={**kwargs, "lr": lr})
     return OptimizerPlan(name, hf_settings=hf_optimizer_settings(name, optimizer_args))
