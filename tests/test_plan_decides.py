@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from autotrain.config.llm import LLMConfig
-from autotrain.inference.load import _llm_dtype, recorded_plan
+from autotrain.errors import UserInputError
+from autotrain.inference.load import _llm_dtype, read_plan
 from autotrain.training.plan import load_dtype, resolve_plan
 from autotrain.training.precision import Precision
 
@@ -45,14 +46,73 @@ def test_the_plan_records_its_load_dtype_and_its_refinements():
     ]
 
 
+def _recorded(tmp_path, plan_record) -> None:
+    (tmp_path / "run.json").write_text(json.dumps({"status": "completed", "plan": plan_record}))
+
+
 def test_inference_loads_in_the_recorded_dtype(tmp_path):
-    assert recorded_plan(tmp_path) == {} and _llm_dtype(tmp_path, "cpu") == torch.float32  # nothing recorded
-    (tmp_path / "run.json").write_text(json.dumps({"plan": {"load_dtype": "bfloat16"}}))
-    assert _llm_dtype(tmp_path, "cpu") == torch.bfloat16  # as trained, not decided again
-    (tmp_path / "run.json").write_text(json.dumps({"plan": {"load_dtype": "float16"}}))
-    assert _llm_dtype(tmp_path, "cpu") == torch.float32  # what a CPU cannot run fast
+    record = resolve_plan(_cfg(True), device="cpu").record()
+    for recorded, loaded in (("bfloat16", torch.bfloat16), ("float16", torch.float32), ("float32", torch.float32)):
+        _recorded(tmp_path, {**record, "load_dtype": recorded})
+        # as trained, not decided again; float16 is what a CPU cannot run fast
+        assert _llm_dtype(read_plan(tmp_path), "cpu") == loaded
+
+
+@pytest.mark.parametrize(
+    ("lora", "training"),
+    [
+        (True, {}),
+        (False, {"optimizer": "came_8bit+fused_adam", "optimizer_args": {"adam": {"betas": [0.8, 0.9]}}}),
+        (False, {"optimizer": "fused_adam", "max_steps": 7, "mixed_precision": "bf16"}),
+        (False, {"optimizer": "adafactor"}),
+    ],
+)
+def test_a_recorded_plan_reads_back_as_the_plan(lora, training):
+    """run.json's plan, read back, is a RunPlan that records the same (JSON holds a tuple as a list) and
+    holds what was decided, typed."""
+    from autotrain.optimizers.table import OPTIMIZERS
+    from autotrain.training.plan_record import plan_from_record
+
+    cfg = LLMConfig.model_validate({**BASE, "peft": {"enabled": lora}, "training_args": training})
+    plan = resolve_plan(cfg, device="cpu").refine("a check said so", padding_free="")
+    record = json.loads(json.dumps(plan.record()))
+    read = plan_from_record(record)
+    assert read.record() == record
+    assert (read.precision, read.load_dtype, read.world_size, read.dtypes) == (
+        plan.precision,
+        plan.load_dtype,
+        plan.world_size,
+        plan.dtypes,
+    )
+    assert read.refined == plan.refined and read.refined[0][2:] == ("", "a check said so")
+    assert read.optimizer.name == plan.optimizer.name
+    spec = OPTIMIZERS[plan.optimizer.name]
+    assert (read.optimizer.cls is None) is (not spec.bundled)
+    assert read.training_args == {
+        k: v for k, v in json.loads(json.dumps(plan.training_args)).items() if k != "output_dir"
+    }
+
+
+def test_a_record_missing_fields_is_an_error_naming_them(tmp_path):
+    """An old run's record without what the plan now holds is read as nothing invented: one error naming
+    every missing field, and inference stops with it (exit 2), naming the run."""
+    from autotrain.training.plan_record import RecordError, plan_from_record
+
+    record = resolve_plan(_cfg(True), device="cpu").record()
+    old = {k: v for k, v in record.items() if k not in ("load_dtype", "dtypes")}
+    with pytest.raises(RecordError, match=r"^the plan has no `load_dtype`, no `dtypes`"):
+        plan_from_record(old)
+    with pytest.raises(RecordError, match=r"`mixed_precision.resolved` is 7, not a string"):
+        plan_from_record({**record, "mixed_precision": {"asked": "auto", "resolved": 7}})
+    _recorded(tmp_path, old)
+    with pytest.raises(UserInputError, match=r"run.json`: the plan has no `load_dtype`.*older autotrain"):
+        read_plan(tmp_path)
     (tmp_path / "run.json").write_text("{not json")
-    assert _llm_dtype(tmp_path, "cpu") == torch.float32
+    with pytest.raises(UserInputError, match=r"run.json`: not JSON"):
+        read_plan(tmp_path)
+    (tmp_path / "run.json").unlink()
+    with pytest.raises(UserInputError, match=r"no run.json"):
+        read_plan(tmp_path)
 
 
 @pytest.mark.parametrize(
