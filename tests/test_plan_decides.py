@@ -174,3 +174,26 @@ def test_a_trainer_without_the_optimizer_argument_builds_the_planned_optimizer(t
     assert type(optimizer) is FusedAdam and optimizer.defaults["lr"] == plan.optimizer.kwargs["lr"]
     decays = sorted((g["weight_decay"], len(g["params"])) for g in optimizer.param_groups)
     assert decays == [(0.0, 3), (0.1, 1)]  # the Linear's weight decays; its bias and the norm's do not
+
+
+@pytest.mark.parametrize("args_class", ["transformers:TrainingArguments", "trl:SFTConfig", "trl:DPOConfig"])
+def test_the_warm_up_spans_the_asked_fraction_of_the_steps(tmp_path, args_class):
+    """`warmup_ratio: 0.25` of 20 steps: the rate climbs linearly over the first 5 steps to `lr`, then the
+    linear schedule takes it down to 0 at step 20 (transformers 5 reads `warmup_steps` below 1 as a ratio)."""
+    import importlib
+
+    from transformers import Trainer
+
+    module, name = args_class.split(":")
+    training = {"lr": 1e-3, "warmup_ratio": 0.25, "max_steps": 20, "scheduler": "linear"}
+    plan = resolve_plan(LLMConfig.model_validate({**BASE, "training_args": training}), device="cpu")
+    args = getattr(importlib.import_module(module), name)(**{**plan.training_args, "output_dir": str(tmp_path)})
+    trainer = Trainer(model=torch.nn.Linear(2, 1), args=args)
+    trainer.create_optimizer_and_scheduler(num_training_steps=20)
+    rates = []
+    for _ in range(21):
+        rates.append(trainer.lr_scheduler.get_last_lr()[0])
+        trainer.optimizer.step()
+        trainer.lr_scheduler.step()
+    assert rates[:6] == pytest.approx([1e-3 * step / 5 for step in range(6)])
+    assert rates[5:] == pytest.approx([1e-3 * (20 - step) / 15 for step in range(5, 21)])
