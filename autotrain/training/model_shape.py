@@ -353,10 +353,12 @@ def _unreachable(cfg) -> bool:
     import socket
     from urllib.parse import urlparse
 
-    from autotrain.training.hub import hub_id
+    from autotrain.training.hub import found_unreachable, hub_id
 
     if hub_id(cfg.base_model) is None:
         return False
+    if found_unreachable():  # the hub check said so already (a hub that takes connections and drops them)
+        return True
     url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
     try:
         socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), 2).close()
