@@ -253,7 +253,6 @@ def test_dry_run_prints_plan_and_writes_nothing(cli, tmp_path, monkeypatch):
 
 
 def test_dry_run_counts_processes(cli):
-    pytest.importorskip("autotrain.run.launch")
     result = cli("llm", "--config", SFT, "--dry-run", "--set", "distributed.num_processes=2", *cpu_sets("llm/sft.yml"))
     assert result.exit_code == 0, result.output
     assert "effective batch size: 32 = batch_size 4 x gradient_accumulation 4 x processes 2" in result.stdout
