@@ -65,7 +65,7 @@ def train_fresh(path: Path, env: dict) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_mlflow_records_the_run_in_a_local_store(tmp_path):
     if importlib.util.find_spec("mlflow") is None:
-        pytest.skip("mlflow is not installed (pip install mlflow)")
+        pytest.skip('mlflow is not installed (pip install -e ".[test]")')
     store = tmp_path / "mlruns"
     # mlflow-skinny has no SQL store; the file store is enough to read the run back.
     train_fresh(config(tmp_path, "mlflow"), {"MLFLOW_TRACKING_URI": store.as_uri(), "MLFLOW_ALLOW_FILE_STORE": "true"})
@@ -78,7 +78,7 @@ def test_mlflow_records_the_run_in_a_local_store(tmp_path):
 @pytest.mark.slow
 def test_trackio_records_the_run_in_a_local_store(tmp_path):
     if importlib.util.find_spec("trackio") is None:
-        pytest.skip("trackio is not installed (pip install trackio)")
+        pytest.skip('trackio is not installed (pip install -e ".[test]")')
     store = tmp_path / "trackio"
     train_fresh(config(tmp_path, "trackio"), {"TRACKIO_DIR": str(store)})
     [database] = store.glob("*.db")
