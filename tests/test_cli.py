@@ -616,6 +616,38 @@ def test_a_process_ended_early_still_finishes_its_threads_and_exit_handlers(tmp_
     assert log.read_text().splitlines() == expected
 
 
+PROGRAM = """
+import sys, types
+sys.modules.setdefault("torch", types.ModuleType("torch"))  # stands for a dry run's torch, already loaded
+
+class TornDown:
+    def __del__(self, path=sys.argv[1], open=open):
+        with open(path, "a") as f:
+            f.write("teardown\\n")
+
+kept = TornDown()
+sys.argv = ["autotrain", "llm", "--config", sys.argv[2], "--dry-run"]
+"""
+AS_THE_PROGRAM = "from autotrain.cli.main import main\nmain()\n"  # as the console script runs it
+CALLED = "import autotrain.cli.main as cli\ntry:\n    cli.main()\nexcept SystemExit:\n    print('went on')\n"
+
+
+@pytest.mark.parametrize("runs", ["as-the-program", "called-by-other-code"])
+def test_only_the_program_itself_skips_the_teardown(tmp_path, runs):
+    """A read-only command skips the teardown when it is the program (the console script, `python -m`);
+    called by other code that goes on (a test), it leaves that process's exit alone."""
+    log, config = tmp_path / "log", tmp_path / "bad.yml"
+    config.write_text("task: llm\nbase_model: [x\n")  # refused at once: exit 2
+    code = PROGRAM + (AS_THE_PROGRAM if runs == "as-the-program" else CALLED)
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(log), str(config)], capture_output=True, text=True, timeout=120
+    )
+    if runs == "as-the-program":
+        assert done.returncode == 2 and not log.exists(), done.stderr
+    else:
+        assert done.returncode == 0 and done.stdout == "went on\n" and log.read_text() == "teardown\n", done.stderr
+
+
 def test_a_message_as_exit_code_is_said_and_ends_with_1(tmp_path):
     code = (
         "from autotrain.cli.ending import skip_teardown\nskip_teardown('no such run')\nraise SystemExit('no such run')"

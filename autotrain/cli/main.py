@@ -87,6 +87,12 @@ def _launched_rank() -> bool:
     return os.environ.get(LAUNCHED_ENV) == ACCELERATE_LAUNCHED
 
 
+def _is_the_program() -> bool:
+    """Whether this `main` is the program's entry (the console script's or `python -m`'s `__main__` holds it),
+    not one called by other code in a process that goes on (a test), whose exit is its own."""
+    return getattr(sys.modules.get("__main__"), "main", None) is main
+
+
 def _resume_value(argv: list[str]) -> list[str]:
     """Let `--resume` stand alone (= latest checkpoint) as well as take a PATH; `--preview` alone is 5."""
     out = []
@@ -106,7 +112,7 @@ def main() -> None:
         eprint("interrupted")
         sys.exit(130)
     except SystemExit as done:
-        if "torch" in sys.modules and (READ_ONLY & set(argv) or _launched_rank()):
+        if "torch" in sys.modules and (READ_ONLY & set(argv) or _launched_rank()) and _is_the_program():
             skip_teardown(done.code)
         raise
     except Exception as exc:  # the last line of defence: never a traceback for the user
