@@ -273,7 +273,8 @@ def load_base(folder: Path, device: str = "auto") -> FinishedRun:
     merged = folder / "merged"
     source = merged if (merged / "config.json").is_file() else folder
     tokenizer = load_saved(AutoTokenizer, source, "tokenizer", trust_remote_code=cfg.trust_remote_code)
-    model = _base_model(cfg, read_plan(folder), device, {"dtype": _llm_dtype(read_plan(folder), device)})
+    plan = read_plan(folder)
+    model = _base_model(cfg, plan, device, {"dtype": _llm_dtype(plan, device)})
     if not getattr(model, "is_loaded_in_4bit", False) and not getattr(model, "is_loaded_in_8bit", False):
         model.to(device)
     model.eval()
