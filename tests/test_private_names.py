@@ -7,7 +7,8 @@ name is the only way it goes through the one compat module of its library (autot
 find them, less what is the code's own:
 
 - `self._x`, `cls._x`, `super()._x`: the class's own attribute, except in a class built on another
-  library's class, where `self._x` must be defined (a method, or assigned) in the class itself;
+  library's class (or on one it is handed), where `self._x` must be defined (a method, or assigned) in the
+  class itself;
 - an import of a private module or name from outside the package (`from torch._guards import ...`);
 - `getattr` / `setattr` / `hasattr` / `delattr` of a private name, and `(owner, "_name", ...)` (a patch).
 """
@@ -15,6 +16,7 @@ find them, less what is the code's own:
 from __future__ import annotations
 
 import ast
+import builtins
 from pathlib import Path
 
 import pytest
@@ -75,43 +77,44 @@ def _own(node: ast.AST, in_class: set[int]) -> bool:
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super"
 
 
-def _foreign_names(tree: ast.Module) -> set[str]:
-    """Names a module binds by importing them from outside the package."""
-    names = set()
+def _own_names(tree: ast.Module) -> set[str]:
+    """Names a module binds to the package's own: imported from autotrain, or classes it defines."""
+    names = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and not node.level and not (node.module or "").startswith("autotrain"):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("autotrain")):
             names |= {a.asname or a.name for a in node.names}
-        elif isinstance(node, ast.Import):
-            names |= {(a.asname or a.name).split(".")[0] for a in node.names if not a.name.startswith("autotrain")}
     return names
 
 
 def _defined_in(cls: ast.ClassDef, in_class: set[int]) -> set[str]:
-    """What a class defines itself: its methods and class attributes, and what it assigns to `self.x`."""
+    """What a class defines itself: its methods and class attributes, and what it assigns to `self.x` (not
+    to an item of one: `self._metrics["train"] = ...` uses `_metrics`)."""
     names = set()
     for node in ast.walk(cls):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             names.add(node.name)
-        targets = (
-            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
-        )
-        for target in targets:
-            for part in ast.walk(target):
-                if isinstance(part, ast.Name):
-                    names.add(part.id)
-                elif isinstance(part, ast.Attribute) and _own(part.value, in_class):
-                    names.add(part.attr)
+        targets = {ast.Assign: lambda n: n.targets, ast.AnnAssign: lambda n: [n.target]}.get(type(node), lambda n: [])
+        stack = list(targets(node))
+        while stack:
+            target = stack.pop()
+            if isinstance(target, (ast.Tuple, ast.List)):
+                stack.extend(target.elts)
+            elif isinstance(target, ast.Name):
+                names.add(target.id)
+            elif isinstance(target, ast.Attribute) and _own(target.value, in_class):
+                names.add(target.attr)
     return names
 
 
 def _on_foreign_class(tree: ast.Module, in_class: set[int]) -> dict[int, set[str]]:
     """id of each `self` attribute node inside a class built on another library's class -> what the class
     defines itself."""
-    foreign = _foreign_names(tree)
+    own = _own_names(tree) | set(dir(builtins))
     found: dict[int, set[str]] = {}
     for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
-        roots = {ast.unparse(b).split(".")[0] for b in cls.bases}
-        if roots & foreign:
+        # built on another library's class, or on one it is handed (`class Counting(trainer_cls)`)
+        roots = {ast.unparse(b).split(".")[0].split("(")[0] for b in cls.bases}
+        if roots - own:
             defined = _defined_in(cls, in_class)
             found.update({id(n): defined for n in ast.walk(cls) if isinstance(n, (ast.Attribute, ast.Call))})
     return found
@@ -187,6 +190,11 @@ FORMS = {
         "from trl import SFTTrainer\nclass T(SFTTrainer):\n    def f(self):\n        return self._metrics\n",
         "self._metrics",
     ),
+    "inherited-item-set": (
+        "def make(base):\n    class T(base):\n        def f(self):\n            self._metrics['train'] = 1\n"
+        "    return T\n",
+        "self._metrics",
+    ),
 }
 
 
@@ -214,6 +222,10 @@ def test_the_code_own_names_pass():
         "        self._seen.append(self._count())\n"
         "    def _count(self):\n"
         "        return len(self._seen)\n"
+        "from autotrain.optimizers.came import CAME\n"
+        "class Eight(CAME):\n"
+        "    def f(self):\n"
+        "        return self._steps  # the package's own base class\n"
         "os._exit(0)\n"
         "LINK = ('target', '_blank')\n"
     )
