@@ -264,9 +264,8 @@ def test_the_command_explains_how_to_install_the_extra(cli, monkeypatch):
 def test_the_app_serves_the_page_from_the_package(runs, app_server):
     import urllib.request
 
-    url, seconds = app_server(runs)
+    url, seconds = app_server(runs)  # the fixture gives the app 60 s to answer: a guard against a hang
     print(f"\napp start-up to first HTTP 200: {seconds:.2f} s")
-    assert seconds < 30
     with urllib.request.urlopen(url + "static/js/main.js") as response:
         assert response.status == 200 and b"initEditor" in response.read()
 

@@ -475,3 +475,34 @@ def test_a_real_instruct_model_fine_tuned_briefly_still_answers(smollm2, tmp_pat
     assert result.exit_code == 0, result.output
     got = json.loads(result.stdout)
     assert got["scored"] == "answer tokens" and 1 < got["perplexity"] < 100
+
+
+def test_a_run_saved_config_is_read_as_it_is(tmp_path, monkeypatch):
+    """chat, predict, evaluate and export read the config a run saved (already translated, its variables
+    filled in and its paths checked when the run started) with its task's schema and rules alone: no
+    AutoTrain Advanced translation, --set overrides, variables or path checks again; a saved config that
+    breaks a rule is still refused."""
+    import autotrain.config.load as loader
+    from autotrain.errors import UserInputError
+    from autotrain.export.source import check_run
+    from autotrain.inference.load import read_config
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text("{}")
+    config = {"task": "llm", "trainer": "sft", "base_model": "gone/model", "project_name": str(run)}
+    config.update(data={"path": "/nowhere/data.jsonl"}, hub={"token": "***"}, training_args={"lr": 1e-4})
+    (run / "autotrain.yaml").write_text("# resolved config\n" + yaml.safe_dump(config))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a run's saved config went through the loading of a config a user wrote")
+
+    for name in ("apply_overrides", "interpolate", "check_paths", "text_problems"):
+        monkeypatch.setattr(loader, name, refuse)
+    monkeypatch.setattr(loader.advanced, "is_advanced", refuse)
+    cfg = read_config(run)
+    assert (cfg.trainer, cfg.base_model, cfg.training_args.lr, cfg.hub.token) == ("sft", "gone/model", 1e-4, "***")
+    assert check_run(run) == cfg
+    (run / "autotrain.yaml").write_text(yaml.safe_dump({**config, "training_args": {"lr": -1}}))
+    with pytest.raises(UserInputError, match=r"autotrain.yaml: not a valid autotrain config: .*training_args.lr"):
+        read_config(run)

@@ -115,6 +115,47 @@ def test_meta_trace_matches_what_autograd_keeps_on_the_cpu():
     assert shape.params == sum(p.numel() for p in model.parameters())
 
 
+def test_the_tally_counts_a_storage_once_and_no_weight_on_the_meta_device():
+    """On the meta device every storage's address is 0: the tally tells storages apart by identity, a view
+    and its tensor being one storage."""
+    import torch
+
+    from autotrain.training.model_shape import _Tally
+
+    weight = torch.empty(8, 8, device="meta")
+    activation, other = torch.empty(4, 8, device="meta"), torch.empty(2, device="meta")
+    tally = _Tally()
+    tally.weights = {weight.untyped_storage()}
+    for saved in (activation, activation[1:], activation.t(), other, weight, weight[0]):
+        tally.pack(saved)
+    assert tally.by_layer() == ({}, 4 * 8 * 4 + 2 * 4)
+
+
+def test_the_trace_loads_the_attention_kernel_a_run_loads():
+    """eager when asked; otherwise transformers' default, as a run loads the model (sdpa where it has it)."""
+    import torch
+    from transformers import AutoConfig
+
+    from autotrain.training import model_shape
+
+    config = AutoConfig.from_pretrained(TINY).to_json_string()
+    kernels = []
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    def counted(*args, **kwargs):
+        kernels.append("sdpa")
+        return real(*args, **kwargs)
+
+    for attention in ("eager", "sdpa"):
+        model_shape.trace_model.cache_clear()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(model_shape, "_sdpa_for", lambda device: counted)
+            model_shape.trace_model(config, "llm", 16, "float32", attention, None, True, "cuda")
+        kernels.append(attention)
+    model_shape.trace_model.cache_clear()
+    assert kernels == ["eager", *["sdpa"] * 2, "sdpa"]  # tiny-llama: 2 layers
+
+
 def test_the_trace_keeps_the_attention_probabilities_where_the_cpu_kernel_is_not_fused(monkeypatch):
     """tiny-llama has 4 query and 2 key heads: torch 2.8's CPU flash kernel does not take them grouped and
     falls back to the math path, which keeps 4 x 128 x 128 probabilities per layer. The trace for the CPU

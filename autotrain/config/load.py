@@ -101,6 +101,8 @@ def load_data(
     if task is None:
         raise ConfigError(_sorted(issues, secrets))
     config = _validate(TASK_MODELS[task], data, task, locator, issues)
+    if config is not None:
+        issues += [locator.issue(p, m) for p, m in check_paths(config, locator.source)]
     # An unset variable left "" behind: what the schema or the rules say about that "" follows from it.
     unset_paths = {issue.path for issue in unset_issues}
     issues = [i for i in issues if i.path not in unset_paths or i in unset_issues]
@@ -111,6 +113,23 @@ def load_data(
     return LoadedConfig(
         config=config, source=locator.source, secrets=secrets, notices=notices, raw=data, advanced=translated
     )
+
+
+def load_saved(path: str | Path) -> TaskConfig:
+    """The config a run saved in its folder (`autotrain.yaml`), for whoever uses the finished run (chat,
+    predict, evaluate, export). It was translated, overridden, interpolated and its paths checked when the
+    run started, and saved with its secrets redacted: here it is read as it is and validated by its task's
+    schema and rules, nothing else (the paths it names need not exist where the model is used). Raises
+    ConfigError with every issue."""
+    data, locator = read_yaml(path)
+    issues: list[ConfigIssue] = list(locator.problems)
+    if not isinstance(data, dict):
+        raise ConfigError([locator.issue((), "a saved config is a YAML mapping of `key: value` lines")])
+    task = _task(data, locator, issues, None)
+    config = _validate(TASK_MODELS[task], data, task, locator, issues) if task is not None else None
+    if issues or config is None:
+        raise ConfigError(_sorted(issues))
+    return config
 
 
 def _needed_to_push(data: dict) -> set[tuple]:
@@ -193,8 +212,6 @@ def _validate(model: type[TaskConfig], data: dict, task: str, locator: Locator, 
             unknown += err["type"] == "extra_forbidden"
             issues.append(locator.issue(loc, messages.message(err, model, suggest=unknown <= SUGGEST_LIMIT)))
         issues += rule_issues
-    if config is not None:
-        issues += [locator.issue(p, m) for p, m in check_paths(config, locator.source)]
     return config
 
 

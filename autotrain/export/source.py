@@ -44,10 +44,10 @@ def check_run(folder: Path, running_ok: bool = False) -> TaskConfig:
         raise UserInputError(
             f"`{folder}` holds no finished run{said}: export needs the project folder of a completed run"
         )
-    from autotrain.config.load import load_config
+    from autotrain.config.load import load_saved
 
     try:
-        return load_config(saved).config
+        return load_saved(saved)
     except ConfigError as exc:
         raise UserInputError(f"{saved}: not a valid autotrain config: {exc.issues[0].format()}") from None
 

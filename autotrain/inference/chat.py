@@ -128,7 +128,8 @@ def run_chat(
     `image`)."""
     from autotrain.inference.load import load_run, read_config
 
-    task = read_config(run_dir).task
+    cfg = read_config(run_dir)
+    task = cfg.task
     if task not in ("llm", "vlm"):
         raise UserInputError(f"`{run_dir}` holds a {task} run; chat needs a run that generates text (task: llm, vlm)")
     if (task == "vlm") != (image is not None):
@@ -145,7 +146,7 @@ def run_chat(
         check_images(Dataset.from_dict({"image": [str(image)]}), "--image", "image")
     stdin = stdin or sys.stdin
     lines = None if messages else _stdin_messages(stdin)
-    run = load_run(run_dir, device)
+    run = load_run(run_dir, device, cfg)
     if not messages and stdin.isatty():
         print(f"chatting with {run_dir} on {run.device}; /reset starts over, /exit (or Ctrl-D) ends", file=sys.stderr)
     if task == "vlm":

@@ -237,7 +237,7 @@ def run_predict(
     cfg = read_config(run_dir)
     check_draw(draw, cfg.task)
     rows = read_rows(cfg, input_path)
-    run = load_run(run_dir, device)
+    run = load_run(run_dir, device, cfg)
     size = batch_size_of(run, batch_size)
     start = time.perf_counter()
     with jsonl_writer(output, force, len(rows)) as write:

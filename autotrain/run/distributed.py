@@ -46,14 +46,16 @@ def decoder_layer_classes(base_model: str, revision: str | None = None) -> list[
         return None
     import transformers
 
+    from autotrain.compat.transformers import no_split_modules
+
     for name in architectures:
         try:
             cls = getattr(transformers, name)
         except AttributeError:  # remote-code architecture
             continue
-        layers = getattr(cls, "_no_split_modules", None)
+        layers = no_split_modules(cls)
         if layers:
-            return list(layers)
+            return layers
     return None
 
 

@@ -186,19 +186,22 @@ def _attention_problems(cfg: TaskConfig, plan: RunPlan, why: str) -> list[str]:
 def _compiler_note(plan: RunPlan) -> str | None:
     """A note where CAME would compile its step (compile: true, or auto in a run where compiling pays) and no
     C compiler runs here: it then takes the eager step (came_compile.Compiler: same maths, slower)."""
-    kwargs = plan.optimizer.kwargs
-    came = kwargs.get("came", kwargs)
-    if "compile" not in came or came["compile"] is False:
+    from autotrain.optimizers.table import OPTIMIZERS
+
+    parts = OPTIMIZERS[plan.optimizer.name].part_kwargs(plan.optimizer.kwargs)
+    compiling = [kwargs for _, kwargs in parts if kwargs.get("compile", False) is not False]
+    if not compiling:
         return None
+    step = compiling[0]
     device = plan.precision.device
-    if came["compile"] is None:
+    if step["compile"] is None:
         from autotrain.optimizers.came_compile import CPU_MIN_NUMEL, compiles
 
-        if not compiles(device, CPU_MIN_NUMEL, came.get("total_steps")):
+        if not compiles(device, CPU_MIN_NUMEL, step.get("total_steps")):
             return None  # auto compiles nothing in a run this short
     if device == "cuda":  # Triton builds its launchers with a C compiler
         wanted, candidates = "a C compiler for Triton (CC, gcc or clang)", _c_compilers()
-    elif device == "cpu":  # inductor's C++ kernels (torch._inductor.config.cpp.cxx)
+    elif device == "cpu":  # inductor's C++ kernels (its config's cpp.cxx)
         wanted, candidates = "a C++ compiler (CXX, or g++)", [os.environ.get("CXX", "g++")]
     else:
         return None

@@ -44,7 +44,9 @@ def train(this: Run, resume: str | None, stop) -> int:
     done = _schedule_done(checkpoint, this.cfg) if checkpoint else None
     if done is not None:  # killed during the final save: train no step past the schedule, save again
         this.say(f"{checkpoint} is at step {done}, the end of the schedule: no step left to train; saving the model")
-        _load_trained(trainer, checkpoint)
+        from autotrain.training.checkpoints import load_finished_schedule
+
+        load_finished_schedule(trainer, checkpoint)
         stop.finishing = True
         code = _completed(this, trainer, {}, trained=False)
         _leave_process_group()
@@ -116,14 +118,6 @@ def _schedule_done(checkpoint: str, cfg) -> int | None:
     if args.max_steps is not None:
         return step if step >= args.max_steps else None
     return step if epoch >= args.epochs - 1e-6 else None
-
-
-def _load_trained(trainer, checkpoint: str) -> None:
-    """The checkpoint's weights and state into `trainer`, as `train(resume_from_checkpoint=...)` loads them."""
-    from transformers import TrainerState
-
-    trainer._load_from_checkpoint(checkpoint)
-    trainer.state = TrainerState.load_from_json(str(Path(checkpoint) / "trainer_state.json"))
 
 
 def _check_fits(this: Run, checkpoint: str, model) -> None:

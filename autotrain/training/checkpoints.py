@@ -176,10 +176,12 @@ class ResumedSchedule(TrainerCallback):
         self.highest = highest
 
     def on_train_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
+        from torch.optim.lr_scheduler import LambdaLR
+
         scheduler = getattr(lr_scheduler, "scheduler", lr_scheduler)  # under accelerate's wrapper, if any
-        bases = getattr(scheduler, "base_lrs", None)
-        if not state.global_step or optimizer is None or not bases or not hasattr(scheduler, "lr_lambdas"):
-            return
+        if not state.global_step or optimizer is None or not isinstance(scheduler, LambdaLR):
+            return  # transformers' schedules are LambdaLR: each rate a function of the step alone
+        bases = scheduler.base_lrs
         old = max(bases) / self.highest
         ratio = self.lr / old if old else 1.0
         if abs(ratio - 1) > 1e-9:
@@ -187,8 +189,34 @@ class ResumedSchedule(TrainerCallback):
             for group in optimizer.param_groups:
                 group["initial_lr"] = group.get("initial_lr", group["lr"]) * ratio
             self.say(f"learning rate: {old:g} -> {self.lr:g} from step {state.global_step} on")
-        step = scheduler.last_epoch
-        rates = [base * rule(step) for rule, base in zip(scheduler.lr_lambdas, scheduler.base_lrs, strict=True)]
-        for group, rate in zip(optimizer.param_groups, rates, strict=True):
-            group["lr"] = rate
-        scheduler._last_lr = rates  # what get_last_lr() (the logged rate) reads
+        # The resumed step's rates as the schedule now defines them: a step from the one before sets each
+        # group's rate and the last rate (what get_last_lr(), the logged rate, reads) from the step alone.
+        scheduler.last_epoch -= 1
+        scheduler.step()
+
+
+class _ScheduleDone(Exception):
+    """`train(resume_from_checkpoint=...)` has loaded the checkpoint, and no step of the schedule is left."""
+
+
+class _LoadOnly(TrainerCallback):
+    """The first callback of the Trainer: ends `train()` when training would begin, after the Trainer has
+    loaded the checkpoint's weights, optimizer and state, before any step or any other callback."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        raise _ScheduleDone
+
+
+def load_finished_schedule(trainer, checkpoint: str) -> None:
+    """The weights and state of `checkpoint`, which holds the whole schedule (a run killed during its final
+    save), into `trainer`, loaded by `train(resume_from_checkpoint=...)` itself, which would otherwise train
+    one step past it."""
+    stop = _LoadOnly()
+    trainer.callback_handler.callbacks.insert(0, stop)
+    try:
+        trainer.train(resume_from_checkpoint=checkpoint)
+    except _ScheduleDone:
+        pass
+    finally:
+        trainer.remove_callback(stop)
+    trainer.is_in_train = False  # as a finished train() leaves it

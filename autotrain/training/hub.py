@@ -16,6 +16,7 @@ from autotrain.config.paths import hub_id, missing_local_paths
 
 TIMEOUT_S = 5.0
 SKIP_ENV = "AUTOTRAIN_SKIP_HUB_CHECK"
+_UNREACHED: list[str] = []  # why the hub was out of reach, once this process has found it so
 _TRUE = ("1", "true", "yes", "on")
 
 
@@ -51,6 +52,7 @@ def hub_problems(cfg: TaskConfig) -> list[str]:
     for field, repo, kind, revision in wanted:
         problem, reachable = _ask_hub(field, repo, kind, revision, token)
         if not reachable:
+            _UNREACHED.append(problem)
             names = " and ".join(f"{f} `{r}`" for f, r, _, _ in wanted)
             return [
                 f"cannot reach the Hugging Face Hub for {names} ({problem}). Without network, set HF_HUB_OFFLINE=1 "
@@ -59,6 +61,12 @@ def hub_problems(cfg: TaskConfig) -> list[str]:
         if problem:
             problems.append(problem)
     return problems
+
+
+def found_unreachable() -> bool:
+    """Whether this process has found the hub out of reach (`hub_problems`): then nothing asks it again (a
+    dry run goes on to its estimate, which would ask, download and retry)."""
+    return bool(_UNREACHED)
 
 
 def _ask_hub(field: str, repo: str, kind: str, revision: str | None, token: str | None) -> tuple[str | None, bool]:

@@ -79,13 +79,15 @@ class _Tally:
     current: int | None = None
 
     def __post_init__(self):
-        self.seen: dict[int, tuple[int | None, int]] = {}
-        self.weights: set[int] = set()  # parameters saved for backward are weights, counted as such
+        # Keyed by the storage itself (views of a tensor share one): on the meta device every storage's
+        # address is 0, and holding them here keeps each one's identity until the trace is counted.
+        self.seen: dict[torch.UntypedStorage, tuple[int | None, int]] = {}
+        self.weights: set[torch.UntypedStorage] = set()  # parameters saved for backward are weights, counted as such
 
     def pack(self, tensor):
         storage = tensor.untyped_storage()
-        if storage._cdata not in self.weights:
-            self.seen.setdefault(storage._cdata, (self.current, storage.nbytes()))  # views share a storage
+        if storage not in self.weights:
+            self.seen.setdefault(storage, (self.current, storage.nbytes()))
         return tensor
 
     def by_layer(self) -> tuple[dict[int, int], int]:
@@ -239,11 +241,13 @@ def trace_model(
         return _vision_language(config_json, length, dtype, attention, lora, with_loss, device)
     raw = json.loads(config_json)
     config = AutoConfig.for_model(**raw)
-    config._attn_implementation = "eager" if attention == "eager" else "sdpa"
     if task != "llm":
         config.num_labels = max(2, getattr(config, "num_labels", 2))
+    # eager as asked; else transformers' default, as a run loads the model: sdpa where the model has it
+    # (flash_attention_2 keeps what sdpa's fused kernel keeps), eager where it has not
+    kernel = {"attn_implementation": "eager"} if attention == "eager" else {}
     with torch.device("meta"):
-        model = _auto_class(task).from_config(config, dtype=getattr(torch, dtype))
+        model = _auto_class(task).from_config(config, dtype=getattr(torch, dtype), **kernel)
     model.train()
     params = sum(p.numel() for p in model.parameters())
     layers = _decoder_layers(model)
@@ -256,7 +260,7 @@ def trace_model(
         targets = targets if targets == "all-linear" else list(targets)
         adapter, dora_scratch = _lora_wrap(model, r, targets, dropout, bool(dora and dora[0]))
     tally = _Tally()
-    tally.weights = {t.untyped_storage()._cdata for t in (*model.parameters(), *model.buffers())}
+    tally.weights = {t.untyped_storage() for t in (*model.parameters(), *model.buffers())}
     _mark_layers(layers, tally)
     patch = torch.nn.functional, "scaled_dot_product_attention", _sdpa_for(device)
     with contextlib.ExitStack() as stack:
@@ -306,13 +310,12 @@ def _vision_language(
         tower = AutoModel.from_config(config.vision_config, dtype=getattr(torch, dtype))
     tower.train()
     tally = _Tally()
-    tally.weights = {t.untyped_storage()._cdata for t in (*tower.parameters(), *tower.buffers())}
-    from transformers import masking_utils
+    tally.weights = {t.untyped_storage() for t in (*tower.parameters(), *tower.buffers())}
+    from autotrain.compat.transformers import bidirectional_mask_skipped
 
     # A tower whose patches all count (Idefics3's) asks its mask whether it can be skipped: a meta tensor
     # cannot say, and the answer is yes (every patch of the traced image is real).
-    skip = masking_utils, "_ignore_bidirectional_mask_sdpa", lambda *args, **kwargs: True
-    with _patched(*skip), torch.autograd.graph.saved_tensors_hooks(tally.pack, lambda t: t):
+    with bidirectional_mask_skipped(), torch.autograd.graph.saved_tensors_hooks(tally.pack, lambda t: t):
         tower(pixel_values=_pixels(config.vision_config))
     vision_bytes = sum(tally.by_layer()[0].values()) + tally.by_layer()[1]
     params = sum(p.numel() for p in whole.parameters())
@@ -399,10 +402,12 @@ def _unreachable(cfg) -> bool:
     import socket
     from urllib.parse import urlparse
 
-    from autotrain.training.hub import hub_id
+    from autotrain.training.hub import found_unreachable, hub_id
 
     if hub_id(cfg.base_model) is None:
         return False
+    if found_unreachable():  # the hub check said so already (a hub that takes connections and drops them)
+        return True
     url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
     try:
         socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), 2).close()

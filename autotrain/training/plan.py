@@ -45,18 +45,29 @@ class OptimizerPlan:
     applies); any other name becomes TrainingArguments settings (`optim`, betas, ...)."""
 
     name: str
-    cls: type | None = None
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    kwargs: dict[str, Any] = field(default_factory=dict)  # a bundled optimizer's constructor arguments
     hf_settings: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def cls(self) -> type | None:
+        """A bundled optimizer's class (the optimizer table names it; importing it imports torch)."""
+        from autotrain.optimizers.table import OPTIMIZERS
+
+        spec = OPTIMIZERS[self.name]
+        return spec.load_class() if spec.bundled else None
+
+    @property
     def cls_and_kwargs(self) -> tuple[type, dict[str, Any]] | None:
-        return (self.cls, dict(self.kwargs)) if self.cls is not None else None
+        cls = self.cls
+        return (cls, dict(self.kwargs)) if cls is not None else None
 
     def record(self) -> dict[str, Any]:
-        shown = {"name": self.name}
-        if self.cls is not None:
-            shown["class"] = f"{self.cls.__module__}.{self.cls.__qualname__}"
+        from autotrain.optimizers.table import OPTIMIZERS
+
+        spec = OPTIMIZERS[self.name]
+        shown: dict[str, Any] = {"name": self.name}
+        if spec.bundled:
+            shown["class"] = spec.target.replace(":", ".")
             shown["kwargs"] = self.kwargs
         else:
             shown["training_arguments"] = self.hf_settings
@@ -171,11 +182,7 @@ def tensor_dtypes(cfg: TaskConfig, optimizer: OptimizerPlan, loaded: str) -> dic
     state = trained if not spec.bundled else "float32"
     state = "8-bit moments, float32 statistics" if spec.state_quantized else state
     dtypes = {"weights": trained, "gradients": trained, "optimizer_state": state}
-    parts = (
-        [optimizer.kwargs.get(key, {}) for key in ("came", "adam")]
-        if "adam" in optimizer.kwargs
-        else [optimizer.kwargs]
-    )
+    parts = [kwargs for _, kwargs in spec.part_kwargs(optimizer.kwargs)]
     if spec.bundled and trained != "float32" and all(part.get("master_weights", True) for part in parts):
         dtypes["master_weights"] = "float32"
     return dtypes
@@ -204,10 +211,11 @@ def resolve_optimizer(name: str, optimizer_args, lr: float, max_steps: int | Non
     from autotrain.optimizers.table import OPTIMIZERS
 
     if OPTIMIZERS[name].bundled:
-        cls, kwargs = optimizer_cls_and_kwargs(name, optimizer_args)
-        _give_run_length(kwargs.get("came", kwargs), max_steps)
+        _, kwargs = optimizer_cls_and_kwargs(name, optimizer_args)
+        for _, part in OPTIMIZERS[name].part_kwargs(kwargs):
+            _give_run_length(part, max_steps)
         # The Trainer passes param groups (with weight_decay) but not lr on this path.
-        return OptimizerPlan(name, cls=cls, kwargs={**kwargs, "lr": lr})
+        return OptimizerPlan(name, kwargs={**kwargs, "lr": lr})
     return OptimizerPlan(name, hf_settings=hf_optimizer_settings(name, optimizer_args))
 
 

@@ -1,0 +1,35 @@
+"""transformers' private names that autotrain needs.
+
+- A model class's `_no_split_modules`: the decoder-layer classes FSDP wraps one by one. accelerate's own
+  auto-wrap reads the same attribute; transformers has no public accessor for it.
+- `masking_utils._ignore_bidirectional_mask_sdpa`: asked by a vision tower whose patches all count
+  (Idefics3's) whether its attention mask can be skipped. On the meta device (the memory estimate's trace)
+  a tensor cannot say; the answer there is yes, every patch of the traced image being real.
+
+Checked on transformers 5.18.0 (the floor) and 5.25.0 (tests/test_compat.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+CHECKED_ON = ("5.18.0", "5.25.0")
+
+
+def no_split_modules(model_class: type) -> list[str]:
+    """The names of the layer classes `model_class` keeps whole when sharded (empty when it names none)."""
+    return list(model_class._no_split_modules or [])
+
+
+@contextlib.contextmanager
+def bidirectional_mask_skipped() -> Iterator[None]:
+    """Within the block, every bidirectional attention mask of an SDPA model counts as skippable."""
+    from transformers import masking_utils
+
+    saved = masking_utils._ignore_bidirectional_mask_sdpa
+    masking_utils._ignore_bidirectional_mask_sdpa = lambda *args, **kwargs: True
+    try:
+        yield
+    finally:
+        masking_utils._ignore_bidirectional_mask_sdpa = saved

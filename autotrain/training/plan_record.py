@@ -1,0 +1,102 @@
+"""A run's plan read back from its record (`RunPlan.record()`, run.json's `plan`), as it was decided.
+
+Whoever uses a finished run (inference, export) reads what its plan decided here, typed, and decides none
+of it again; nothing is filled in for what an older record lacks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotrain.training.plan import OptimizerPlan, RunPlan
+from autotrain.training.precision import Precision
+
+
+class RecordError(ValueError):
+    """A recorded plan that does not read back as a plan: what it lacks, or holds as the wrong type."""
+
+
+class _Record:
+    """Fields of a recorded plan by their dotted path, each checked for its type; what is missing or wrong
+    is collected, to be said at once."""
+
+    KINDS = {str: "a string", int: "a whole number", bool: "true or false", dict: "a mapping", list: "a list"}
+
+    def __init__(self, data: object):
+        self.data, self.missing, self.wrong = data, [], []
+
+    def get(self, dotted: str, kind: type) -> Any:
+        node = self.data
+        for part in dotted.split("."):
+            if not isinstance(node, dict) or part not in node:
+                self.missing.append(f"`{dotted}`")
+                return kind()
+            node = node[part]
+        if not isinstance(node, kind) or (kind is int and isinstance(node, bool)):
+            self.wrong.append(f"`{dotted}` is {_shown(node)}, not {self.KINDS[kind]}")
+            return kind()
+        return node
+
+    def check(self) -> None:
+        said = ["has " + ", ".join(f"no {name}" for name in self.missing)] if self.missing else []
+        if said or self.wrong:
+            raise RecordError("the plan " + "; ".join(said + self.wrong))
+
+
+def _shown(value: Any) -> str:
+    import json
+
+    return json.dumps(value, default=str)[:80]  # a value as the record writes it
+
+
+def plan_from_record(record: object) -> RunPlan:
+    """The plan a run recorded (`RunPlan.record()`: run.json's `plan`), read back as it was decided.
+
+    Nothing is filled in: each field the record lacks (a run recorded by an older autotrain) or holds as the
+    wrong type is named in one RecordError. What the record holds otherwise: the number of machines is its
+    world size over the processes per machine; `problems` are none (a plan with problems never ran: the
+    preflight refuses it); the TrainingArguments have no `output_dir` (the run's folder); a bundled
+    optimizer's class is the one the optimizer table names, its kwargs as JSON holds them (a tuple a list).
+    """
+    found = _Record(record)
+    precision = Precision(found.get("mixed_precision.resolved", str), found.get("device", str))
+    per_machine, world = found.get("processes_per_machine", int), found.get("world_size", int)
+    plan = RunPlan(
+        precision=precision,
+        asked_precision=found.get("mixed_precision.asked", str),
+        processes_per_machine=per_machine,
+        num_machines=world // per_machine if per_machine else 0,
+        effective_batch_size=found.get("effective_batch_size", int),
+        optimizer=_recorded_optimizer(found),
+        training_args=found.get("training_arguments", dict),
+        length_grouped=found.get("length_grouped_batches", bool),
+        padding_free=found.get("padding_free", str),
+        load_dtype=found.get("load_dtype", str),
+        attn_implementation=found.get("attn_implementation", str),
+        notes=tuple(found.get("notes", list)),
+        dtypes=found.get("dtypes", dict),
+        refined=_refinements(found),
+    )
+    found.check()
+    return plan
+
+
+def _refinements(found: _Record) -> tuple[tuple[str, Any, Any, str], ...]:
+    items, keys = found.get("refined_after_loading", list), ("field", "planned", "used", "why")
+    if not all(isinstance(item, dict) and all(key in item for key in keys) for item in items):
+        found.wrong.append(f"`refined_after_loading` is {_shown(items)}, not a list of {', '.join(keys)}")
+        return ()
+    return tuple(tuple(item[key] for key in keys) for item in items)
+
+
+def _recorded_optimizer(found: _Record) -> OptimizerPlan:
+    from autotrain.optimizers.table import OPTIMIZERS
+
+    name = found.get("optimizer.name", str)
+    if name not in OPTIMIZERS:
+        if "`optimizer.name`" not in found.missing:
+            found.wrong.append(f"`optimizer.name` is {_shown(name)}, an optimizer this autotrain does not know")
+        return OptimizerPlan(name)
+    if OPTIMIZERS[name].bundled:
+        return OptimizerPlan(name, kwargs=found.get("optimizer.kwargs", dict))
+    return OptimizerPlan(name, hf_settings=found.get("optimizer.training_arguments", dict))
