@@ -350,7 +350,7 @@ def unloaded_llm_run(tmp_path, monkeypatch) -> Path:
     (tmp_path / "run" / "config.json").write_text("{}")
     (tmp_path / "run" / ".autotrain-run").write_text("")  # a folder autotrain made: its saved config is its own
 
-    def loaded(run_dir, device):
+    def loaded(run_dir, device, cfg=None):
         raise UserInputError("loaded: the model would load now")
 
     monkeypatch.setattr(load_module, "load_run", loaded)
