@@ -197,3 +197,36 @@ def test_the_warm_up_spans_the_asked_fraction_of_the_steps(tmp_path, args_class)
         trainer.lr_scheduler.step()
     assert rates[:6] == pytest.approx([1e-3 * step / 5 for step in range(6)])
     assert rates[5:] == pytest.approx([1e-3 * (20 - step) / 15 for step in range(5, 21)])
+
+
+@pytest.mark.parametrize(
+    "peft",
+    [
+        {"enabled": True, "use_dora": True, "use_rslora": True, "loraplus_lr_ratio": 8},
+        {"enabled": True, "init": "pissa", "pissa_niter": 4},
+        {"enabled": True, "init": "olora"},
+    ],
+)
+def test_a_recorded_adapter_reads_back_as_planned(peft):
+    """The LoRA variant a run trained (method, scale rule, init, LoRA+ ratio) reads back from its record as
+    the plan had it."""
+    from autotrain.training.plan_record import plan_from_record
+
+    cfg = LLMConfig.model_validate({**BASE, "peft": peft})
+    plan = resolve_plan(cfg, device="cpu")
+    read = plan_from_record(json.loads(json.dumps(plan.record())))
+    assert read.adapter == plan.adapter and read.adapter is not None
+
+
+def test_a_record_from_before_the_adapter_was_recorded_reads_as_no_adapter():
+    """The one documented migration (plan_record.ADDED_LATER): a record written before the plan held its
+    adapter reads back without one; a record whose adapter is malformed is an error naming the field."""
+    from autotrain.training.plan_record import RecordError, plan_from_record
+
+    cfg = LLMConfig.model_validate({**BASE, "peft": {"enabled": True}})
+    record = json.loads(json.dumps(resolve_plan(cfg, device="cpu").record()))
+    older = {key: value for key, value in record.items() if key != "adapter"}
+    assert plan_from_record(older).adapter is None
+    record["adapter"]["init_lora_weights"] = 3
+    with pytest.raises(RecordError, match="adapter.init_lora_weights"):
+        plan_from_record(record)

@@ -8,8 +8,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from autotrain.training.adapter import AdapterPlan
 from autotrain.training.plan import OptimizerPlan, RunPlan
 from autotrain.training.precision import Precision
+
+# Fields the record gained after its first form, and what their absence means in a record written before
+# (the migration, stated once). Every other field must be there.
+ADDED_LATER: dict[str, Any] = {
+    # before the LoRA variants, the plan recorded no adapter: the run trained plain LoRA or a full fine-tune
+    # as its saved config says, and nothing that uses a finished run reads the adapter from the plan
+    "adapter": None,
+}
 
 
 class RecordError(ValueError):
@@ -76,6 +85,7 @@ def plan_from_record(record: object) -> RunPlan:
         notes=tuple(found.get("notes", list)),
         dtypes=found.get("dtypes", dict),
         refined=_refinements(found),
+        adapter=_recorded_adapter(found, record),
     )
     found.check()
     return plan
@@ -100,3 +110,27 @@ def _recorded_optimizer(found: _Record) -> OptimizerPlan:
     if OPTIMIZERS[name].bundled:
         return OptimizerPlan(name, kwargs=found.get("optimizer.kwargs", dict))
     return OptimizerPlan(name, hf_settings=found.get("optimizer.training_arguments", dict))
+
+
+def _recorded_adapter(found: _Record, record: object) -> AdapterPlan | None:
+    if isinstance(record, dict) and "adapter" not in record:
+        return ADDED_LATER["adapter"]
+    if isinstance(record, dict) and record["adapter"] is None:
+        return None
+    rule = found.get("adapter.scale_rule", str)
+    init = found.get("adapter.init_lora_weights", object)
+    ratio = found.get("adapter.loraplus_lr_ratio", object)
+    if not isinstance(init, (bool, str)) and "`adapter.init_lora_weights`" not in found.missing:
+        found.wrong.append(f"`adapter.init_lora_weights` is {_shown(init)}, not true, false or a method's name")
+    if ratio is not None and (not isinstance(ratio, (int, float)) or isinstance(ratio, bool)):
+        if "`adapter.loraplus_lr_ratio`" not in found.missing:
+            found.wrong.append(f"`adapter.loraplus_lr_ratio` is {_shown(ratio)}, not a number or null")
+        ratio = None
+    return AdapterPlan(
+        method=found.get("adapter.method", str),
+        r=found.get("adapter.r", int),
+        alpha=found.get("adapter.alpha", int),
+        rslora="sqrt" in rule,
+        init=init if isinstance(init, (bool, str)) else True,
+        loraplus_lr_ratio=float(ratio) if ratio is not None else None,
+    )
