@@ -395,6 +395,22 @@ def test_a_fingerprint_read_back_from_run_json_equals_the_configs(path):
     assert differences(recorded, None, fingerprint(load_config(path, [])), None) == []
 
 
+def test_a_setting_added_since_the_run_was_recorded_is_no_difference_at_its_default(tmp_path):
+    """A run recorded before a setting existed resumes under the autotrain that has it, where the config leaves
+    it at its default (the run's own behaviour); a config that sets it is listed as a change."""
+    from autotrain.config.load import load_config
+    from autotrain.run.fingerprint import differences, fingerprint
+
+    config = ASSETS.parents[1] / "configs" / "llm" / "quickstart.yml"
+    lora = ["peft.enabled=true"]
+    recorded = json.loads(json.dumps(fingerprint(load_config(config, lora))))
+    recorded.pop("defaulted")
+    del recorded["settings"]["peft.use_dora"]  # as an autotrain without DoRA recorded it
+    assert differences(recorded, None, fingerprint(load_config(config, lora)), None) == []
+    set_now = fingerprint(load_config(config, [*lora, "peft.use_dora=true"]))
+    assert [d.line() for d in differences(recorded, None, set_now, None)] == ["peft.use_dora: (not set) -> True"]
+
+
 def test_an_accepted_new_lr_applies_from_the_resumed_step_and_is_recorded(cli, tmp_path):
     config = llm_config(tmp_path, max_steps=2, save_steps=2, warmup_ratio=0.0)
     assert cli("llm", "--config", config).exit_code == 0
