@@ -9,9 +9,9 @@ those words as text, which is what `${VAR}` interpolation produces). Non-finite 
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator
+from pydantic import BeforeValidator, PlainValidator, WithJsonSchema
 
 
 def _not_bool(value: Any) -> Any:
@@ -39,3 +39,53 @@ def _no_as_word(value: Any) -> Any:
 
 
 NoWord = BeforeValidator(_no_as_word)
+
+
+# A size in bytes: a whole number, or a number with a unit (`12GB`, `12 GiB`, `1.5TB`, `512MiB`): decimal
+# units are powers of 1000, binary ones (`KiB`, `MiB`, ...) powers of 1024.
+SIZE_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+SIZE_UNITS.update({"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40})
+SIZE_HELP = "a size such as `12GB`, `12GiB`, `1.5TB` or a number of bytes"
+
+
+def parse_size(value: Any) -> int:
+    """`value` in bytes; ValueError for anything that is not a size."""
+    import re
+
+    if isinstance(value, bool):
+        raise ValueError(f"expected {SIZE_HELP}, not `true`/`false`")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]+)?\s*", value) if isinstance(value, str) else None
+    unit = (found.group(2) or "B").upper() if found else None
+    if found is None or unit not in SIZE_UNITS:
+        raise ValueError(f"expected {SIZE_HELP}; got `{value}`")
+    return int(float(found.group(1)) * SIZE_UNITS[unit])
+
+
+ByteSize = Annotated[int, BeforeValidator(parse_size)]
+
+
+MAX_BATCH = 1_048_576
+
+
+def _batch_size(value: Any) -> int | str:
+    if isinstance(value, bool):
+        raise ValueError("expected a number of samples or `auto`, not `true`/`false`")
+    if isinstance(value, str) and value.strip() == "auto":
+        return "auto"
+    if isinstance(value, str) and value.strip().isdigit():  # a number written as text (`${VAR}` gives text)
+        value = int(value)
+    if not isinstance(value, int) or not 1 <= value <= MAX_BATCH:
+        raise ValueError(f"expected a number of samples from 1 to {MAX_BATCH}, or `auto`; got `{value}`")
+    return value
+
+
+# `batch_size`: a whole number of samples, or `auto` (what fits in memory: autotrain.training.batch_size)
+BatchSize = Annotated[
+    int | Literal["auto"],
+    PlainValidator(_batch_size),
+    WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_BATCH}, {"const": "auto"}]}),
+]
