@@ -9,9 +9,9 @@ those words as text, which is what `${VAR}` interpolation produces). Non-finite 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
-from pydantic import BeforeValidator, PlainValidator, WithJsonSchema
+from pydantic import BeforeValidator, Field, WithJsonSchema, WrapValidator
 
 
 def _not_bool(value: Any) -> Any:
@@ -61,7 +61,7 @@ def parse_size(value: Any) -> int:
     found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]+)?\s*", value) if isinstance(value, str) else None
     unit = (found.group(2) or "B").upper() if found else None
     if found is None or unit not in SIZE_UNITS:
-        raise ValueError(f"expected {SIZE_HELP}; got `{value}`")
+        raise ValueError(f"expected {SIZE_HELP}")
     return int(float(found.group(1)) * SIZE_UNITS[unit])
 
 
@@ -71,21 +71,19 @@ ByteSize = Annotated[int, BeforeValidator(parse_size)]
 MAX_BATCH = 1_048_576
 
 
-def _batch_size(value: Any) -> int | str:
-    if isinstance(value, bool):
-        raise ValueError("expected a number of samples or `auto`, not `true`/`false`")
+def _auto_or_number(value: Any, handler) -> int | str:
+    """`auto` as it is; anything else validated as the number it must then be (its own messages)."""
     if isinstance(value, str) and value.strip() == "auto":
         return "auto"
-    if isinstance(value, str) and value.strip().isdigit():  # a number written as text (`${VAR}` gives text)
-        value = int(value)
-    if not isinstance(value, int) or not 1 <= value <= MAX_BATCH:
-        raise ValueError(f"expected a number of samples from 1 to {MAX_BATCH}, or `auto`; got `{value}`")
-    return value
+    if isinstance(value, str) and not value.strip().isdigit():
+        raise ValueError("expected a number of samples, or `auto`")
+    return handler(value)
 
 
 # `batch_size`: a whole number of samples, or `auto` (what fits in memory: autotrain.training.batch_size)
 BatchSize = Annotated[
-    int | Literal["auto"],
-    PlainValidator(_batch_size),
+    Int,
+    Field(ge=1, le=MAX_BATCH),
+    WrapValidator(_auto_or_number),
     WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_BATCH}, {"const": "auto"}]}),
 ]

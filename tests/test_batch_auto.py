@@ -83,10 +83,10 @@ def test_batch_size_auto_and_memory_budget_are_typed(tmp_path):
         (
             {"batch_size": "autos"},
             "training_args.batch_size",
-            "expected a number of samples from 1 to 1048576, or `auto`",
+            "expected a number of samples, or `auto` (got `autos`)",
         ),
         ({"memory_budget": "12G"}, "training_args.memory_budget", "expected a size such as `12GB`, `12GiB`"),
-        ({"memory_budget": "lots"}, "training_args.memory_budget", "got `lots`"),
+        ({"memory_budget": "lots"}, "training_args.memory_budget", "or a number of bytes (got `lots`)"),
         ({"memory_budget": 1000}, "training_args.memory_budget", "greater than or equal to 1048576"),
         (
             {"target_batch_size": 16},

@@ -314,3 +314,34 @@ def test_the_full_loss_step_matches_transformers_loss_on_the_cpu():
     entropy = 3 * ENTROPY_ROWS * vocab * FP32  # TRL's entropy of the logits: not in the model's own loss
     assert forward_peak == pytest.approx(step.forward - entropy, rel=0.05)
     assert backward_peak == pytest.approx(step.backward, rel=0.05)
+
+
+# --- the CPU process: malloc and the runtime's baseline -----------------------------------------------------
+
+
+def test_malloc_returns_freed_blocks_unless_the_user_set_it(monkeypatch):
+    from autotrain.training import allocator
+
+    for name in ("MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES", allocator.OPT_OUT):
+        monkeypatch.delenv(name, raising=False)
+    glibc = allocator._mallopt() is not None
+    assert allocator.mode() == ("returning" if glibc else "system")
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
+    assert allocator.mode() == "user" and allocator.return_freed_blocks() == "user"
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_")
+    monkeypatch.setenv(allocator.OPT_OUT, "system")
+    assert allocator.mode() == "system"
+    low = estimate(SHAPE, dataclasses.replace(FULL, runtime=2**29, malloc="system")).low
+    assert any("malloc keeps freed blocks" in why for why in low)
+
+
+@pytest.mark.slow
+def test_the_runtime_baseline_is_measured_once_per_environment_and_cached(tmp_path, monkeypatch):
+    from autotrain.run import runtime
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    first = runtime.runtime_baseline()
+    assert first["cached"] is False and first["bytes"] > first["imports"] > 100 * 2**20, first
+    second = runtime.runtime_baseline()
+    assert second["cached"] is True and second["bytes"] == first["bytes"]
+    assert len(list((tmp_path / "autotrain" / "runtime").glob("*.json"))) == 1

@@ -5,14 +5,15 @@ CPU; on a GPU the estimate is of device memory only and none of this is measured
 Two parts, both measured:
 
 - The environment (`runtime_baseline`): a fresh interpreter (`python -m autotrain.run.runtime`) does what
-  every run does before its model: it imports the command line's libraries, autotrain's training code, torch,
-  transformers, TRL's trainers, PEFT, datasets and accelerate (their code, mapped from files, and the heap
-  their imports fill), sets malloc as a CPU run sets it (autotrain.training.allocator), puts a few rows of
-  JSON lines through datasets as a run's data goes the first time (reader, cache writer, `map`), and builds
-  a small Llama without weights (the model-building code); then it reports its resident memory (`VmRSS`:
-  anonymous and file-backed pages). This depends on the machine (page size, which library pages the page
-  cache holds), the Python environment and malloc's mode, and on nothing of the config: it is measured once
-  and cached under a hash of those (`~/.cache/autotrain/runtime/`, or under `$XDG_CACHE_HOME`).
+  every run does before its model: it imports the command line's libraries, autotrain's training code,
+  torch, transformers, TRL's trainers, PEFT, datasets and accelerate (their code, mapped from files, and the
+  heap their imports fill), sets malloc as a CPU run sets it (autotrain.training.allocator), puts 64 rows of
+  5000 characters through datasets as a run's data goes the first time (reader, cache writer, the raw-text
+  trainer's tokenizing and blocking `map`s), and builds a small Llama without weights (the model-building
+  code); then it reports its resident memory (`VmRSS`: anonymous and file-backed pages). This depends on
+  the machine (page size, which library pages the page cache holds), the Python environment and malloc's
+  mode, and on nothing of the config: it is measured once and cached under a hash of those
+  (`~/.cache/autotrain/runtime/`, or under `$XDG_CACHE_HOME`).
 - The tokenizer (`tokenizer_bytes`): loaded here, in this process, its growth of resident memory read
   (the heap's free pages given back first, so that nothing it takes was resident already). A tokenizer
   that is not on this machine is not counted, and the estimate says so.
@@ -30,7 +31,7 @@ from typing import Any
 
 PACKAGES = ("torch", "transformers", "trl", "peft", "datasets", "accelerate", "tokenizers", "autotrain")
 PROBE_TIMEOUT_S = 300
-PROBE_VERSION = 3  # raised when what the probe does changes: older measurements are not reused
+PROBE_VERSION = 5  # raised when what the probe does changes: older measurements are not reused
 
 
 def runtime_baseline() -> dict[str, Any]:
@@ -149,17 +150,18 @@ def probe(settings: dict[str, Any]) -> dict[str, Any]:
     import typer  # noqa: F401
 
     import autotrain.config.load  # noqa: F401
-    import autotrain.trainers  # noqa: F401
-    import autotrain.trainers.llm.sft  # noqa: F401
     import autotrain.training.checkpoints  # noqa: F401
     import autotrain.training.guards  # noqa: F401
     import autotrain.training.metrics_log  # noqa: F401
     import autotrain.training.progress  # noqa: F401
     import autotrain.training.signals  # noqa: F401
+    from autotrain.config.trainers import DEFAULT
+    from autotrain.trainers import llm_builder
     from autotrain.training.allocator import return_freed_blocks
     from autotrain.training.quiet import quiet_libraries
 
     quiet_libraries()
+    llm_builder(DEFAULT)  # the default trainer's builder module
     for name in ("SFTTrainer", "DPOTrainer", "SFTConfig"):  # TRL imports its trainers' modules on first use
         getattr(trl, name)
     imported = _resident()
@@ -171,24 +173,31 @@ def probe(settings: dict[str, Any]) -> dict[str, Any]:
 
 def _data() -> None:
     """Rows of JSON lines through datasets as a run's data goes the first time: read into Arrow and written
-    to a cache of their own, tokenized by one `map` and cut into blocks by another (the clm trainer's path,
-    the longest): the readers, writers and memory pools that sets up, which stay with the process."""
+    to a cache of their own, then tokenized by one `map` (a token per character: the run's own tokenizer is
+    measured in its process, `tokenizer_bytes`) and cut into blocks with their labels and masks by another,
+    as the trainer of raw text does (the data path that holds the most): the readers, writers and memory
+    pools that sets up, and what Python keeps of it."""
     import tempfile
 
     import datasets
 
-    words = " ".join(["the quick brown fox jumps over the lazy dog"] * 100)
+    text = " ".join(["the quick brown fox jumps over the lazy dog"] * 110)  # about 5000 characters
     with tempfile.TemporaryDirectory(prefix="autotrain-probe-") as folder:
         path = Path(folder) / "rows.jsonl"
-        path.write_text("".join(json.dumps({"text": words}) + "\n" for _ in range(128)), encoding="utf-8")
+        path.write_text("".join(json.dumps({"text": text}) + "\n" for _ in range(64)), encoding="utf-8")
         rows = datasets.load_dataset("json", data_files=str(path), split="train", cache_dir=folder)
-        ids = rows.map(lambda row: {"input_ids": [ord(c) for c in row["text"]]}, remove_columns=["text"])
-        ids.map(_blocks, batched=True)
+        tokens = rows.map(_characters, batched=True, remove_columns=["text"])
+        tokens.map(_blocks, batched=True, remove_columns=["input_ids"])
 
 
-def _blocks(batch: dict) -> dict:
-    joined = [token for row in batch["input_ids"] for token in row]
-    return {"input_ids": [joined[i : i + 512] for i in range(0, len(joined), 512)]}
+def _characters(batch: dict) -> dict:
+    return {"input_ids": [[ord(c) % 30000 for c in text] for text in batch["text"]]}
+
+
+def _blocks(batch: dict, block: int = 512) -> dict:
+    flat = [token for ids in batch["input_ids"] for token in ids]
+    blocks = [flat[i : i + block] for i in range(0, len(flat) // block * block, block)]
+    return {"input_ids": blocks, "labels": [list(b) for b in blocks], "attention_mask": [[1] * block for _ in blocks]}
 
 
 def _model_code() -> None:

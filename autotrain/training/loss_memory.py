@@ -15,7 +15,7 @@ time), their softmax and gradients, for each way a trainer computes the loss. No
   while its gradient is formed the incoming gradient and the result (fp32, and its cast to the compute dtype).
 - `chunked`: autotrain's chunked cross-entropy (`training_args.cross_entropy: chunked`), as its own module
   says (`autotrain.training.chunked_loss.extra_peak_bytes`).
-- `model`: a loss inside the traced forward pass (classifiers' heads, a reward model's score), counted there.
+- `model`: a loss inside the traced forward pass (classifiers' heads, a scorer's one value per sequence), counted there.
 """
 
 from __future__ import annotations

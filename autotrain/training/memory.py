@@ -383,19 +383,29 @@ def setup_of(cfg, plan) -> Setup:
     )
 
 
-# The trainers whose loss `training_args.cross_entropy` chooses, when a config has that field
-CROSS_ENTROPY_TRAINERS = ("sft", "clm")
+def _reads_cross_entropy(name: str) -> bool:
+    """Whether trainer `name` computes its loss as `training_args.cross_entropy` says: the trainers whose
+    table entry lists the field, or, while none does, those training one sequence per row on its tokens
+    (not a scorer, not one sampling completions for rewards)."""
+    from autotrain.config.trainers import TRAINERS
+
+    if any("cross_entropy" in spec.fields for spec in TRAINERS.values()):
+        return "cross_entropy" in TRAINERS[name].fields
+    spec = TRAINERS[name]
+    return spec.sequences_per_row == 1 and spec.generates and "rewards" not in spec.fields
 
 
 def _loss_path(cfg) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
     """(the loss path, notes, could-be-low reasons). Without a `cross_entropy` field in the config, the
     trainer table says: TRL's fused head or the model's own loss."""
+    from autotrain.config.trainers import TRAINERS
+
     if cfg.task != "llm":
         return "", (), ()
-    if cfg.trainer == "reward":
+    if not TRAINERS[cfg.trainer].generates:  # a scorer: its loss is on one value per sequence
         return "model", (), ()
     asked = getattr(cfg.training_args, "cross_entropy", None)
-    if asked is None or cfg.trainer not in CROSS_ENTROPY_TRAINERS:
+    if asked is None or not _reads_cross_entropy(cfg.trainer):
         return "", (), ()
     if asked == "chunked":
         if chunked_available():
