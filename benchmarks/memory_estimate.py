@@ -75,12 +75,12 @@ CASES = [
     Case("smollm2 lora came8bit ckpt", "smollm2", 4, 256, peft=True, optimizer="came_8bit", checkpointing=True),
     Case("smollm2 clm lora adamw (full logits)", "smollm2", 2, 256, peft=True, trainer="clm"),
     Case(
-        "smollm2 lora adamw auto, budget 2.0GiB",
+        "smollm2 lora adamw auto, budget 3GiB",
         "smollm2",
         "auto",
         256,
         peft=True,
-        more=(("target_batch_size", 16), ("memory_budget", "2.0GiB")),
+        more=(("target_batch_size", 16), ("memory_budget", "3GiB")),
         next_larger=True,
     ),
 ]
@@ -188,7 +188,7 @@ def measure(case: Case, tmp: Path, models: dict[str, Path], data: Path, steps: i
         fixed = dataclasses.replace(case, batch=larger, more=())
         path = config(tmp, fixed, models[case.model], data, steps, gradient_accumulation=target // larger)
         bigger = run_case(path, env)
-        rows.append({"case": f"  next larger: batch {larger} (estimate {auto['next_larger']['estimate']})", **bigger})
+        rows.append({"case": f"  next larger: batch {larger} x gradient_accumulation {target // larger}", **bigger})
         rows[0]["budget"] = auto["budget"]
         rows[-1]["budget"] = auto["budget"]
     return rows

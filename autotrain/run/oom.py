@@ -78,7 +78,8 @@ def _estimate(this: Run) -> str:
     if "bytes_per_device" not in record:
         return ""
     where = {"cpu": "for the process", "cuda": "per GPU"}.get(record.get("device"), "per device")
-    has = f" of the {gib(record['available'])} available" if "available" in record else ""
+    source = record.get("budget_from", "available")
+    has = f" of the {gib(record['available'])} {source}" if "available" in record else ""
     return f"; the estimate was {gib(record['bytes_per_device'])} {where}{has}"
 
 

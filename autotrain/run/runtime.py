@@ -14,13 +14,15 @@ Two parts, both measured:
   the machine (page size, which library pages the page cache holds), the Python environment and malloc's
   mode, and on nothing of the config: it is measured once and cached under a hash of those
   (`~/.cache/autotrain/runtime/`, or under `$XDG_CACHE_HOME`).
-- The tokenizer (`tokenizer_bytes`): loaded here, in this process, its growth of resident memory read
-  (the heap's free pages given back first, so that nothing it takes was resident already). A tokenizer
-  that is not on this machine is not counted, and the estimate says so.
+- The tokenizer (`tokenizer_bytes`): loaded here, in this process, a second time (the first imports its
+  code), its growth of resident memory read with the heap's free pages given back before and after, so
+  that what it keeps counts and what loading took for a while does not. A tokenizer that is not on this
+  machine is not counted, and the estimate says so.
 """
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -66,12 +68,16 @@ def tokenizer_bytes(cfg, token: str | None = None) -> int | None:
     kwargs: dict[str, Any] = {"revision": cfg.revision, "token": token, "trust_remote_code": cfg.trust_remote_code}
     if gguf is not None:
         kwargs["gguf_file"] = str(gguf[1])
-    trim()
-    before = current_anon()
-    try:
-        loaded = AutoTokenizer.from_pretrained(source, local_files_only=True, **kwargs)
+    try:  # a first load imports the tokenizer's code, which the probe's figure holds already
+        AutoTokenizer.from_pretrained(source, local_files_only=True, **kwargs)
     except Exception:  # noqa: BLE001 - no tokenizer here (an image model, a hub model not downloaded)
         return None
+    gc.collect()
+    trim()
+    before = current_anon()
+    loaded = AutoTokenizer.from_pretrained(source, local_files_only=True, **kwargs)
+    gc.collect()
+    trim()  # what loading took for a while and gave back does not count: what the tokenizer keeps does
     grown = max(0, current_anon() - before)
     del loaded
     return grown
