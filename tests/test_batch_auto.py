@@ -194,6 +194,22 @@ def test_a_launched_rank_takes_the_batch_its_parent_chose(tmp_path, monkeypatch)
     assert planned(cfg).batch_size == 16
 
 
+def test_a_resumed_run_keeps_the_batch_it_chose(tmp_path):
+    from autotrain.config.load import load_config
+    from autotrain.run.fit import planned
+
+    cfg = load_config(write(tmp_path, batch_size="auto", target_batch_size=16, memory_budget="40GiB")).config
+    folder = tmp_path / "run"
+    folder.mkdir()
+    why = {"target_batch_size": 16, "budget": 2**30, "estimate": 1}
+    plan = {"batch_size": 2, "gradient_accumulation": 8, "batch_size_auto": why}
+    (folder / "run.json").write_text(json.dumps({"status": "interrupted", "plan": plan}))
+    resumed = planned(cfg, resumed=folder)
+    assert (resumed.batch_size, resumed.gradient_accumulation) == (2, 8)
+    assert resumed.batch_choice["kept_from"] == "the run resumed"
+    assert planned(cfg).batch_size == 16  # a new run decides afresh
+
+
 @pytest.mark.slow
 def test_the_run_trains_the_chosen_batch_and_records_why(tmp_path, cli):
     path = write(tmp_path, batch_size="auto", target_batch_size=4, memory_budget="40GiB", max_steps=1)

@@ -15,9 +15,10 @@ from autotrain.run.process import BATCH_ENV, launched
 from autotrain.training.plan import BatchChoice, RunPlan, resolve_plan
 
 
-def planned(cfg, token: str | None = None) -> RunPlan:
-    """`resolve_plan`, with `training_args.batch_size: auto` decided by the memory estimate (once, by the
-    process the user started: its ranks take the same)."""
+def planned(cfg, token: str | None = None, resumed: Path | None = None) -> RunPlan:
+    """`resolve_plan`, with `training_args.batch_size: auto` decided by the memory estimate: once, by the
+    process the user started (its ranks take the same), and kept by a resume of the run in `resumed` (the
+    checkpoint's position in the data counts batches of that size)."""
     plan = resolve_plan(cfg)
     if cfg.training_args.batch_size != "auto":
         return plan
@@ -25,7 +26,20 @@ def planned(cfg, token: str | None = None) -> RunPlan:
     if inherited:
         given = json.loads(inherited)
         return resolve_plan(cfg, batch=BatchChoice(given["batch_size"], given["gradient_accumulation"], given["why"]))
-    return resolve_plan(cfg, batch=decide_batch(cfg, plan, token))
+    recorded = _recorded_batch(resumed) if resumed is not None else None
+    return resolve_plan(cfg, batch=recorded or decide_batch(cfg, plan, token))
+
+
+def _recorded_batch(folder: Path) -> BatchChoice | None:
+    """The batch `auto` chose for the run in `folder` (its run.json), or None."""
+    from autotrain.training.folder import run_record
+
+    plan = run_record(folder).get("plan") or {}
+    why = plan.get("batch_size_auto")
+    if not why or not isinstance(plan.get("batch_size"), int):
+        return None
+    kept = {**why, "kept_from": "the run resumed"}
+    return BatchChoice(plan["batch_size"], plan.get("gradient_accumulation", 1), kept)
 
 
 def batch_env(plan: RunPlan) -> dict[str, str]:

@@ -49,7 +49,7 @@ def run(
         stop.install()
         # The preflight before the check-in: a machine that lacks a package says so and leaves, and the
         # others' check-in names it as missing within rendezvous_timeout, instead of waiting in the launcher.
-        this.plan = resolve(this)
+        this.plan = resolve(this, resume)
         ray = this.cfg.distributed.backend == "ray"  # Ray places the workers: no machines to check in
         if this.cfg.distributed.num_machines > 1 and not ray:  # before the model loads: fail in seconds
             from autotrain.run.rendezvous import check_in

@@ -15,13 +15,13 @@ from autotrain.run.process import ACCELERATE_LAUNCHED, PARENT_ENV, Run, last_che
 from autotrain.training.quiet import quiet_libraries
 
 
-def resolve(this: Run):
+def resolve(this: Run, resume: str | None = None):
     """The plan, decided once in this process, and the checks that need no weights (one error for all ranks);
     the preflight's notes are said once, by the process the user started."""
     from autotrain.run.fit import planned
     from autotrain.run.preflight import preflight
 
-    plan = planned(this.cfg, this.cfg.hub.token)
+    plan = planned(this.cfg, this.cfg.hub.token, this.folder if resume else None)
     found = preflight(this.cfg, plan)
     if found.problems:
         raise UserInputError("; ".join(found.problems))

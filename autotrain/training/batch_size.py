@@ -68,6 +68,10 @@ def describe(plan_batch: int, accumulation: int, why: dict[str, Any], gib: Calla
         f"{why['target_batch_size']} samples per step; estimate {gib(why['estimate'])} of the "
         f"{gib(why['allowed'])} allowed ({why['budget_from']} {gib(why['budget'])} less a {why['margin']:.0%} margin)"
     ]
+    if why.get("kept_from"):
+        lines.append(
+            f"  kept from {why['kept_from'].removeprefix('the run ')}: the checkpoint counts batches of this size"
+        )
     larger = why.get("next_larger")
     if larger:
         lines.append(f"  the next larger batch, {larger['batch_size']}, would need {gib(larger['estimate'])}")
