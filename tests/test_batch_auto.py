@@ -138,6 +138,7 @@ def test_auto_find_batch_size_of_autotrain_advanced_keeps_its_samples_per_step()
 # --- the plan, the dry run, the run -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_dry_run_says_which_batch_auto_chose_and_why(tmp_path, cli):
     path = write(tmp_path, batch_size="auto", target_batch_size=16, memory_budget="40GiB")
     result = cli("llm", "--config", path, "--dry-run")
