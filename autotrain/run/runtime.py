@@ -53,9 +53,24 @@ def runtime_baseline() -> dict[str, Any]:
     return {**found, "cached": False}
 
 
+_TOKENIZERS: dict[tuple, int | None] = {}  # measured in this process, by source: the choice and the record agree
+
+
 def tokenizer_bytes(cfg, token: str | None = None) -> int | None:
     """What loading the config's tokenizer adds to this process's resident memory; None when it cannot be
     loaded from this machine (a hub model not downloaded yet) or the task has none."""
+    gguf = getattr(cfg, "gguf", None)
+    source = str(gguf[0]) if gguf is not None else cfg.base_model
+    kwargs: dict[str, Any] = {"revision": cfg.revision, "token": token, "trust_remote_code": cfg.trust_remote_code}
+    if gguf is not None:
+        kwargs["gguf_file"] = str(gguf[1])
+    key = (source, cfg.revision, kwargs.get("gguf_file"), cfg.trust_remote_code)
+    if key not in _TOKENIZERS:
+        _TOKENIZERS[key] = _measure_tokenizer(source, kwargs)
+    return _TOKENIZERS[key]
+
+
+def _measure_tokenizer(source: str, kwargs: dict[str, Any]) -> int | None:
     from autotrain.training.allocator import trim
     from autotrain.training.memory import current_anon
 
@@ -63,11 +78,6 @@ def tokenizer_bytes(cfg, token: str | None = None) -> int | None:
         from transformers import AutoTokenizer
     except ImportError:
         return None
-    gguf = getattr(cfg, "gguf", None)
-    source = str(gguf[0]) if gguf is not None else cfg.base_model
-    kwargs: dict[str, Any] = {"revision": cfg.revision, "token": token, "trust_remote_code": cfg.trust_remote_code}
-    if gguf is not None:
-        kwargs["gguf_file"] = str(gguf[1])
     try:  # a first load imports the tokenizer's code, which the probe's figure holds already
         AutoTokenizer.from_pretrained(source, local_files_only=True, **kwargs)
     except Exception:  # noqa: BLE001 - no tokenizer here (an image model, a hub model not downloaded)
