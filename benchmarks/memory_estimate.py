@@ -23,8 +23,10 @@ optimizer step); the peak resident memory within each (`VmHWM`, reset at each bo
 /proc/self/clear_refs) is printed beside the estimate's figure for that moment.
 
 `--malloc system` runs with glibc's own malloc behaviour (AUTOTRAIN_MALLOC=system), which keeps freed
-blocks: the estimate then says it could be low. Memory does not depend on how busy the machine is, so this
-runs anywhere. `--smoke`: the first configuration only, to check the script works.
+blocks: the estimate then says it could be low. Each row of `--json` holds the run's wall `seconds`, for the
+time the fixed mmap threshold costs (compare the two modes on a quiet machine). Memory does not depend on
+how busy the machine is, so the table itself runs anywhere. `--smoke`: the first configuration only, to
+check the script works.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import yaml
@@ -158,7 +161,9 @@ def peak_of(argv: list[str], env: dict[str, str]) -> tuple[int, int, str]:
 def run_case(path: Path, env: dict[str, str]) -> dict:
     """Dry run (caches the runtime probe), then the run, measured; what run.json says beside it."""
     subprocess.run([*AUTOTRAIN, "llm", "--config", str(path), "--dry-run"], capture_output=True, env=env)
+    start = time.perf_counter()
     code, peak, last = peak_of([*AUTOTRAIN, "llm", "--config", str(path)], env)
+    seconds = round(time.perf_counter() - start, 1)  # for --malloc's cost in time, on a quiet machine
     if code != 0:
         return {"error": f"exit {code}: {last}"}
     folder = Path(yaml.safe_load(path.read_text())["project_name"])
@@ -175,6 +180,7 @@ def run_case(path: Path, env: dict[str, str]) -> dict:
         "run_json_measured": memory.get("measured"),
         "batch_size": memory.get("batch_size_auto", {}).get("batch_size"),
         "auto": memory.get("batch_size_auto"),
+        "seconds": seconds,
     }
 
 
