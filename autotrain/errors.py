@@ -15,6 +15,7 @@ EXIT_FAILURE = 1  # failure during training; the traceback goes to project_name/
 EXIT_BAD_INPUT = 2  # config mistake, bad usage or bad input data
 EXIT_DIVERGED = 3  # a non-finite loss with nan_policy: halt
 EXIT_PARITY = 4  # `autotrain export`: the exported model does not answer like the trained one
+EXIT_OUT_OF_MEMORY = 5  # the run ran out of memory (GPU or CPU); a checkpoint is saved when one can be
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
 

@@ -24,8 +24,10 @@ device, pass --out "$OUT" so that they come back).
 6. Performance on a 0.83B-parameter Llama (random gradients): CAME8Bit (compiled, and captured in a CUDA
    graph) against bitsandbytes' AdamW8bit, fused AdamW and fp32 CAME: ms per step and ratios from this run,
    kernels per step (per group), optimizer-state bytes, the peak extra memory of a step.
-7. The memory estimate (run.json) against ``torch.cuda.max_memory_allocated``: bf16, bf16 with gradient
-   checkpointing, QLoRA, 2 steps each through ``autotrain llm`` (target +-15%).
+7. The memory estimate (run.json) against ``torch.cuda.max_memory_allocated``: bf16 full (AdamW, with gradient
+   checkpointing, CAME8Bit, with accumulation), LoRA, QLoRA, 2 steps each through ``autotrain llm`` (target:
+   within -5% / +10%); then ``batch_size: auto`` under a ``memory_budget``: the chosen batch's measured peak
+   within the budget, and the next larger batch's beside it.
 8. SFT's padding-free batches on CUDA: padded vs rows (sdpa) vs one sequence (flash_attention_2).
 9. Every bundled optimizer under bf16 / fp16 autocast and with bf16 weights, 30 steps of a small Llama.
 
@@ -68,7 +70,7 @@ PARTS = {
     4: ("QLoRA through autotrain llm", 90),
     5: ("reward model + LoRA in fp16 through autotrain llm", 90),
     6: ("performance on a 0.83B Llama: CAME8Bit vs AdamW8bit vs fused AdamW", 300),
-    7: ("memory estimate vs max_memory_allocated", 180),
+    7: ("memory estimate vs max_memory_allocated, batch_size auto", 300),
     8: ("SFT padding-free batches on CUDA", 40),
     9: ("bundled optimizers under bf16/fp16 autocast and bf16 weights", 120),
 }
@@ -327,15 +329,23 @@ def reward_lora_fp16(device: str, sizes: dict) -> dict:
     return found
 
 
+MEMORY_BOUNDS = (0.95, 1.10)  # estimate / measured: never more than 5% low, at most 10% high
+
+
 def memory_estimates(device: str, sizes: dict) -> dict:
-    """Part 7: the memory estimate against the measured peak, 2 steps each through `autotrain llm`."""
+    """Part 7: the memory estimate against the measured peak (CUDA: max_memory_allocated; the CPU smoke: the
+    process's peak resident memory), 2 steps each through `autotrain llm`; then `batch_size: auto` under a
+    budget: the chosen batch measured within it, and the next larger one measured too."""
     precision = "bf16" if device == "cuda" else "no"
     cases = {
-        "bf16 full": ({"enabled": False}, {"mixed_precision": precision}),
-        "bf16 full ckpt": ({"enabled": False}, {"mixed_precision": precision, "gradient_checkpointing": True}),
+        "bf16 full adamw": ({"enabled": False}, {}),
+        "bf16 full adamw ckpt": ({"enabled": False}, {"gradient_checkpointing": True}),
+        "bf16 full came8bit": ({"enabled": False}, {"optimizer": "came_8bit"}),
+        "bf16 lora adamw": ({"enabled": True}, {}),
+        "bf16 full adamw accum 2": ({"enabled": False}, {"batch_size": 2, "gradient_accumulation": 2}),
     }
     if device == "cuda" and importlib.util.find_spec("bitsandbytes") is not None:
-        cases["qlora int4"] = ({"enabled": True, "quantization": "int4"}, {"mixed_precision": "bf16"})
+        cases["qlora int4"] = ({"enabled": True, "quantization": "int4"}, {})
     found = {}
     with tempfile.TemporaryDirectory(prefix="autotrain-memory-") as name:
         tmp = Path(name)
@@ -343,25 +353,57 @@ def memory_estimates(device: str, sizes: dict) -> dict:
         base = _base_model(tmp / "base", hidden, layers)
         text = " ".join(["the quick brown fox jumps over the lazy dog"] * 120)
         (tmp / "data.jsonl").write_text("".join(json.dumps({"text": text}) + "\n" for _ in range(32)))
-        for label, (peft, training) in cases.items():
-            run = tmp / label.replace(" ", "-")
+
+        def measure(label: str, peft: dict, training: dict) -> dict:
+            run = tmp / label.replace(" ", "-").replace(",", "")
             run.mkdir()
             args = {"batch_size": 4, "max_length": 512, "max_steps": 2, "save_steps": 1000, "padding_free": False}
             config = {
                 "task": "llm", "trainer": "sft", "base_model": base, "project_name": str(run / "out"), "log": "none",
                 "data": {"path": str(tmp / "data.jsonl"), "chat_template": "none"},
-                "peft": peft, "training_args": {**args, **training},
+                "peft": peft, "training_args": {**args, "mixed_precision": precision, **training},
             }  # fmt: skip
             memory = _autotrain(config, run).get("memory") or {}
-            ratio = memory.get("estimate_over_measured")
-            found[label] = {
-                "estimate": memory.get("bytes_per_device"),
-                "measured": memory.get("measured"),
-                "ratio": ratio,
-            }
-            verdict = "no figure" if ratio is None else ("ok" if 0.85 <= ratio <= 1.15 else "OUTSIDE +-15%")
-            print(f"  {label}: estimate/measured {ratio}: {verdict} ({memory.get('measured')})")
+            return _memory_row(label, memory)
+
+        for label, (peft, training) in cases.items():
+            found[label] = measure(label, peft, training)
+        found.update(_auto_batch(found["bf16 full adamw"], measure))
     return found
+
+
+def _memory_row(label: str, memory: dict) -> dict:
+    measured = memory.get("measured") or {}
+    value = measured.get("max_memory_allocated", measured.get("peak_rss"))
+    ratio = memory.get("estimate_over_measured")
+    row = {"estimate": memory.get("bytes_per_device"), "measured": value, "ratio": ratio, "parts": memory.get("parts")}
+    row["batch"] = (memory.get("batch_size_auto") or {}).get("batch_size")
+    low, high = MEMORY_BOUNDS
+    verdict = "no figure" if ratio is None else ("ok" if low <= ratio <= high else f"OUTSIDE {low}..{high}")
+    print(f"  {label}: estimate {row['estimate']} measured {value} estimate/measured {ratio}: {verdict}")
+    return row
+
+
+def _auto_batch(reference: dict, measure) -> dict:
+    """`batch_size: auto` (target 16) under a budget of 1.5 times the peak of batch 4: the batch it chooses
+    runs within the budget; the next larger one, trained as a fixed batch, is measured beside it."""
+    if not reference.get("measured"):
+        return {}
+    budget = int(reference["measured"] * 1.5)
+    chosen = measure("auto under budget", {"enabled": False}, {
+        "batch_size": "auto", "target_batch_size": 16, "memory_budget": budget,
+    })  # fmt: skip
+    rows = {"auto under budget": {**chosen, "budget": budget}}
+    if chosen.get("batch") and chosen["batch"] < 16:
+        larger = next(batch for batch in (2, 4, 8, 16) if batch > chosen["batch"] and 16 % batch == 0)
+        fixed = {"batch_size": larger, "gradient_accumulation": 16 // larger}
+        rows["next larger batch"] = {**measure("next larger batch", {"enabled": False}, fixed), "batch": larger}
+        rows["next larger batch"]["budget"] = budget
+    for label, row in rows.items():
+        if row.get("measured"):
+            side = "within" if row["measured"] <= budget else "over"
+            print(f"  {label} (batch {row.get('batch')}): measured {row['measured']} {side} the budget {budget}")
+    return rows
 
 
 # --- 6. performance ---------------------------------------------------------------------------------------

@@ -74,7 +74,44 @@ def test_foreach_ops_are_one_call_for_all_tensors():
     assert names.count("aten::_foreach_add_") == 1 and names.count("aten::_foreach_copy_") == 1, names
 
 
+def test_a_dispatch_mode_sees_every_op_and_its_outputs():
+    seen = []
+
+    class Watch(compat_torch.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            seen.append((str(func), tuple(out.shape) if isinstance(out, torch.Tensor) else None))
+            return out
+
+    with Watch():
+        torch.ones(2, 3, device="meta").sum(0)
+    assert ("aten.sum.dim_IntList", (3,)) in seen, seen
+
+
 # --- transformers -----------------------------------------------------------------------------------------
+
+
+def test_save_checkpoint_writes_what_the_loop_writes(tmp_path):
+    """The checkpoint written outside the loop holds what `train(resume_from_checkpoint=...)` reads."""
+    from datasets import Dataset
+    from transformers import Trainer, TrainingArguments
+
+    class Tiny(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Linear(2, 1)
+
+        def forward(self, x, labels):
+            return {"loss": ((self.w(x).squeeze(-1) - labels) ** 2).mean()}
+
+    rows = Dataset.from_dict({"x": [[1.0, 2.0]] * 4, "labels": [1.0] * 4})
+    args = TrainingArguments(str(tmp_path), max_steps=1, report_to=[], use_cpu=True, save_strategy="no")
+    trainer = Trainer(model=Tiny(), args=args, train_dataset=rows)
+    trainer.train()
+    compat_transformers.save_checkpoint(trainer)
+    saved = {p.name for p in (tmp_path / "checkpoint-1").iterdir()}
+    assert {"optimizer.pt", "scheduler.pt", "trainer_state.json"} <= saved, saved
+    assert any(name.startswith("rng_state") for name in saved), saved
 
 
 def test_no_split_modules_names_the_decoder_layers():

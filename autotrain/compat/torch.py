@@ -1,8 +1,12 @@
-"""torch's private names that autotrain needs: its multi-tensor ("foreach") kernels.
+"""torch's private names that autotrain needs: its multi-tensor ("foreach") kernels, and the dispatch mode
+through which the memory estimate follows which tensors a layer's backward creates.
 
 torch has no public multi-tensor API; its own optimizers step each group of same-device, same-dtype
 tensors with one `torch._foreach_*` kernel, where a loop over the tensors would launch one kernel per
 tensor. FusedAdam refreshes its half-precision weights from their fp32 copies this way.
+
+`TorchDispatchMode` (torch.utils._python_dispatch) is how a Python object sees every op torch runs, with
+its outputs; torch documents it (the "extending torch with Python" notes) but exports it from a private module.
 
 Checked on torch 2.8.0 (the floor) and 2.13.0 (tests/test_compat.py).
 """
@@ -11,6 +15,9 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch.utils._python_dispatch import TorchDispatchMode
+
+__all__ = ["CHECKED_ON", "TorchDispatchMode", "foreach_add_", "foreach_copy_"]
 
 CHECKED_ON = ("2.8.0", "2.13.0")
 

@@ -80,7 +80,7 @@ PARAMS: dict[str, tuple[str, ...] | None] = {
     "model_max_length": None,
     "padding": None,
     "add_eos_token": None,
-    "auto_find_batch_size": None,
+    "auto_find_batch_size": ("training_args", "batch_size"),  # true: `auto` (see _auto_batch)
     "use_flash_attention_2": None,
     "distributed_backend": None,
     "unsloth": None,
@@ -256,6 +256,14 @@ def _params(params: Any, task_name: str, is_llm: bool, out: _Translation) -> boo
             value = _trainer(value, task_name, out)
             if value is None:
                 continue
+        elif key == "auto_find_batch_size":
+            if value:
+                _auto_batch(params, out)
+            continue
+        elif key == "batch_size" and params.get("auto_find_batch_size"):
+            continue  # the samples per step _auto_batch keeps
+        elif key == "gradient_accumulation" and params.get("auto_find_batch_size"):
+            continue
         elif key == "disable_gradient_checkpointing":
             value = not value
         elif key == "mixed_precision" and value in (None, "none"):
@@ -264,6 +272,22 @@ def _params(params: Any, task_name: str, is_llm: bool, out: _Translation) -> boo
             continue  # AutoTrain Advanced ignores LoRA settings when peft is off
         out.put(target, value, ("params", key))
     return peft_on
+
+
+def _auto_batch(params: dict, out: _Translation) -> None:
+    """`auto_find_batch_size: true` (AutoTrain Advanced halves the batch on running out of memory and
+    retries): `batch_size: auto`, the largest batch the memory estimate fits, with the samples per
+    optimizer step the config asked for (batch_size x gradient_accumulation) kept as target_batch_size."""
+    batch, accumulation = params.get("batch_size"), params.get("gradient_accumulation", 1)
+    out.put(("training_args", "batch_size"), "auto", ("params", "auto_find_batch_size"))
+    if isinstance(batch, int) and isinstance(accumulation, int) and not isinstance(batch, bool):
+        out.put(("training_args", "target_batch_size"), batch * accumulation, ("params", "batch_size"))
+        kept = f"{batch} x {accumulation} = {batch * accumulation} samples per optimizer step"
+    else:
+        kept = "the default target_batch_size"
+    out.notices.append(
+        (("params", "auto_find_batch_size"), f"batch_size: auto, keeping {kept} (gradient_accumulation follows)")
+    )
 
 
 def _not_for_task(key: str, task: str) -> str | None:

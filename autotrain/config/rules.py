@@ -140,6 +140,25 @@ def _eval_steps(cfg) -> Iterator[Issue]:
         yield ("training_args", "eval_steps"), "`training_args.eval_strategy: steps` needs `training_args.eval_steps`"
 
 
+@rule("training_args.batch_size", "training_args.target_batch_size", "training_args.gradient_accumulation")
+def _batch_auto(cfg) -> Iterator[Issue]:
+    """`batch_size: auto` sets gradient_accumulation itself, to keep target_batch_size samples per step."""
+    args = cfg.training_args
+    if args.batch_size != "auto" and args.target_batch_size is not None:
+        yield (
+            ("training_args", "target_batch_size"),
+            "`training_args.target_batch_size` is read only with `training_args.batch_size: auto` (the samples per "
+            "optimizer step it keeps); with a number, set gradient_accumulation",
+        )
+    if args.batch_size == "auto" and "gradient_accumulation" in args.model_fields_set:
+        yield (
+            ("training_args", "gradient_accumulation"),
+            "with `training_args.batch_size: auto` the run sets gradient_accumulation (batch_size x "
+            "gradient_accumulation = target_batch_size); give the samples per optimizer step as "
+            "`training_args.target_batch_size` instead",
+        )
+
+
 def typed_optimizer_args(name: str, given: Any) -> BaseModel:
     """`optimizer_args` as the typed arguments of optimizer `name` (the optimizer table's model for it).
 
@@ -413,11 +432,13 @@ def _trainer_fields(cfg) -> Iterator[Issue]:
     for key in spec.positive:
         if getattr(args, key) == 0:
             yield ("training_args", key), f"`training_args.{key}` must be above 0 for `trainer: {spec.name}`"
-    if args.batch_size < spec.min_batch_size:
+    smallest = args.samples_per_step if args.batch_size == "auto" else args.batch_size
+    if smallest < spec.min_batch_size:
+        which = "target_batch_size" if args.batch_size == "auto" else "batch_size"
         yield (
-            ("training_args", "batch_size"),
-            f"`trainer: {spec.name}` needs `training_args.batch_size` of at least {spec.min_batch_size} (per "
-            f"device; got {args.batch_size}): its loss compares the samples of each batch",
+            ("training_args", which),
+            f"`trainer: {spec.name}` needs `training_args.{which}` of at least {spec.min_batch_size} (per "
+            f"device; got {smallest}): its loss compares the samples of each batch",
         )
     if args.max_prompt_length is not None and args.max_prompt_length >= args.max_length:
         yield (
@@ -449,12 +470,17 @@ def _sampled_completions(cfg) -> Iterator[Issue]:
             "weight per reward",
         )
     generations = args.num_generations or GRPO_DEFAULT_GENERATIONS
-    per_step = args.batch_size * args.gradient_accumulation
+    per_step = args.samples_per_step
     if per_step % generations:
         fix = -(-per_step // generations) * generations
+        given = (
+            f"target_batch_size ({per_step})"
+            if args.batch_size == "auto"
+            else f"batch_size x gradient_accumulation ({args.batch_size} x {args.gradient_accumulation} = {per_step})"
+        )
         yield (
             ("training_args", "num_generations"),
-            f"batch_size x gradient_accumulation ({args.batch_size} x {args.gradient_accumulation} = {per_step}) "
+            f"{given} "
             f"must be a multiple of num_generations ({generations}): each prompt's {generations} completions are "
             f"scored against each other in one batch; e.g. make it {fix}, or lower num_generations",
         )

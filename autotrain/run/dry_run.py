@@ -22,15 +22,15 @@ def print_plan(
     from autotrain.config.interpolate import redact
 
     cfg = loaded.config
-    args = cfg.training_args
     print(f"# resolved config ({loaded.source}); secrets shown as ***")
     print(yaml.safe_dump(loaded.redacted(), sort_keys=False, default_flow_style=False), end="")
     print("# plan")
     what = cfg.task + (f" / trainer {cfg.trainer}" if getattr(cfg, "trainer", None) else "")
     print(f"task: {what}")
     print(
-        f"effective batch size: {plan.effective_batch_size} = batch_size {args.batch_size} x gradient_accumulation "
-        f"{args.gradient_accumulation} x processes {plan.world_size}"
+        f"effective batch size: {plan.effective_batch_size} = batch_size {plan.batch_size} x gradient_accumulation "
+        f"{plan.gradient_accumulation} x processes {plan.world_size}"
+        + (" (batch_size: auto, chosen by the memory estimate: see below)" if plan.batch_choice else "")
     )
     print(
         f"processes: {plan.processes_per_machine} per machine x {plan.num_machines} machine(s)"

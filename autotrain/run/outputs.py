@@ -63,17 +63,18 @@ def add_memory_to_card(folder: Path, memory: dict) -> None:
     if "measured" not in memory or not card.is_file():
         return
     measured = memory["measured"]
-    what = "max_memory_allocated" if "max_memory_allocated" in measured else "peak_above_baseline"
+    what = "max_memory_allocated" if "max_memory_allocated" in measured else "peak_rss"
+    shown = {"max_memory_allocated": "max memory allocated", "peak_rss": "peak resident memory of the process"}
     lines = [
         "## Memory",
         "",
         "| | per device |",
         "|---|---|",
         f"| estimated before the run | {gib(memory['bytes_per_device'])} |",
-        f"| measured ({what.replace('_', ' ')}) | {gib(measured[what])} |",
+        f"| measured ({shown[what]}) | {gib(measured[what])} |",
     ]
-    if what == "peak_above_baseline":
-        lines.append(f"| process before the model loaded (left out above) | {gib(measured['rss_before_model'])} |")
+    if what == "peak_rss":
+        lines.append(f"| resident as training started | {gib(measured['rss_at_start'])} |")
     text = card.read_text(encoding="utf-8")
     marker = "The full resolved config is in"
     block = "\n".join(lines) + "\n\n"
@@ -92,8 +93,9 @@ def _training_lines(cfg, plan: RunPlan | None, state) -> list[str]:
         lines = [f"- asked: {bound}"]
     if plan is not None:
         lines.append(
-            f"- batch per step: {plan.effective_batch_size} = batch_size {args.batch_size} x gradient_accumulation "
-            f"{args.gradient_accumulation} x {plan.world_size} process(es)"
+            f"- batch per step: {plan.effective_batch_size} = batch_size {plan.batch_size} x gradient_accumulation "
+            f"{plan.gradient_accumulation} x {plan.world_size} process(es)"
+            + (" (batch_size: auto)" if plan.batch_choice else "")
         )
     lines.append(f"- learning rate: {args.lr}, optimizer: {plan.optimizer.name if plan else args.optimizer}")
     if plan is not None and plan.adapter is not None:

@@ -2,10 +2,13 @@
 launch the ranks (accelerate, Ray) and wait for them. What a rank does is in run/rank.py; a process started
 as a rank goes straight there.
 
-Exit codes: those of run/rank.py (0 done, 1 failure, 2 bad input, 3 diverged, 130 / 143 interrupted).
+Exit codes: those of run/rank.py (0 done, 1 failure, 2 bad input, 3 diverged, 5 out of memory, 130 / 143
+interrupted).
 """
 
 from __future__ import annotations
+
+import os
 
 from autotrain.config.load import LoadedConfig
 from autotrain.errors import EXIT_BAD_INPUT, EXIT_OK, UserInputError
@@ -47,7 +50,7 @@ def run(
         stop.install()
         # The preflight before the check-in: a machine that lacks a package says so and leaves, and the
         # others' check-in names it as missing within rendezvous_timeout, instead of waiting in the launcher.
-        this.plan = resolve(this)
+        this.plan = resolve(this, resume)
         ray = this.cfg.distributed.backend == "ray"  # Ray places the workers: no machines to check in
         if this.cfg.distributed.num_machines > 1 and not ray:  # before the model loads: fail in seconds
             from autotrain.run.rendezvous import check_in
@@ -71,8 +74,10 @@ def run(
 def _launch(this: Run, resume: str | None, ray: bool) -> int:
     """Start the ranks (Ray or accelerate), wait for them, and settle the record of a run they left `running`
     (a rank killed before it could write how the run ended)."""
+    from autotrain.run.fit import batch_env
     from autotrain.run.manifest import settle
 
+    os.environ.update(batch_env(this.plan))  # `batch_size: auto`: the ranks take the batch decided here
     if ray:
         from autotrain.run.ray_launch import run_on_ray
 

@@ -15,13 +15,13 @@ from autotrain.run.process import ACCELERATE_LAUNCHED, PARENT_ENV, Run, last_che
 from autotrain.training.quiet import quiet_libraries
 
 
-def resolve(this: Run):
+def resolve(this: Run, resume: str | None = None):
     """The plan, decided once in this process, and the checks that need no weights (one error for all ranks);
     the preflight's notes are said once, by the process the user started."""
+    from autotrain.run.fit import planned
     from autotrain.run.preflight import preflight
-    from autotrain.training.plan import resolve_plan
 
-    plan = resolve_plan(this.cfg)
+    plan = planned(this.cfg, this.cfg.hub.token, this.folder if resume else None)
     found = preflight(this.cfg, plan)
     if found.problems:
         raise UserInputErrors(found.problems)
@@ -72,14 +72,19 @@ def _build(this: Run, checkpoint: str | None, stop, resume: str | None):
     from autotrain.trainers import build_trainer
     from autotrain.training.checkpoints import AtomicCheckpoints, ResumedSchedule
     from autotrain.training.guards import install_loss_hooks
-    from autotrain.training.memory import current_anon, mark_baseline
+    from autotrain.training.memory import current_rss, mark_baseline
     from autotrain.training.metrics_log import MetricsLog
+    from autotrain.training.out_of_memory import optimizer_step_watch
     from autotrain.training.progress import ProgressCallback
 
     cfg, folder = this.cfg, this.folder
     quiet_libraries()
+    if this.plan.precision.device == "cpu":
+        from autotrain.training.allocator import return_freed_blocks
+
+        return_freed_blocks()  # resident memory follows the tensors alive (what the estimate counts)
     memory = _memory_estimate(this)
-    before_model = current_anon()
+    before_model = current_rss()
     progress = ProgressCallback()
     # The builder returns the plan it ran: the resolved one, or one it refined (recorded as such).
     trainer, this.plan = build_trainer(cfg, this.plan, [progress, stop], token=cfg.hub.token)
@@ -94,6 +99,8 @@ def _build(this: Run, checkpoint: str | None, stop, resume: str | None):
         # the schedule as the config says (LoRA+'s B matrices keep their ratio)
         trainer.add_callback(ResumedSchedule(cfg.training_args.lr, this.say, loraplus or 1.0))
     install_loss_hooks(trainer, cfg.training_args.nan_policy)
+    this.optimizer_watch = optimizer_step_watch()
+    trainer.add_callback(this.optimizer_watch)
     AtomicCheckpoints(folder, cfg.training_args.save_total_limit, [checkpoint] if checkpoint else []).attach(trainer)
     progress.trainer = trainer
     trainer.add_callback(MetricsLog(folder, trainer))  # logs/metrics.jsonl: live charts in `autotrain app`

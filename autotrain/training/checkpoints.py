@@ -150,6 +150,17 @@ class AtomicCheckpoints(TrainerCallback):
         self.trainer.accelerator.wait_for_everyone()
 
 
+def save_checkpoint_now(trainer) -> None:
+    """A checkpoint of the trainer's state as it is, outside the training loop (after an allocation failed
+    mid-step, the weights and optimizer state are those of the last completed step), marked complete and
+    rotated as the loop's own are: what the loop runs (transformers has no public call for it:
+    autotrain.compat.transformers), then the callbacks' `on_save` (AtomicCheckpoints marks the folder complete)."""
+    from autotrain.compat.transformers import save_checkpoint
+
+    save_checkpoint(trainer)
+    trainer.control = trainer.callback_handler.on_save(trainer.args, trainer.state, trainer.control)
+
+
 def _rotate(project: Path, limit: int | None, keep: set[Path]) -> None:
     if not limit:
         return

@@ -23,7 +23,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from autotrain.training.memory import ModelShape, Setup, trainer_spec
+from autotrain.training.backward_trace import layer_backward_bytes
+from autotrain.training.memory import ModelShape, Setup
 
 
 class _FusedAttention(torch.autograd.Function):
@@ -37,8 +38,9 @@ class _FusedAttention(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx, grad):  # never run: the trace only goes forward
-        raise NotImplementedError
+    def backward(ctx, grad):  # the kernel's gradients of q, k and v (autotrain.training.backward_trace runs it)
+        query, key, value, _, _ = ctx.saved_tensors
+        return torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
 
 
 def _fused_sdpa(query, key, value, *args, **kwargs):
@@ -224,12 +226,14 @@ def trace_model(
     with_loss: bool = True,
     device: str = "cuda",
 ) -> ModelShape:
-    """Count parameters and trace one training forward pass of one sample `length` tokens long.
+    """Count parameters and trace one training forward pass of one sample `length` tokens long, and the
+    backward of its last decoder layer (autotrain.training.backward_trace).
 
     `config_json`: the model's config as a JSON string (hashable, for the cache); `dtype`: the dtype the
     activations are computed in ("float32", "bfloat16", "float16"); `lora`: (r, target modules, dropout[, DoRA]);
-    `with_loss`: the model computes its own loss from full logits (False: a trainer's chunked head does, which
-    keeps no logits for backward); `device`: where it trains ("cuda", "cpu"), for the attention kernel it has.
+    `with_loss`: the model computes its own loss in the traced pass (False for an LLM: its decoder alone is
+    traced, the loss step is counted by autotrain.training.loss_memory); `device`: where it trains ("cuda",
+    "cpu"), for the attention kernel it has.
     """
     import json
 
@@ -259,17 +263,10 @@ def trace_model(
         r, targets, dropout, *dora = lora
         targets = targets if targets == "all-linear" else list(targets)
         adapter, dora_scratch = _lora_wrap(model, r, targets, dropout, bool(dora and dora[0]))
-    tally = _Tally()
-    tally.weights = {t.untyped_storage() for t in (*model.parameters(), *model.buffers())}
-    _mark_layers(layers, tally)
-    patch = torch.nn.functional, "scaled_dot_product_attention", _sdpa_for(device)
-    with contextlib.ExitStack() as stack:
-        if attention != "eager":
-            stack.enter_context(_patched(*patch))
-        stack.enter_context(torch.autograd.graph.saved_tensors_hooks(tally.pack, lambda t: t))
-        model(**_inputs(task, config, length, with_loss))
+    tally, backward = _trace(model, layers, task, config, length, with_loss, attention, device)
     per_layer, rest = tally.by_layer()
     tokens = 1 if task == "image-classification" or not _is_text(task) else length
+    head_params, tied = _head(model)
     return ModelShape(
         params=params,
         linear_params=linear,
@@ -283,7 +280,55 @@ def trace_model(
         rest_bytes_per_token=rest / tokens,
         activation_bytes=torch.finfo(getattr(torch, dtype)).bits // 8,
         dora_scratch=dora_scratch,
+        layer_backward_bytes_per_token=None if backward is None else backward / tokens,
+        head_params=head_params,
+        tied=tied,
+        stored_bytes=_stored_bytes(raw),
     )
+
+
+def _trace(model, layers, task: str, config, length: int, with_loss: bool, attention: str, device: str):
+    """(the saved tensors of one forward pass by layer, what the last layer's backward adds or None)."""
+    tally = _Tally()
+    tally.weights = {t.untyped_storage() for t in (*model.parameters(), *model.buffers())}
+    _mark_layers(layers, tally)
+    patch = torch.nn.functional, "scaled_dot_product_attention", _sdpa_for(device)
+    inputs = _inputs(task, config, length, with_loss)
+    # An LLM whose loss step the estimate counts (autotrain.training.loss_memory) runs its decoder alone: the
+    # output head and what it keeps belong to that step.
+    decoder = model.get_decoder() if task == "llm" and not with_loss and hasattr(model, "get_decoder") else None
+    runs = decoder if isinstance(decoder, nn.Module) else model
+    if runs is decoder:
+        inputs = {"input_ids": inputs["input_ids"]}
+
+    def forward():
+        with torch.autograd.graph.saved_tensors_hooks(tally.pack, lambda t: t):
+            runs(**inputs)
+
+    with contextlib.ExitStack() as stack:
+        if attention != "eager":
+            stack.enter_context(_patched(*patch))
+        if layers is None:
+            forward()
+            return tally, None
+        return tally, layer_backward_bytes(model, layers, forward)
+
+
+def _head(model) -> tuple[int, bool]:
+    """(the output head's weight's elements, whether the input embedding is that same weight)."""
+    output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    embedding = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    head = output.weight if isinstance(getattr(output, "weight", None), torch.Tensor) else None
+    if head is None:
+        return 0, False
+    return head.numel(), embedding is not None and getattr(embedding, "weight", None) is head
+
+
+def _stored_bytes(raw: dict) -> int:
+    """Bytes per parameter of the checkpoint's tensors as its config.json says (`dtype` / `torch_dtype`; 0
+    when it says nothing)."""
+    name = raw.get("dtype") or raw.get("torch_dtype") or (raw.get("text_config") or {}).get("dtype")
+    return {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}.get(str(name), 0)
 
 
 def _is_text(task: str) -> bool:
@@ -351,7 +396,7 @@ def shape_of(cfg, setup: Setup, token: str | None = None) -> ModelShape:
     if hasattr(cfg.training_args, "image_square_size"):  # object detection: the square images it trains on
         raw, side = json.loads(config), cfg.training_args.image_square_size
         config = json.dumps({**raw, "image_size": [side, side] if isinstance(raw.get("image_size"), list) else side})
-    own_loss = not trainer_spec(setup).chunked_head
+    own_loss = cfg.task != "llm"  # an LLM's loss step is counted by the estimate (autotrain.training.memory)
     args = (config, cfg.task, setup.length, setup.activation_dtype, attention, setup.lora, own_loss, setup.device)
     return trace_model(*args)
 

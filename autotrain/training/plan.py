@@ -75,6 +75,16 @@ class OptimizerPlan:
 
 
 @dataclass(frozen=True)
+class BatchChoice:
+    """`training_args.batch_size: auto` decided: the per-device batch, the accumulation that keeps the
+    samples per optimizer step asked for, and why (autotrain.training.batch_size.choose_batch)."""
+
+    batch_size: int
+    gradient_accumulation: int
+    why: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class RunPlan:
     precision: Precision
     asked_precision: str
@@ -93,6 +103,9 @@ class RunPlan:
     # (field, planned, used, why): what a builder changed once the model was loaded (see `refine`)
     refined: tuple[tuple[str, Any, Any, str], ...] = ()
     adapter: AdapterPlan | None = None  # the LoRA adapter (method, scale, init, LoRA+); None: full fine-tune
+    batch_size: int = 1  # per device and forward pass (`batch_size: auto` resolved)
+    gradient_accumulation: int = 1
+    batch_choice: dict[str, Any] = field(default_factory=dict)  # how `batch_size: auto` was decided
 
     @property
     def world_size(self) -> int:
@@ -121,6 +134,9 @@ class RunPlan:
             "world_size": self.world_size,
             "processes_per_machine": self.processes_per_machine,
             "effective_batch_size": self.effective_batch_size,
+            "batch_size": self.batch_size,
+            "gradient_accumulation": self.gradient_accumulation,
+            **({"batch_size_auto": self.batch_choice} if self.batch_choice else {}),
             "optimizer": self.optimizer.record(),
             "training_arguments": {k: v for k, v in self.training_args.items() if k != "output_dir"},
             "length_grouped_batches": self.length_grouped,
@@ -136,11 +152,13 @@ class RunPlan:
         }
 
 
-def resolve_plan(cfg: TaskConfig, device: str | None = None) -> RunPlan:
+def resolve_plan(cfg: TaskConfig, device: str | None = None, batch: BatchChoice | None = None) -> RunPlan:
     """Decide precision, topology, optimizer and TrainingArguments for `cfg` on this machine.
 
     What this machine cannot do as asked (fp16 without CUDA, ...) is kept in `problems` (the plan then
     falls back to fp32), so that the preflight (autotrain.run.preflight) reports it with every other problem at once.
+    `batch`: what `training_args.batch_size: auto` became (the memory estimate decides it, in the run layer:
+    autotrain.run.fit.planned); without it an `auto` batch is planned as one sample per forward pass.
     """
     args = cfg.training_args
     problems: tuple[str, ...] = ()
@@ -151,14 +169,16 @@ def resolve_plan(cfg: TaskConfig, device: str | None = None) -> RunPlan:
     per_machine = processes_per_machine(cfg.distributed.num_processes)
     optimizer = resolve_optimizer(args.optimizer, args.optimizer_args, args.lr, args.max_steps)
     attn, batching, notes = attention(cfg, precision)
+    batch = batch or fixed_batch(cfg)
+    machines = cfg.distributed.num_machines
     return RunPlan(
         precision=precision,
         asked_precision=args.mixed_precision,
         processes_per_machine=per_machine,
         num_machines=cfg.distributed.num_machines,
-        effective_batch_size=args.batch_size * args.gradient_accumulation * per_machine * cfg.distributed.num_machines,
+        effective_batch_size=batch.batch_size * batch.gradient_accumulation * per_machine * machines,
         optimizer=optimizer,
-        training_args=training_arguments(cfg, precision, optimizer),
+        training_args=training_arguments(cfg, precision, optimizer, batch),
         problems=problems,
         length_grouped=groups_by_length(cfg),
         padding_free=batching,
@@ -167,7 +187,19 @@ def resolve_plan(cfg: TaskConfig, device: str | None = None) -> RunPlan:
         notes=notes,
         dtypes=tensor_dtypes(cfg, optimizer, load_dtype(cfg, precision)),
         adapter=resolve_adapter(cfg),
+        batch_size=batch.batch_size,
+        gradient_accumulation=batch.gradient_accumulation,
+        batch_choice=batch.why,
     )
+
+
+def fixed_batch(cfg: TaskConfig) -> BatchChoice:
+    """The batch a config gives as a number; `auto` not yet decided: one sample per forward pass, with as many
+    passes per step as the samples per step asked for (`target_batch_size`)."""
+    args = cfg.training_args
+    if args.batch_size == "auto":
+        return BatchChoice(1, args.samples_per_step)
+    return BatchChoice(args.batch_size, args.gradient_accumulation)
 
 
 def tensor_dtypes(cfg: TaskConfig, optimizer: OptimizerPlan, loaded: str) -> dict[str, str]:
@@ -233,17 +265,20 @@ def has_eval(cfg: TaskConfig) -> bool:
     return cfg.task != "llm" or cfg.data.valid_split is not None
 
 
-def training_arguments(cfg: TaskConfig, precision: Precision, optimizer: OptimizerPlan) -> dict[str, Any]:
+def training_arguments(
+    cfg: TaskConfig, precision: Precision, optimizer: OptimizerPlan, batch: BatchChoice | None = None
+) -> dict[str, Any]:
     """The TrainingArguments fields autotrain controls, for any Trainer/TRL config class."""
     args = cfg.training_args
+    batch = batch or fixed_batch(cfg)
     eval_strategy = args.eval_strategy if has_eval(cfg) else "no"
     kwargs: dict[str, Any] = {
         "output_dir": cfg.project_name,
         "num_train_epochs": args.epochs,
         "max_steps": args.max_steps or -1,
-        "per_device_train_batch_size": args.batch_size,
-        "per_device_eval_batch_size": args.eval_batch_size or args.batch_size,
-        "gradient_accumulation_steps": args.gradient_accumulation,
+        "per_device_train_batch_size": batch.batch_size,
+        "per_device_eval_batch_size": args.eval_batch_size or batch.batch_size,
+        "gradient_accumulation_steps": batch.gradient_accumulation,
         "learning_rate": args.lr,
         "warmup_steps": args.warmup_ratio,  # transformers >= 5: a float below 1 is a ratio of the total steps
         "weight_decay": args.weight_decay,

@@ -90,7 +90,7 @@ def _sft(cfg: LLMConfig, plan: RunPlan, tokenizer, rows, count: int) -> dict[str
                 "cut_tokens": max(0, lengths[i] - limit),
             }
         )
-    batch = min(cfg.training_args.batch_size, len(shown))
+    batch = min(plan.batch_size, len(shown))
     collator = DataCollatorForLanguageModeling(pad_token_id=tokenizer.pad_token_id)
     first = collator([{"input_ids": e["input_ids"][:limit], "labels": e["labels"][:limit]} for e in shown][:batch])
     padding = int((first["attention_mask"] == 0).sum()) if batch else 0
