@@ -146,12 +146,12 @@ def test_the_tally_counts_a_storage_once_and_no_weight_on_the_meta_device():
     and its tensor being one storage."""
     import torch
 
-    from autotrain.training.model_shape import _Tally
+    from autotrain.training.model_shape import _Tally, storage_key
 
     weight = torch.empty(8, 8, device="meta")
     activation, other = torch.empty(4, 8, device="meta"), torch.empty(2, device="meta")
     tally = _Tally()
-    tally.weights = {weight.untyped_storage()}
+    tally.weights = {storage_key(weight)}
     for saved in (activation, activation[1:], activation.t(), other, weight, weight[0]):
         tally.pack(saved)
     assert tally.by_layer() == ({}, 4 * 8 * 4 + 2 * 4)

@@ -218,15 +218,20 @@ def test_a_recorded_adapter_reads_back_as_planned(peft):
     assert read.adapter == plan.adapter and read.adapter is not None
 
 
-def test_a_record_from_before_the_adapter_was_recorded_reads_as_no_adapter():
-    """The one documented migration (plan_record.ADDED_LATER): a record written before the plan held its
-    adapter reads back without one; a record whose adapter is malformed is an error naming the field."""
+def test_a_record_from_before_the_adapter_and_the_batch_were_recorded_reads_back():
+    """The documented migrations (plan_record.ADDED_LATER): a record written before the plan held its adapter
+    reads back without one, and its batch from the TrainingArguments it recorded; a record whose adapter is
+    malformed is an error naming the field."""
     from autotrain.training.plan_record import RecordError, plan_from_record
 
-    cfg = LLMConfig.model_validate({**BASE, "peft": {"enabled": True}})
+    cfg = LLMConfig.model_validate({**BASE, "peft": {"enabled": True}, "training_args": {"batch_size": 3}})
     record = json.loads(json.dumps(resolve_plan(cfg, device="cpu").record()))
-    older = {key: value for key, value in record.items() if key != "adapter"}
-    assert plan_from_record(older).adapter is None
+    older = {
+        key: value for key, value in record.items() if key not in ("adapter", "batch_size", "gradient_accumulation")
+    }
+    read = plan_from_record(older)
+    assert read.adapter is None
+    assert (read.batch_size, read.gradient_accumulation) == (3, 1)
     record["adapter"]["init_lora_weights"] = 3
     with pytest.raises(RecordError, match="adapter.init_lora_weights"):
         plan_from_record(record)

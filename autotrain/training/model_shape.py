@@ -81,15 +81,16 @@ class _Tally:
     current: int | None = None
 
     def __post_init__(self):
-        # Keyed by the storage itself (views of a tensor share one): on the meta device every storage's
-        # address is 0, and holding them here keeps each one's identity until the trace is counted.
-        self.seen: dict[torch.UntypedStorage, tuple[int | None, int]] = {}
-        self.weights: set[torch.UntypedStorage] = set()  # parameters saved for backward are weights, counted as such
+        # Keyed by the storage's identity (views of a tensor share one), not by the storage object: holding
+        # the storages would keep alive what a layer's backward releases (autotrain.training.backward_trace).
+        # Saved tensors live until backward, so no two of them share an identity here.
+        self.seen: dict[int, tuple[int | None, int]] = {}
+        self.weights: set[int] = set()  # parameters saved for backward are weights, counted as such
 
     def pack(self, tensor):
-        storage = tensor.untyped_storage()
-        if storage not in self.weights:
-            self.seen.setdefault(storage, (self.current, storage.nbytes()))
+        key = storage_key(tensor)
+        if key not in self.weights:
+            self.seen.setdefault(key, (self.current, tensor.untyped_storage().nbytes()))
         return tensor
 
     def by_layer(self) -> tuple[dict[int, int], int]:
@@ -101,6 +102,14 @@ class _Tally:
             else:
                 layers[where] = layers.get(where, 0) + nbytes
         return layers, rest
+
+
+def storage_key(tensor: torch.Tensor) -> int:
+    """The identity of the storage `tensor` views, stable while the storage lives (a storage's Python wrapper
+    may be a new object each time it is asked for; on the meta device every data pointer is 0)."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    return StorageWeakRef(tensor.untyped_storage()).cdata
 
 
 def _decoder_layers(model: nn.Module) -> nn.ModuleList | None:
@@ -290,7 +299,7 @@ def trace_model(
 def _trace(model, layers, task: str, config, length: int, with_loss: bool, attention: str, device: str):
     """(the saved tensors of one forward pass by layer, what the last layer's backward adds or None)."""
     tally = _Tally()
-    tally.weights = {t.untyped_storage() for t in (*model.parameters(), *model.buffers())}
+    tally.weights = {storage_key(t) for t in (*model.parameters(), *model.buffers())}
     _mark_layers(layers, tally)
     patch = torch.nn.functional, "scaled_dot_product_attention", _sdpa_for(device)
     inputs = _inputs(task, config, length, with_loss)
@@ -355,7 +364,7 @@ def _vision_language(
         tower = AutoModel.from_config(config.vision_config, dtype=getattr(torch, dtype))
     tower.train()
     tally = _Tally()
-    tally.weights = {t.untyped_storage() for t in (*tower.parameters(), *tower.buffers())}
+    tally.weights = {storage_key(t) for t in (*tower.parameters(), *tower.buffers())}
     from autotrain.compat.transformers import bidirectional_mask_skipped
 
     # A tower whose patches all count (Idefics3's) asks its mask whether it can be skipped: a meta tensor

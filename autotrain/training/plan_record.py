@@ -18,6 +18,9 @@ ADDED_LATER: dict[str, Any] = {
     # before the LoRA variants, the plan recorded no adapter: the run trained plain LoRA or a full fine-tune
     # as its saved config says, and nothing that uses a finished run reads the adapter from the plan
     "adapter": None,
+    # before `batch_size: auto`, the batch was recorded only among the TrainingArguments
+    "batch_size": "training_arguments.per_device_train_batch_size",
+    "gradient_accumulation": "training_arguments.gradient_accumulation_steps",
 }
 
 
@@ -86,6 +89,9 @@ def plan_from_record(record: object) -> RunPlan:
         dtypes=found.get("dtypes", dict),
         refined=_refinements(found),
         adapter=_recorded_adapter(found, record),
+        batch_size=_recorded_int(found, record, "batch_size"),
+        gradient_accumulation=_recorded_int(found, record, "gradient_accumulation"),
+        batch_choice=_recorded_choice(found, record),
     )
     found.check()
     return plan
@@ -134,3 +140,17 @@ def _recorded_adapter(found: _Record, record: object) -> AdapterPlan | None:
         init=init if isinstance(init, (bool, str)) else True,
         loraplus_lr_ratio=float(ratio) if ratio is not None else None,
     )
+
+
+def _recorded_int(found: _Record, record: object, name: str) -> int:
+    """A field the record gained later (ADDED_LATER): read where an older record kept it."""
+    if isinstance(record, dict) and name not in record:
+        return found.get(ADDED_LATER[name], int)
+    return found.get(name, int)
+
+
+def _recorded_choice(found: _Record, record: object) -> dict[str, Any]:
+    """How `batch_size: auto` was decided; a record of a fixed batch holds none."""
+    if not isinstance(record, dict) or "batch_size_auto" not in record:
+        return {}
+    return found.get("batch_size_auto", dict)
