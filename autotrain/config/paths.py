@@ -104,11 +104,12 @@ def check_paths(config: Any, source: str | None) -> Iterator[Issue]:
             f"`{config.project_name}` {reason}; a run needs a folder of its own (e.g. `runs/my-model`), "
             "which --overwrite may empty",
         )
-    data_path = getattr(getattr(config, "data", None), "path", None)
-    if isinstance(data_path, str) and data_path.startswith(("/", "~")) and "\x00" not in data_path:
-        resolved = _resolve(data_path)
-        if resolved == Path(resolved.anchor) or str(resolved) in SYSTEM_FOLDERS or resolved == Path.home():
-            yield (
-                ("data", "path"),
-                f"`{data_path}` is a system or home folder, not a dataset; name the data's file or folder",
-            )
+    data = getattr(config, "data", None)
+    for field, data_path in data.paths() if hasattr(data, "paths") else ():
+        if isinstance(data_path, str) and data_path.startswith(("/", "~")) and "\x00" not in data_path:
+            resolved = _resolve(data_path)
+            if resolved == Path(resolved.anchor) or str(resolved) in SYSTEM_FOLDERS or resolved == Path.home():
+                yield (
+                    tuple(int(part) if part.isdigit() else part for part in field.split(".")),
+                    f"`{data_path}` is a system or home folder, not a dataset; name the data's file or folder",
+                )

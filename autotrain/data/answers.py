@@ -82,12 +82,22 @@ def answer_tokens(tokenizer, messages: list[dict], first: int = 0) -> tuple[list
     full, spans = assistant_spans(tokenizer, messages, first)
     if not getattr(tokenizer, "is_fast", False):
         return _by_prefixes(tokenizer, full, spans)
+    import numpy as np
+
     encoded = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
-    mask = [
-        int(e > s and any(s < b and e > a and (own or e <= b) for a, b, own in spans))
-        for s, e in encoded["offset_mapping"]
-    ]
-    return encoded["input_ids"], mask
+    offsets = np.asarray(encoded["offset_mapping"], dtype=np.int64).reshape(-1, 2)
+    return encoded["input_ids"], span_mask(offsets[:, 0], offsets[:, 1], spans).astype(int).tolist()
+
+
+def span_mask(starts, ends, spans: list[Span]):
+    """Which tokens (character `starts` / `ends`, numpy arrays) belong to the assistant turns `spans`, as
+    `answer_tokens` counts them: a bool array."""
+    import numpy as np
+
+    mask = np.zeros(len(starts), dtype=bool)
+    for a, b, own in spans:
+        mask |= (starts < b) & (ends > a) & (own | (ends <= b))
+    return mask & (ends > starts)
 
 
 def _by_prefixes(tokenizer, full: str, spans: list[Span]) -> tuple[list[int], list[int]]:

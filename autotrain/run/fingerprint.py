@@ -176,8 +176,12 @@ def data_files(path: Path) -> tuple[list[Path], bool]:
 
 def data_fingerprint(cfg) -> dict:
     """The config's data: its local files' sizes and SHA-256 (see `data_files` for which), or the hub name."""
-    path = Path(cfg.data.path).expanduser()
-    return files_fingerprint(path) if path.exists() else {"hub": cfg.data.path}
+    out: dict = {}
+    for _, value in cfg.data.paths():
+        path = Path(value).expanduser()
+        found = files_fingerprint(path) if path.exists() else {"hub": value}
+        out.update(found if len(cfg.data.paths()) == 1 else {f"{value}: {k}": v for k, v in found.items()})
+    return out
 
 
 def files_fingerprint(path: Path) -> dict:

@@ -34,7 +34,7 @@ def missing_paths(cfg: TaskConfig) -> list[str]:
     """One line per `base_model` / `data.path` that only a path here can be (`./x`, `a/b/c`, `x.jsonl`) and
     that is not on this machine: said before anything loads, not as the loader's complaint about hub ids."""
     problems = []
-    for field, value in (("base_model", cfg.base_model), ("data.path", cfg.data.path)):
+    for field, value in (("base_model", cfg.base_model), *cfg.data.paths()):
         if not value or "\x00" in value or hub_id(value) is not None or Path(value).expanduser().exists():
             continue
         where = (
@@ -58,7 +58,7 @@ def hub_problems(cfg: TaskConfig) -> list[str]:
         (field, repo, kind, revision)
         for field, repo, kind, revision in (
             ("base_model", hub_id(cfg.base_model), "model", cfg.revision),
-            ("data.path", hub_id(cfg.data.path), "dataset", None),
+            *((field, hub_id(path), "dataset", None) for field, path in cfg.data.paths()),
         )
         if repo is not None
     ]

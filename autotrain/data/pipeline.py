@@ -1,0 +1,162 @@
+"""A split prepared once, in one pass: its rows read a batch at a time, each batch turned into training rows by a
+`job` (templated, tokenized, labelled, cut or packed) in worker processes, and the results written, in the
+rows' order, to one Arrow file of the cache entry. Memory stays bounded: the main process holds a few batches
+in flight (two per worker), each worker one batch; nothing holds a column of the whole split.
+
+Workers are started fresh (`spawn`: no copy of the parent's threads or CUDA state) with the job and one
+thread each for the tokenizer; a split of fewer than MIN_PARALLEL_ROWS known rows is prepared in this
+process, where starting workers would cost more than it saves.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+MIN_PARALLEL_ROWS = 4000
+IN_FLIGHT = 2  # batches per worker: one being worked on, one waiting
+DATA_FILE = "data.arrow"
+SHOWN_ROWS = 5  # left-out rows named by number
+_JOB: Any = None  # the job of a worker process (set by _start)
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on: its affinity, lowered by a cgroup CPU quota (a container's `--cpus`)."""
+    count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            count = min(count, max(1, int(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, count)
+
+
+def worker_count(asked: int | str, rows: int | None) -> int:
+    """Workers for a split: `asked` (a number, or "auto": every usable CPU); none (this process) for a small
+    split."""
+    if rows is not None and rows < MIN_PARALLEL_ROWS:
+        return 0
+    workers = usable_cpus() if asked == "auto" else int(asked)
+    return workers if workers > 1 else 0
+
+
+def _start(job) -> None:
+    """A worker process: the job, one tokenizer thread (the workers are the parallelism), no bars."""
+    global _JOB
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    import datasets
+
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
+    _JOB = job
+
+
+def _run(table, first_row: int):
+    return _JOB(table, first_row)
+
+
+def map_batches(job: Callable, tables: Iterator, workers: int, on_result: Callable[[Any, int], None]) -> None:
+    """`job(table, first_row)` on each table, in `workers` processes (0: here); `on_result(result, rows_in)`
+    in the tables' order. A job's error (a bad row) stops the rest and is raised here."""
+    first = 0
+    if workers == 0:
+        for table in tables:
+            on_result(job(table, first), table.num_rows)
+            first += table.num_rows
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    spawn = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(workers, mp_context=spawn, initializer=_start, initargs=(job,))
+    pending: deque = deque()
+    try:
+        for table in tables:
+            pending.append((pool.submit(_run, table, first), table.num_rows))
+            first += table.num_rows
+            while len(pending) >= IN_FLIGHT * workers:
+                future, rows = pending.popleft()
+                on_result(future.result(), rows)
+        while pending:
+            future, rows = pending.popleft()
+            on_result(future.result(), rows)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+class Writer:
+    """The prepared rows, appended to one Arrow stream file (the format `datasets.Dataset.from_file` maps)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.sink = self.writer = None
+        self.rows = 0
+
+    def write(self, table) -> None:
+        import pyarrow as pa
+
+        if self.writer is None:
+            self.sink = pa.OSFile(str(self.path), "wb")
+            self.writer = pa.ipc.new_stream(self.sink, table.schema)
+        if table.num_rows:
+            self.writer.write_table(table)
+            self.rows += table.num_rows
+
+    def close(self, schema=None) -> None:
+        import pyarrow as pa
+
+        if self.writer is None and schema is not None:  # no row at all: an empty file of the right columns
+            self.sink = pa.OSFile(str(self.path), "wb")
+            self.writer = pa.ipc.new_stream(self.sink, schema)
+        if self.writer is not None:
+            self.writer.close()
+            self.sink.close()
+
+
+def prepare(entry, job, tables: Iterator, total: int | None, workers: int, progress) -> dict:
+    """Every table through `job` into the entry's data file, with `progress` (a RowProgress) and the entry's
+    progress file moving as rows are done. Returns what done.json records: rows read, rows written, the
+    indices of the rows left out (all of them: an int array would be written; the first few are kept) and
+    their count."""
+    writer = Writer(entry.file(DATA_FILE))
+    state = {"read": 0, "dropped": 0, "first_dropped": [], "told": 0.0}
+
+    def on_result(result, rows_in: int) -> None:
+        table, dropped = result
+        writer.write(table)
+        if len(dropped):
+            room = max(0, SHOWN_ROWS - len(state["first_dropped"]))
+            state["first_dropped"] += [state["read"] + int(i) for i in dropped[:room]]
+            state["dropped"] += len(dropped)
+        state["read"] += rows_in
+        progress.update(state["read"], total)
+        if time.monotonic() - state["told"] > 1.0:  # the processes waiting for this one read it
+            entry.progress(state["read"], total)
+            state["told"] = time.monotonic()
+
+    try:
+        map_batches(job, tables, workers, on_result)
+    finally:
+        writer.close(getattr(job, "schema", None))
+    return {
+        "rows": state["read"],
+        "written": writer.rows,
+        "left_out": state["dropped"],
+        "first_left_out": state["first_dropped"],
+        "files": [DATA_FILE],
+        "bytes": entry.file(DATA_FILE).stat().st_size if entry.file(DATA_FILE).exists() else 0,
+    }
+
+
+def load(entry, record: dict):
+    """The prepared rows of a complete entry, memory-mapped."""
+    from datasets import Dataset, concatenate_datasets
+
+    parts = [Dataset.from_file(str(entry.file(name))) for name in record["files"]]
+    return parts[0] if len(parts) == 1 else concatenate_datasets(parts)
