@@ -26,7 +26,7 @@ def _for(field: str, what: str) -> str:
 
 
 ChatTemplate = Literal["tokenizer", "chatml", "zephyr", "none"]
-PREPARED = ("sft", "clm")  # the trainers whose data autotrain prepares and caches itself (streaming, mixtures)
+PREPARED = tuple(name for name, spec in TRAINERS.items() if spec.prepared)  # streaming, mixtures: their data
 
 
 class DataSource(StrictModel):
@@ -295,7 +295,7 @@ def _data_sources(cfg) -> Iterator[Issue]:
                 f"`data.{key}` and `data.sources` exclude each other: give each source its own `path`, `split` "
                 "and `valid_split`",
             )
-    if len(data.sources) > 1 and cfg.training_args.length_grouping and cfg.trainer == "sft":
+    if len(data.sources) > 1 and cfg.training_args.length_grouping and _groups(cfg):
         yield (
             ("training_args", "length_grouping"),
             "`training_args.length_grouping` cannot be offered with several `data.sources` (each epoch draws its "
@@ -311,6 +311,11 @@ def _data_sources(cfg) -> Iterator[Issue]:
                     f"`{key}` is not a column for `trainer: {cfg.trainer}`{did_you_mean(key, allowed)}; "
                     f"expected: {', '.join(allowed)}",
                 )
+
+
+def _groups(cfg) -> bool:
+    """The trainer reads `length_grouping` (the trainer table says which do)."""
+    return "length_grouping" in TRAINERS[cfg.trainer].fields
 
 
 def _shares(sources: list[DataSource]) -> Iterator[Issue]:
@@ -348,7 +353,7 @@ def _streaming(cfg) -> Iterator[Issue]:
             ("training_args", "max_steps"),
             "`data.streaming: true` needs `training_args.max_steps`: a stream has no length to count epochs by",
         )
-    if cfg.training_args.length_grouping and cfg.trainer == "sft":
+    if cfg.training_args.length_grouping and _groups(cfg):
         yield (
             ("training_args", "length_grouping"),
             "`training_args.length_grouping` cannot be offered with `data.streaming: true` (it sorts the whole data "

@@ -1,6 +1,6 @@
-"""Raw text as causal-LM blocks, a batch at a time (the `clm` trainer): each document tokenized with EOS appended,
-the batch's documents laid end to end and cut into full blocks of `block` tokens (the batch's remainder is
-dropped), every token trained."""
+"""Raw text as causal-LM blocks, a batch at a time (the trainers of the `blocks` data format): each document
+tokenized with EOS appended, the batch's documents laid end to end and cut into full blocks of `block`
+tokens (the batch's remainder is dropped), every token trained."""
 
 from __future__ import annotations
 
@@ -19,11 +19,12 @@ class BlockJob:
     tokenizer: Any
     block: int
     name: str = ""
+    trainer: str = ""  # the trainer table's name, whose columns the data is read for
 
     def columns(self, names: list[str], name: str, given: dict[str, str]) -> dict[str, str]:
         from autotrain.data.llm import mapping_for
 
-        mapping = mapping_for("clm", given, names, name)
+        mapping = mapping_for(self.trainer, given, names, name)
         missing = [f"`{src}` (for {task})" for task, src in mapping.items() if src not in names]
         if missing:
             raise UserInputError(

@@ -226,6 +226,7 @@ class SftJob:
     settings: SftSettings
     name: str = ""  # the split's, for errors that name a row (set by `columns`)
     compact: bool = True  # rows as the cache keeps them (autotrain.data.rows); False: as the trainer reads them
+    trainer: str = ""  # the trainer table's name, whose columns the data is read for
 
     def columns(self, names: list[str], name: str, given: dict[str, str]) -> dict[str, str]:
         """The task columns of data with the columns `names`; the rows' format follows from them."""
@@ -233,7 +234,7 @@ class SftJob:
 
         from autotrain.data.llm import mapping_for
 
-        mapping = mapping_for("sft", given, names, name)
+        mapping = mapping_for(self.trainer, given, names, name)
         missing = [f"`{src}` (for {task})" for task, src in mapping.items() if src not in names]
         if missing:
             raise UserInputError(

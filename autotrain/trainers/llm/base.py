@@ -23,8 +23,9 @@ class Prepared:
 
 @dataclass
 class SplitPlan:
-    """A split that the builder prepares itself (sft, clm: autotrain.trainers.llm.prepared_splits), in place
-    of loaded rows; `records` gets what was prepared of each source (rows, kept, share), for the plan."""
+    """A split that the builder prepares itself (the trainers the trainer table marks `prepared`:
+    autotrain.trainers.llm.prepared_splits), in place of loaded rows; `records` gets what was prepared of each
+    source (rows, kept, share), for the plan."""
 
     which: str  # "train" or "valid"
     token: str | None = None

@@ -25,13 +25,13 @@ def group_texts(cfg: LLMConfig, tokenizer, train, valid):
 def _blocks_job(cfg: LLMConfig, tokenizer, chat_template: str | None = None):
     from autotrain.data.blocks import BlockJob
 
-    return BlockJob(tokenizer, cfg.training_args.max_length)
+    return BlockJob(tokenizer, cfg.training_args.max_length, trainer=cfg.trainer)
 
 
 def _blocks_inputs(cfg: LLMConfig, tokenizer, job) -> dict:
     from autotrain.data.tokenizer_key import tokenizer_key
 
-    return {"trainer": "clm", "tokenizer": tokenizer_key(tokenizer), "block": job.block}
+    return {"trainer": cfg.trainer, "tokenizer": tokenizer_key(tokenizer), "block": job.block}
 
 
 def _no_blocks(cfg: LLMConfig, name: str, record: dict) -> None:

@@ -1,6 +1,7 @@
-"""The training and validation data of the trainers whose data autotrain prepares itself (sft, clm): each
-source's split prepared once and cached (autotrain.data.prepared), several sources mixed by their shares
-(autotrain.data.mixture); or, with `data.streaming`, read and prepared as training consumes it.
+"""The training and validation data of the trainers whose data autotrain prepares itself (the trainer table's
+`prepared`): each source's split prepared once and cached (autotrain.data.prepared), several sources mixed
+by their shares (autotrain.data.mixture); or, with `data.streaming`, read and prepared as training consumes
+it.
 
 A builder hands in how to make its batch job (`make_job(cfg, tokenizer, chat_template)`), what besides the
 source shapes the rows (`make_inputs(cfg, tokenizer, job)`, the cache key) and how to report a split's

@@ -47,8 +47,9 @@ def preview_llm(cfg: LLMConfig, plan: RunPlan, count: int, token: str | None = N
 
 
 def _prepared_preview(cfg: LLMConfig, plan: RunPlan, tokenizer, fallback: bool, count: int, token) -> dict[str, Any]:
-    """sft / clm: the first SCANNED rows of each source, read as a stream (however large the data), labelled or
-    cut into blocks as the builder does; several sources: `count` examples of each, a summary per source."""
+    """Data autotrain prepares itself: the first SCANNED rows of each source, read as a stream (however large
+    the data), labelled or cut into blocks as the builder does; several sources: `count` examples of each, a
+    summary per source."""
     from autotrain.trainers.llm.prepared_splits import tokenizer_for
 
     sources = cfg.data.split_sources()
@@ -57,7 +58,7 @@ def _prepared_preview(cfg: LLMConfig, plan: RunPlan, tokenizer, fallback: bool, 
         own = tokenizer_for(cfg, tokenizer, source.chat_template, token)
         rows, total = _first_rows(cfg, source, token)
         chat = chat or any(isinstance(value[0], list) for value in rows.values() if value)
-        if cfg.trainer == "clm":
+        if TRAINERS[cfg.trainer].data_format == "blocks":
             record = _blocks(cfg, own, rows["text"], count)
         else:
             record = _sft(cfg, plan, own, rows, count, source.chat_template)
@@ -82,11 +83,11 @@ def _first_rows(cfg: LLMConfig, source, token) -> tuple[dict[str, list], int | N
 
     located = locate(source.path, source.split)
     dataset = rows_dataset(located, token, streaming=True)
-    job = SftJob(None, SftSettings("text", source.chat_template != "none", False, 1, False))
-    if cfg.trainer == "clm":
+    job = SftJob(None, SftSettings("text", source.chat_template != "none", False, 1, False), trainer=cfg.trainer)
+    if TRAINERS[cfg.trainer].data_format == "blocks":
         from autotrain.data.blocks import BlockJob
 
-        job = BlockJob(None, cfg.training_args.max_length)
+        job = BlockJob(None, cfg.training_args.max_length, trainer=cfg.trainer)
     mapping = job.columns(column_names(dataset, located), located.name, dict(source.column_mapping))
     table = next(batches(dataset, located, mapping, SCANNED))
     return table.to_pydict(), known_rows(located, dataset)

@@ -42,14 +42,15 @@ def sft_job(cfg: LLMConfig, tokenizer, chat_template: str | None = None):
 
     args = cfg.training_args
     chat = (chat_template or cfg.data.chat_template) != "none"
-    return SftJob(tokenizer, SftSettings("text", chat, args.train_on_inputs, args.max_length, args.packing))
+    settings = SftSettings("text", chat, args.train_on_inputs, args.max_length, args.packing)
+    return SftJob(tokenizer, settings, trainer=cfg.trainer)
 
 
 def job_inputs(cfg: LLMConfig, tokenizer, job) -> dict:
     """What shapes the prepared rows besides the source: the cache key (autotrain.data.cache)."""
     from autotrain.data.tokenizer_key import tokenizer_key
 
-    return {"trainer": "sft", "tokenizer": tokenizer_key(tokenizer), "settings": job.settings}
+    return {"trainer": cfg.trainer, "tokenizer": tokenizer_key(tokenizer), "settings": job.settings}
 
 
 def answered_splits(cfg: LLMConfig, plan: RunPlan, tokenizer, train, valid) -> tuple[Any, Any]:
