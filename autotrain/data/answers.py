@@ -25,7 +25,13 @@ def render(tokenizer, messages: list[dict], reply: bool = False) -> str:
 
 def assistant_spans(tokenizer, messages: list[dict], first: int = 0) -> tuple[str, list[Span]]:
     """The rendered conversation and the characters of each assistant turn from message `first` on."""
-    full = render(tokenizer, messages)
+    try:
+        full = render(tokenizer, messages)
+    except Exception as exc:  # noqa: BLE001 - a template's own refusal (jinja raise_exception, ...)
+        raise UserInputError(
+            f"the chat template cannot render a conversation ({_first_line(exc)}): its roles "
+            f"{', '.join(str(m.get('role')) for m in messages)}"
+        ) from None
     spans = []
     for i in range(first, len(messages)):
         if messages[i].get("role") != "assistant":
@@ -34,9 +40,8 @@ def assistant_spans(tokenizer, messages: list[dict], first: int = 0) -> tuple[st
             before = render(tokenizer, messages[:i], reply=True) if i else ""  # none renders no messages
             through = render(tokenizer, messages[: i + 1])
         except Exception as exc:  # noqa: BLE001 - a template's own refusal (jinja raise_exception, ...)
-            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise UserInputError(
-                f"the chat template cannot render the conversation up to its assistant turn {i} ({first_line}), "
+                f"the chat template cannot render the conversation up to its assistant turn {i} ({_first_line(exc)}), "
                 "so the answers cannot be told apart; set `training_args.train_on_inputs: true` to train on "
                 "every token"
             ) from None
@@ -46,6 +51,10 @@ def assistant_spans(tokenizer, messages: list[dict], first: int = 0) -> tuple[st
         if end > start:
             spans.append((start, end, end == len(through)))
     return full, spans
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
 def _turn_start(tokenizer, earlier: list[dict], full: str) -> int:

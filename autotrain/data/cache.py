@@ -147,6 +147,12 @@ class Entry:
         return time.time() - max(self.read_progress().get("updated", 0), _mtime(self.file(CLAIM))) > STALE
 
 
+def release_all() -> None:
+    """Let go of every entry this process holds (a process that is done with its data)."""
+    while _HELD:
+        os.close(_HELD.popitem()[1])
+
+
 def wait_for(entry: Entry, may_claim: bool, say) -> bool:
     """Wait until `entry` is complete (True) or this process has claimed it (False: prepare it). A
     preparation that failed since this process began waiting raises its error here too (an older failure
