@@ -375,3 +375,86 @@ def test_shares_of_an_epoch(tmp_path):
     assert mixed.shares() == pytest.approx([0.5, 0.3, 0.2])
     assert quotas([0.5, 0.3, 0.2], 1001) == [501, 300, 200]  # largest remainder first
     assert LLMData(path="x").shares() == [1.0]
+
+
+# --- several processes -------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_two_processes_prepare_once_and_wait_without_a_collective(tmp_path):
+    """Two gloo processes whose collective timeout (15 s) is shorter than rank 0's preparation (30 s of
+    waiting before it starts, as for a large file): both train; rank 0 prepared the data, rank 1 read it."""
+    import socket
+    import subprocess
+    import sys
+
+    rows = [{"messages": [{"role": "user", "content": f"what is {i}?"}, {"role": "assistant", "content": "blue."}]}
+            for i in range(64)]  # fmt: skip
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    config = {
+        "task": "llm",
+        "base_model": str(TINY),
+        "project_name": str(tmp_path / "run"),
+        "data": {"path": str(data)},
+        "training_args": {"max_steps": 2, "batch_size": 4, "max_length": 64, "mixed_precision": "no"},
+    }
+    (tmp_path / "config.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    base = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    base["OMP_NUM_THREADS"] = "1"
+    script = [sys.executable, str(ROOT / "prepare_ranks.py"), str(tmp_path / "config.yml"), "30", "15"]
+    ranks = [
+        subprocess.Popen(
+            script,
+            env={**base, "RANK": str(r), "LOCAL_RANK": str(r)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for r in range(2)
+    ]
+    outputs = [rank.communicate(timeout=600) for rank in ranks]
+    for rank, (out, err) in zip(ranks, outputs, strict=True):
+        assert rank.returncode == 0, err[-3000:]
+        assert "trained 2 steps" in out
+    assert outputs[0][1].count("rows prepared") == 1  # rank 0 prepared the data
+    assert "rows prepared" not in outputs[1][1]  # rank 1 read what rank 0 wrote
+
+
+@pytest.mark.slow
+def test_the_app_shows_the_preparations_progress(tmp_path):
+    """A run started from the app writes its progress lines to the log the app shows: the periodic lines of a
+    preparation (here every 0.2 s: AUTOTRAIN_PROGRESS_INTERVAL) and its summary."""
+    pytest.importorskip("fastapi", reason='the app needs its extra: pip install -e ".[app]"')
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from autotrain.app.server import create_app
+
+    runs = tmp_path / "runs"
+    data = tmp_path / "text.jsonl"
+    data.write_text("".join(json.dumps({"text": f"the sea is blue {i} " * 20}) + "\n" for i in range(6000)))
+    config = {
+        "task": "llm",
+        "trainer": "clm",
+        "base_model": str(TINY),
+        "project_name": str(runs / "prep"),
+        "data": {"path": str(data), "num_proc": 1},
+        "training_args": {"max_steps": 1, "batch_size": 2, "max_length": 32, "mixed_precision": "no"},
+    }
+    os.environ["AUTOTRAIN_PROGRESS_INTERVAL"] = "0.2"
+    try:
+        client = TestClient(create_app(runs, ROOT.parent), base_url="http://127.0.0.1")
+        assert client.post("/api/runs", json={"yaml": yaml.safe_dump(config)}).status_code == 200
+        deadline = time.monotonic() + 300
+        while (run := client.get("/api/runs/prep").json())["status"] == "running" and time.monotonic() < deadline:
+            time.sleep(0.5)
+    finally:
+        del os.environ["AUTOTRAIN_PROGRESS_INTERVAL"]
+    assert run["status"] == "completed", run["log"]
+    assert "of 6,000 rows (" in run["log"] and " rows/s, eta " in run["log"]  # a line while it prepared
+    assert "6,000 rows prepared in" in run["log"]

@@ -8,7 +8,16 @@ import math
 import sys
 import time
 
-INTERVAL = 10.0  # seconds between two lines without a terminal
+INTERVAL_ENV = "AUTOTRAIN_PROGRESS_INTERVAL"  # seconds between two lines without a terminal (default 10)
+
+
+def line_interval() -> float:
+    import os
+
+    try:
+        return max(0.05, float(os.environ.get(INTERVAL_ENV, "10")))
+    except ValueError:
+        return 10.0
 
 
 def fmt_eta(seconds: float) -> str:
@@ -24,13 +33,15 @@ class RowProgress:
     of its own, so a slow batch or a long wait still shows) and one when it ends. Rows done, rows/s, and the
     share and time left when the total is known."""
 
-    def __init__(self, what: str, total: int | None = None, stream=None, rich: bool | None = None, interval=INTERVAL):
+    def __init__(
+        self, what: str, total: int | None = None, stream=None, rich: bool | None = None, interval: float | None = None
+    ):
         import threading
 
         self.what, self.total, self.done = what, total, 0
         self.stream = stream or sys.stderr
         self.rich = self.stream.isatty() if rich is None else rich
-        self.interval = interval
+        self.interval = interval if interval is not None else line_interval()
         self.start = time.perf_counter()
         self.progress = self.task = None
         self._stop = threading.Event()
