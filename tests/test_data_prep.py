@@ -458,3 +458,125 @@ def test_the_app_shows_the_preparations_progress(tmp_path):
     assert run["status"] == "completed", run["log"]
     assert "of 6,000 rows (" in run["log"] and " rows/s, eta " in run["log"]  # a line while it prepared
     assert "6,000 rows prepared in" in run["log"]
+
+
+# --- mixtures ---------------------------------------------------------------------------------------------
+
+
+def test_each_epoch_draws_the_shares_again_and_a_seed_draws_the_same():
+    import numpy as np
+
+    from autotrain.data.mixture import Mixture
+
+    mixture = Mixture([1000, 500, 100], [0.5, 0.3, 0.2], seed=7)
+    epochs = []
+    for epoch in range(3):
+        mixture.set_epoch(epoch)
+        counts = np.bincount(mixture.source, minlength=3) / len(mixture.source)
+        assert np.allclose(counts, [0.5, 0.3, 0.2], atol=1e-3)
+        # a source larger than its quota: no row twice; a smaller one: each row about equally often
+        assert len(set(mixture.row[mixture.source == 1].tolist())) == int((mixture.source == 1).sum())
+        assert set(np.bincount(mixture.row[mixture.source == 2], minlength=100).tolist()) <= {3, 4}  # 320 of 100
+        epochs.append(list(zip(mixture.source.tolist(), mixture.row.tolist(), strict=True)))
+    assert epochs[0] != epochs[1] != epochs[2]
+    again = Mixture([1000, 500, 100], [0.5, 0.3, 0.2], seed=7)
+    again.set_epoch(1)
+    assert list(zip(again.source.tolist(), again.row.tolist(), strict=True)) == epochs[1]
+
+
+def test_a_mixture_reads_each_sources_rows():
+    from autotrain.data.mixture import mixed_rows
+
+    parts = [Dataset.from_dict({"input_ids": [[i] for i in range(10)]}), Dataset.from_dict({"input_ids": [[100]]})]
+    rows, mixture = mixed_rows(parts, [0.5, 0.5], seed=0)
+    assert len(rows) == 11 and isinstance(rows, Dataset)  # what TRL's SFTTrainer takes
+    first = [row["input_ids"][0] for row in rows]
+    assert first.count(100) == 5 and len(set(first) - {100}) == 6  # half the epoch from the one-row source
+    mixture.set_epoch(1)
+    assert [row["input_ids"][0] for row in rows] != first
+
+
+def _llm_config(tmp_path: Path, data: dict, name: str = "config", **training) -> Path:
+    config = {
+        "task": "llm",
+        "trainer": "sft",
+        "base_model": str(TINY),
+        "project_name": str(tmp_path / "run"),
+        "data": data,
+        "training_args": {"batch_size": 2, "max_length": 64, "mixed_precision": "no", "logging_steps": 1, **training},
+    }
+    path = tmp_path / f"{name}.yml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return path
+
+
+def _chat_rows(path: Path, count: int, answer: str = "blue.") -> str:
+    rows = [
+        [{"role": "user", "content": f"what is {i}?"}, {"role": "assistant", "content": answer}] for i in range(count)
+    ]
+    path.write_text("".join(json.dumps({"messages": r}) + "\n" for r in rows), encoding="utf-8")
+    return str(path)
+
+
+@pytest.mark.slow
+def test_a_mixture_trains_records_rows_per_source_and_previews_each(tmp_path, cli):
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text("".join(json.dumps({"q": f"{i}?", "a": f"{i}."}) + "\n" for i in range(10)), encoding="utf-8")
+    sources = [
+        {"path": _chat_rows(tmp_path / "chat.jsonl", 30), "weight": 3},
+        {"path": str(qa), "weight": 1, "column_mapping": {"prompt": "q", "completion": "a"}, "chat_template": "zephyr"},
+    ]
+    config = _llm_config(tmp_path, {"sources": sources}, max_steps=2)
+    preview = cli("llm", "--config", config, "--preview", "1")
+    assert preview.exit_code == 0, preview.output
+    assert "--- example 0 from source 0 (" in preview.stdout and "--- example 1 from source 1 (" in preview.stdout
+    assert "<|assistant|>" in preview.stdout  # the second source's own chat template
+    result = cli("llm", "--config", config)
+    assert result.exit_code == 0, result.output
+    plan = json.loads((tmp_path / "run" / "run.json").read_text())["plan"]
+    recorded = [(s["rows"], s["share"], s["per_epoch"]) for s in plan["data"]["sources"]]
+    assert recorded == [(30, 0.75, 30), (10, 0.25, 10)]
+
+
+@pytest.mark.slow
+def test_a_mixture_resumed_mid_epoch_draws_what_it_would_have(tmp_path, cli):
+    """6 + 2 rows, half of each epoch from each source, batches of 2: 4 steps an epoch, each epoch drawn
+    again. Stopped after step 3 and resumed to step 6, the losses are those of the run never stopped."""
+    sources = [
+        {"path": _chat_rows(tmp_path / "a.jsonl", 6), "fraction": 0.5},
+        {"path": _chat_rows(tmp_path / "b.jsonl", 2, "green, and very green."), "fraction": 0.5},
+    ]
+    config = _llm_config(tmp_path, {"sources": sources}, max_steps=6, save_steps=3, scheduler="constant", lr=1e-3)
+    whole = _losses(cli, config, tmp_path / "whole")
+    assert _losses(cli, config, tmp_path / "resumed", first_steps=3)[-3:] == pytest.approx(whole[-3:], abs=1e-6)
+
+
+# --- streaming --------------------------------------------------------------------------------------------
+
+
+def _losses(cli, config: Path, project: Path, first_steps: int | None = None) -> list[float]:
+    """The logged losses of a run of `config` in `project`; with `first_steps`, a run stopped after that many
+    steps (a checkpoint there) and then resumed to the config's end."""
+    where = f"project_name={project}"
+    if first_steps is not None:
+        stopped = cli("llm", "--config", config, "--set", where, "--set", f"training_args.max_steps={first_steps}")
+        assert stopped.exit_code == 0, stopped.output
+        result = cli("llm", "--config", config, "--set", where, "--resume", project / f"checkpoint-{first_steps}")
+    else:
+        result = cli("llm", "--config", config, "--set", where)
+    assert result.exit_code == 0, result.output
+    state = json.loads((project / "trainer_state.json").read_text())
+    return [entry["loss"] for entry in state["log_history"] if "loss" in entry]
+
+
+@pytest.mark.slow
+def test_a_stream_trains_over_several_passes_and_resumes_mid_epoch_as_if_never_stopped(tmp_path, cli):
+    """8 rows, batches of 2: 4 steps a pass; 6 steps cross into the second pass. Stopped after step 3
+    (mid-pass) and resumed, the run takes the steps the uninterrupted one took: the same rows, same order."""
+    data = {"path": _chat_rows(tmp_path / "chat.jsonl", 8), "streaming": True}
+    config = _llm_config(tmp_path, data, max_steps=6, save_steps=3, scheduler="constant", lr=1e-3)
+    whole = _losses(cli, config, tmp_path / "whole")
+    assert len(whole) == 6
+    assert _losses(cli, config, tmp_path / "resumed", first_steps=3)[-3:] == pytest.approx(whole[-3:], abs=1e-6)
+    cached = [p.read_text() for p in Path(os.environ["AUTOTRAIN_DATA_CACHE"]).rglob("source.json")]
+    assert not [text for text in cached if data["path"] in text]  # a stream caches nothing

@@ -8,11 +8,6 @@ from autotrain.data.loading import load_split, require_columns
 from autotrain.errors import UserInputError
 
 
-def column_mapping(cfg: LLMConfig, dataset) -> dict[str, str]:
-    """Task column -> dataset column; without a mapping, the dataset's own names are used."""
-    return mapping_for(cfg.trainer, cfg.data.column_mapping, dataset.column_names, cfg.data.path)
-
-
 def mapping_for(trainer: str, given: dict[str, str], columns: list[str], name: str) -> dict[str, str]:
     """Task column -> data column for `trainer`: `given`, or the first of the trainer's column groups that the
     data (`columns`) has, by name; an error naming what it needs otherwise."""
@@ -53,10 +48,16 @@ def _as_messages(value, role: str):
 
 
 def load_llm_split(cfg: LLMConfig, split: str, token: str | None = None):
-    """Load one split and rename/normalise it for the trainer (before any model is loaded)."""
-    dataset = load_split(cfg.data.path, split, token=token)
-    name = f"{cfg.data.path} [{split}]"
-    mapping = column_mapping(cfg, dataset)
+    """Load one split and rename/normalise it for the trainer (before any model is loaded). With several
+    `data.sources`, the first source's validation split, else its training split (what a finished run's
+    checks read prompts from)."""
+    path, given = cfg.data.path, cfg.data.column_mapping
+    if cfg.data.sources:
+        first = cfg.data.split_sources()[0]
+        path, given, split = first.path, first.column_mapping, first.valid_split or first.split
+    dataset = load_split(path, split, token=token)
+    name = f"{path} [{split}]"
+    mapping = mapping_for(cfg.trainer, given, dataset.column_names, path)
     require_columns(dataset, mapping, name)
     return FORMATS[TRAINERS[cfg.trainer].data_format](renamed(dataset, mapping), cfg, name)
 

@@ -108,7 +108,8 @@ def _prepare(entry, source: SplitSource, located: Located, job, what: str, worke
     record.update(seconds=round(seconds, 3), workers=count, source=source.name)
     size = record["bytes"] / 2**20
     progress.close(
-        f"{what}: {record['rows']:,} rows prepared in {seconds:.1f} s ({record['rows'] / max(seconds, 1e-9):,.0f} "
+        f"{what}: {record['rows']:,} row{'s' if record['rows'] != 1 else ''} prepared in {seconds:.1f} s "
+        f"({record['rows'] / max(seconds, 1e-9):,.0f} "
         f"rows/s, {max(count, 1)} process{'es' if count > 1 else ''}), {record['written']:,} written "
         f"({size:,.1f} MiB in {entry.folder})"
     )

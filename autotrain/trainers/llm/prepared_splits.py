@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotrain.config.llm import LLMConfig
+from autotrain.errors import UserInputError
 
 SHUFFLE_ROWS = 10_000  # streaming: the rows a shuffle buffer holds
 
@@ -137,7 +138,13 @@ def _stream(cfg: LLMConfig, tokenizer, source, split: str, make_job, seed: int |
         fn_kwargs={"job": job, "mapping": mapping},
         remove_columns=list(column_names(dataset, located)),
     )
-    return prepared.with_format(None)
+    prepared = prepared.with_format(None)
+    if next(iter(prepared), None) is None:  # every row left out (or no full block): said now, not as a StopIteration
+        raise UserInputError(
+            f"{located.name}: no row of the stream is left to train on within training_args.max_length "
+            f"({cfg.training_args.max_length} tokens): raise max_length, or shorten the prompts"
+        )
+    return prepared
 
 
 def _streamed_batch(table, indices: list[int], job, mapping: dict[str, str]):
