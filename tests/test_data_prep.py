@@ -580,3 +580,19 @@ def test_a_stream_trains_over_several_passes_and_resumes_mid_epoch_as_if_never_s
     assert _losses(cli, config, tmp_path / "resumed", first_steps=3)[-3:] == pytest.approx(whole[-3:], abs=1e-6)
     cached = [p.read_text() for p in Path(os.environ["AUTOTRAIN_DATA_CACHE"]).rglob("source.json")]
     assert not [text for text in cached if data["path"] in text]  # a stream caches nothing
+
+
+def test_autotrain_advanced_data_options_among_its_parameters_translate(tmp_path, cli):
+    """AutoTrain Advanced takes its data options as parameters too (`--data-path`, `--train-split`,
+    `--text-column` on its command line): they land in the `data:` section, each error pointing at its line."""
+    config = tmp_path / "advanced.yml"
+    config.write_text(
+        "task: llm-sft\nbase_model: m\nproject_name: p\nparams:\n  data_path: d.jsonl\n  train_split: train\n"
+        "  valid_split: test.jsonl\n  text_column: body\n  chat_template: none\n",
+        encoding="utf-8",
+    )
+    result = cli("migrate", config)
+    assert result.exit_code == 0, result.output
+    data = yaml.safe_load(result.stdout)["data"]
+    assert data == {"chat_template": "none", "path": "d.jsonl", "train_split": "train", "valid_split": "test.jsonl",
+                    "column_mapping": {"text": "body"}}  # fmt: skip
