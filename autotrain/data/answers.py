@@ -38,7 +38,7 @@ def assistant_spans(tokenizer, messages: list[dict], first: int = 0) -> tuple[st
             continue
         try:
             before = render(tokenizer, messages[:i], reply=True) if i else ""  # none renders no messages
-            through = render(tokenizer, messages[: i + 1])
+            through = full if i + 1 == len(messages) else render(tokenizer, messages[: i + 1])  # the last: full
         except Exception as exc:  # noqa: BLE001 - a template's own refusal (jinja raise_exception, ...)
             raise UserInputError(
                 f"the chat template cannot render the conversation up to its assistant turn {i} ({_first_line(exc)}), "
