@@ -3,9 +3,8 @@
 rows' order, to one Arrow file of the cache entry. Memory stays bounded: the main process holds a few batches
 in flight (two per worker), each worker one batch; nothing holds a column of the whole split.
 
-Workers are started fresh (`spawn`: no copy of the parent's threads or CUDA state) with the job and one
-thread each for the tokenizer; a split of fewer than MIN_PARALLEL_ROWS known rows is prepared in this
-process, where starting workers would cost more than it saves.
+The workers each hold the job and run the tokenizer on one thread (the processes are the parallelism); a
+split of fewer than MIN_PARALLEL_ROWS known rows is prepared in this process.
 """
 
 from __future__ import annotations
@@ -61,33 +60,48 @@ def _run(table, first_row: int):
     return _JOB(table, first_row)
 
 
-def map_batches(job: Callable, tables: Iterator, workers: int, on_result: Callable[[Any, int], None]) -> None:
-    """`job(table, first_row)` on each table, in `workers` processes (0: here); `on_result(result, rows_in)`
-    in the tables' order. A job's error (a bad row) stops the rest and is raised here."""
-    first = 0
-    if workers == 0:
-        for table in tables:
-            on_result(job(table, first), table.num_rows)
-            first += table.num_rows
-        return
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+class Workers:
+    """`job(table, first_row)` on each table, in `count` worker processes (0: in this process), the results in
+    the tables' order. The processes start when this is made: on Linux forked from this process (nothing to
+    import or unpickle again, so small splits pay no start-up; made before the progress display starts its
+    thread), elsewhere spawned afresh. A context manager: the processes end with it."""
 
-    spawn = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(workers, mp_context=spawn, initializer=_start, initargs=(job,))
-    pending: deque = deque()
-    try:
+    def __init__(self, job, count: int):
+        import multiprocessing
+        import sys
+
+        self.job, self.count, self.pool = job, count, None
+        if count:
+            method = "fork" if sys.platform.startswith("linux") else "spawn"
+            self.pool = multiprocessing.get_context(method).Pool(count, initializer=_start, initargs=(job,))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.pool is not None:
+            self.pool.terminate()
+            self.pool.join()
+
+    def map(self, tables: Iterator, on_result: Callable[[Any, int], None]) -> None:
+        """`on_result(result, rows_in)` for each table, in order; a job's error (a bad row) stops the rest and is
+        raised here. At most IN_FLIGHT tables per worker are read ahead."""
+        first = 0
+        if self.pool is None:
+            for table in tables:
+                on_result(self.job(table, first), table.num_rows)
+                first += table.num_rows
+            return
+        pending: deque = deque()
         for table in tables:
-            pending.append((pool.submit(_run, table, first), table.num_rows))
+            pending.append((self.pool.apply_async(_run, (table, first)), table.num_rows))
             first += table.num_rows
-            while len(pending) >= IN_FLIGHT * workers:
-                future, rows = pending.popleft()
-                on_result(future.result(), rows)
+            while len(pending) >= IN_FLIGHT * self.count:
+                result, rows = pending.popleft()
+                on_result(result.get(), rows)
         while pending:
-            future, rows = pending.popleft()
-            on_result(future.result(), rows)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+            result, rows = pending.popleft()
+            on_result(result.get(), rows)
 
 
 class Writer:
@@ -119,11 +133,10 @@ class Writer:
             self.sink.close()
 
 
-def prepare(entry, job, tables: Iterator, total: int | None, workers: int, progress) -> dict:
-    """Every table through `job` into the entry's data file, with `progress` (a RowProgress) and the entry's
-    progress file moving as rows are done. Returns what done.json records: rows read, rows written, the
-    indices of the rows left out (all of them: an int array would be written; the first few are kept) and
-    their count."""
+def prepare(entry, workers: Workers, tables: Iterator, total: int | None, progress) -> dict:
+    """Every table through the workers' job into the entry's data file, with `progress` (a RowProgress) and the
+    entry's progress file moving as rows are done. Returns what done.json records: rows read, rows written,
+    how many rows were left out and the first few of them."""
     writer = Writer(entry.file(DATA_FILE))
     state = {"read": 0, "dropped": 0, "first_dropped": [], "told": 0.0}
 
@@ -141,9 +154,9 @@ def prepare(entry, job, tables: Iterator, total: int | None, workers: int, progr
             state["told"] = time.monotonic()
 
     try:
-        map_batches(job, tables, workers, on_result)
+        workers.map(tables, on_result)
     finally:
-        writer.close(getattr(job, "schema", None))
+        writer.close(getattr(workers.job, "schema", None))
     return {
         "rows": state["read"],
         "written": writer.rows,

@@ -97,13 +97,14 @@ def _prepare(entry, source: SplitSource, located: Located, job, what: str, worke
     dataset = rows_dataset(located, token)
     mapping = job.columns(column_names(dataset, located), source.name, source.mapping)
     total = known_rows(located, dataset)
-    count = pipeline.worker_count(workers, total if total is not None else None)
-    progress = RowProgress(f"{what}: reading, templating, tokenizing and writing", total)
+    count = pipeline.worker_count(workers, total)
     began = time.perf_counter()
-    try:
-        record = pipeline.prepare(entry, job, batches(dataset, located, mapping), total, count, progress)
-    finally:
-        progress.close()
+    with pipeline.Workers(job, count) as pool:  # before the progress display's thread: forked workers
+        progress = RowProgress(f"{what}: reading, templating, tokenizing and writing", total)
+        try:
+            record = pipeline.prepare(entry, pool, batches(dataset, located, mapping), total, progress)
+        finally:
+            progress.close()
     seconds = time.perf_counter() - began
     record.update(seconds=round(seconds, 3), workers=count, source=source.name)
     size = record["bytes"] / 2**20
