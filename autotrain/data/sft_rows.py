@@ -26,6 +26,7 @@ from autotrain.data.answers import answer_tokens, assistant_spans, span_mask
 from autotrain.errors import UserInputError
 
 IGNORED = -100  # the label of a token that carries no loss
+ENCODE_ROWS = 128  # rows tokenized in one call (see `encoded`)
 
 
 @dataclass(frozen=True)
@@ -90,10 +91,7 @@ def chat_tokens(tokenizer, conversations: list[list[dict]]) -> Tokens:
         ids, bounds = _flat([ids for ids, _ in pairs])
         return Tokens(ids, bounds, np.fromiter(chain.from_iterable(m for _, m in pairs), bool, len(ids)))
     rendered = [assistant_spans(tokenizer, messages) for messages in conversations]
-    encoded = tokenizer([text for text, _ in rendered], add_special_tokens=False, return_offsets_mapping=True)
-    ids, bounds = _flat(encoded["input_ids"])
-    offsets = np.fromiter(chain.from_iterable(chain.from_iterable(encoded["offset_mapping"])), np.int64, 2 * len(ids))
-    offsets = offsets.reshape(-1, 2)
+    ids, bounds, offsets = encoded(tokenizer, [text for text, _ in rendered], special=False, offsets=True)
     trained = np.zeros(len(ids), dtype=bool)
     for row, (_, spans) in enumerate(rendered):
         part = slice(bounds[row], bounds[row + 1])
@@ -108,19 +106,19 @@ def completion_tokens(tokenizer, prompts: list, completions: list, chat: bool, f
         pairs = [_as_turns(p, c, first_row + i) for i, (p, c) in enumerate(zip(prompts, completions, strict=True))]
         asked = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p, _ in pairs]
         whole = [tokenizer.apply_chat_template(p + c, tokenize=False) for p, c in pairs]
-        prompt_ids = tokenizer(asked, add_special_tokens=False)["input_ids"]
-        whole_ids = tokenizer(whole, add_special_tokens=False)["input_ids"]
+        prompt_ids, prompt_bounds, _ = encoded(tokenizer, asked, special=False)
+        ids, bounds, _ = encoded(tokenizer, whole, special=False)
     else:
         eos = tokenizer.eos_token or ""
         prompts = [_text(p, "prompt", first_row + i) for i, p in enumerate(prompts)]
         completions = [_text(c, "completion", first_row + i) for i, c in enumerate(completions)]
         ends = [c if c.endswith(eos) else c + eos for c in completions]
-        prompt_ids = tokenizer(prompts)["input_ids"]
-        whole_ids = tokenizer([p + c for p, c in zip(prompts, ends, strict=True)])["input_ids"]
-    ids, bounds = _flat(whole_ids)
+        prompt_ids, prompt_bounds, _ = encoded(tokenizer, prompts, special=True)
+        ids, bounds, _ = encoded(tokenizer, [p + c for p, c in zip(prompts, ends, strict=True)], special=True)
     trained = np.ones(len(ids), dtype=bool)
-    for row, (asked_ids, row_ids) in enumerate(zip(prompt_ids, whole_ids, strict=True)):
-        trained[bounds[row] : bounds[row] + _common_prefix(asked_ids, row_ids)] = False
+    for row in range(len(bounds) - 1):
+        asked_ids = prompt_ids[prompt_bounds[row] : prompt_bounds[row + 1]]
+        trained[bounds[row] : bounds[row] + _common_prefix(asked_ids, ids[bounds[row] : bounds[row + 1]])] = False
     return Tokens(ids, bounds, trained)
 
 
@@ -128,7 +126,7 @@ def text_tokens(tokenizer, texts: list, first_row: int = 0) -> Tokens:
     """Plain text with EOS appended (unless it ends with it), tokenized as TRL does; every token trained."""
     eos = tokenizer.eos_token or ""
     texts = [_text(t, "text", first_row + i) for i, t in enumerate(texts)]
-    ids, bounds = _flat(tokenizer([t if t.endswith(eos) else t + eos for t in texts])["input_ids"])
+    ids, bounds, _ = encoded(tokenizer, [t if t.endswith(eos) else t + eos for t in texts], special=True)
     return Tokens(ids, bounds, np.ones(len(ids), dtype=bool))
 
 
@@ -174,6 +172,27 @@ def packed(table, max_length: int):
     return blocks.with_format("arrow")[:]
 
 
+def encoded(tokenizer, texts: list[str], special: bool, offsets: bool = False):
+    """(ids, row bounds, character offsets or None) of `texts` tokenized by the tokenizer's own batch call, in
+    calls of ENCODE_ROWS rows, each turned into numpy at once: the Python lists a call makes (a few hundred
+    bytes a token with offsets) stay those of ENCODE_ROWS rows, whatever the batch."""
+    parts = []
+    for start in range(0, len(texts), ENCODE_ROWS):
+        out = tokenizer(texts[start : start + ENCODE_ROWS], add_special_tokens=special, return_offsets_mapping=offsets)
+        ids, bounds = _flat(out["input_ids"])
+        pairs = None
+        if offsets:
+            pairs = np.fromiter(chain.from_iterable(chain.from_iterable(out["offset_mapping"])), np.int64, 2 * len(ids))
+        parts.append((ids, bounds, pairs))
+    if not parts:
+        return np.zeros(0, np.int32), np.zeros(1, np.int64), np.zeros((0, 2), np.int64) if offsets else None
+    shift = np.cumsum([0] + [bounds[-1] for _, bounds, _ in parts[:-1]])
+    bounds = np.concatenate([[0]] + [b[1:] + k for (_, b, _), k in zip(parts, shift, strict=True)])
+    ids = np.concatenate([i for i, _, _ in parts])
+    pairs = np.concatenate([o for _, _, o in parts]).reshape(-1, 2) if offsets else None
+    return ids, bounds, pairs
+
+
 def _flat(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     lengths = np.fromiter(map(len, lists), np.int64, len(lists))
     bounds = np.zeros(len(lists) + 1, dtype=np.int64)
@@ -181,9 +200,9 @@ def _flat(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     return np.fromiter(chain.from_iterable(lists), np.int32, int(bounds[-1])), bounds
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
+def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
     n = min(len(a), len(b))
-    differ = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
+    differ = np.flatnonzero(a[:n] != b[:n])
     return int(differ[0]) if len(differ) else n
 
 

@@ -183,7 +183,7 @@ def data_notes(cfg: TaskConfig) -> tuple[str, ...]:
     return (
         "data.streaming: rows are prepared as training reads them, so the rows that max_length leaves without "
         "a trained token are left out as they come, not counted before training (`--preview` counts them in "
-        "the first rows); the rows are shuffled in a buffer of 10,000, not over the whole data; nothing is "
+        "the first rows); the rows are shuffled in a buffer of 1,000, not over the whole data; nothing is "
         "cached for the next run",
     )
 

@@ -15,7 +15,7 @@ from typing import Any
 from autotrain.config.llm import LLMConfig
 from autotrain.errors import UserInputError
 
-SHUFFLE_ROWS = 10_000  # streaming: the rows a shuffle buffer holds
+SHUFFLE_ROWS = 1000  # streaming: the rows a shuffle buffer holds (datasets' default)
 
 
 def prepared_splits(cfg: LLMConfig, tokenizer, train, valid, make_job, make_inputs, report) -> tuple[Any, Any]:
