@@ -106,6 +106,7 @@ def _prepare(entry, source: SplitSource, located: Located, job, what: str, worke
         finally:
             progress.close()
     seconds = time.perf_counter() - began
+    _give_back_memory()
     record.update(seconds=round(seconds, 3), workers=count, source=source.name)
     size = record["bytes"] / 2**20
     progress.close(
@@ -115,3 +116,14 @@ def _prepare(entry, source: SplitSource, located: Located, job, what: str, worke
         f"({size:,.1f} MiB in {entry.folder})"
     )
     return record
+
+
+def _give_back_memory() -> None:
+    """Return what reading and writing the split left in Arrow's memory pool to the system (the run trains on
+    for hours with it otherwise)."""
+    import gc
+
+    import pyarrow as pa
+
+    gc.collect()
+    pa.default_memory_pool().release_unused()
