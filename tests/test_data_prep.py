@@ -596,3 +596,13 @@ def test_autotrain_advanced_data_options_among_its_parameters_translate(tmp_path
     data = yaml.safe_load(result.stdout)["data"]
     assert data == {"chat_template": "none", "path": "d.jsonl", "train_split": "train", "valid_split": "test.jsonl",
                     "column_mapping": {"text": "body"}}  # fmt: skip
+
+
+def test_a_cache_folder_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):
+    from autotrain.errors import UserInputError
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("AUTOTRAIN_DATA_CACHE", str(blocker / "cache"))
+    with pytest.raises(UserInputError, match=r"the data cache .*a-file/cache cannot be written .*AUTOTRAIN_DATA_CACHE"):
+        _prepare(_rows(tmp_path / "data.jsonl", 10), _Counting())

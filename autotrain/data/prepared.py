@@ -8,6 +8,7 @@ showing the preparer's progress. No process waits on a collective meanwhile.
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from dataclasses import dataclass, field
@@ -55,28 +56,27 @@ def prepared_split(source: SplitSource, job, inputs: dict, what: str, workers: i
     written, left out). `job(table, first_row) -> (table, left-out rows)` prepares a batch (see pipeline);
     `job.columns(names, name)` gives the task-column mapping of the data's columns (raising what is missing);
     `inputs`: everything besides the source that shapes the result."""
-    located = locate(source.path, source.split)
-    what_, changed = identity(located)
     from autotrain.data.rows import FORMAT
 
+    located = locate(source.path, source.split)
+    what_, changed = identity(located)
     entry = cache.Entry(what_, {**inputs, "source": changed, "mapping": source.mapping, "format": FORMAT})
-    record = entry.record()
-    if record is None:
-        record = _made_or_waited(entry, source, located, job, what, workers, token)
-    entry.hold()
+    try:
+        record = entry.record() or _made_or_waited(entry, source, located, job, what, workers, token)
+        entry.hold()
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise  # a full disk: said as such by the run (autotrain.training.disk)
+        raise UserInputError(
+            f"the data cache {entry.root} cannot be written ({exc.strerror or exc}): set {cache.CACHE_ENV} to a "
+            "folder this user can write"
+        ) from None
     return pipeline.load(entry, record), record
 
 
 def _made_or_waited(entry, source: SplitSource, located: Located, job, what: str, workers, token) -> dict:
-    from autotrain.data.progress import RowProgress
-
-    shown = RowProgress(f"{what}: waiting for another process to prepare it") if local_main() else None
-    try:
-        ready = cache.wait_for(entry, local_main(), lambda done, total: shown and shown.update(done, total))
-    finally:
-        if shown is not None:
-            shown.close()
-    if ready:
+    """The entry's record: prepared here when this process claims it, else once the process that did is done."""
+    if not (local_main() and entry.claim()) and _waited(entry, what):
         return entry.record()
     try:
         record = _prepare(entry, source, located, job, what, workers, token)
@@ -88,6 +88,19 @@ def _made_or_waited(entry, source: SplitSource, located: Located, job, what: str
         raise
     entry.publish(record)
     return record
+
+
+def _waited(entry, what: str) -> bool:
+    """Wait for the process preparing the entry (True), or until this one takes a stale claim over (False);
+    the first process of each machine shows the preparer's progress."""
+    from autotrain.data.progress import RowProgress
+
+    shown = RowProgress(f"{what}: waiting for another process to prepare it") if local_main() else None
+    try:
+        return cache.wait_for(entry, local_main(), lambda done, total: shown and shown.update(done, total))
+    finally:
+        if shown is not None:
+            shown.close()
 
 
 def _prepare(entry, source: SplitSource, located: Located, job, what: str, workers, token) -> dict:
