@@ -67,13 +67,18 @@ class Workers:
     thread), elsewhere spawned afresh. A context manager: the processes end with it."""
 
     def __init__(self, job, count: int):
+        import gc
         import multiprocessing
         import sys
 
         self.job, self.count, self.pool = job, count, None
         if count:
             method = "fork" if sys.platform.startswith("linux") else "spawn"
-            self.pool = multiprocessing.get_context(method).Pool(count, initializer=_start, initargs=(job,))
+            gc.freeze()  # the parent's objects out of the workers' collections: their pages stay shared
+            try:
+                self.pool = multiprocessing.get_context(method).Pool(count, initializer=_start, initargs=(job,))
+            finally:
+                gc.unfreeze()
 
     def __enter__(self):
         return self

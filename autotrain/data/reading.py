@@ -19,6 +19,7 @@ from autotrain.data.loading import Located, _load_hub, file_errors, load_split
 from autotrain.errors import UserInputError
 
 BATCH_ROWS = 1000  # rows read, labelled and written together
+JSON_CHUNK = 2 << 20  # bytes of a JSON Lines file parsed at once (datasets' default: 10 MiB)
 
 
 def rows_dataset(located: Located, token: str | None = None, streaming: bool = False):
@@ -27,6 +28,8 @@ def rows_dataset(located: Located, token: str | None = None, streaming: bool = F
 
     if located.kind == "file":
         kwargs = {"encoding": "utf-8"} if located.builder == "csv" else {}
+        if located.builder == "json":
+            kwargs["chunksize"] = JSON_CHUNK  # bytes parsed at once: what reading holds, whatever the file
         with file_errors(Path(located.where), located.builder):
             return datasets.load_dataset(
                 located.builder, data_files=located.where, split="train", streaming=True, **kwargs
