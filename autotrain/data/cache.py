@@ -89,6 +89,9 @@ class Entry:
             return self.claim()
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(mine, handle)
+        if self.file(DONE).exists():  # completed by another process between its look and this claim
+            os.unlink(self.file(CLAIM))
+            return False
         for leftover in self.folder.iterdir():  # a preparation that died half way
             if leftover.name not in (MARKER, CLAIM):
                 _remove(leftover)
