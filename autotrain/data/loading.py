@@ -187,10 +187,10 @@ def load_split(path: str, split: str, token: str | None = None, revision: str | 
                 raise UserInputError(f"{located.where}: no split `{located.split}`; it has: {', '.join(loaded)}")
             loaded = loaded[located.split]
         return _check_rows(loaded, located.name)
-    return _check_rows(_load_hub(path, located.split, token, revision, located.subset), located.name)
+    return _check_rows(load_hub(path, located.split, token, revision, located.subset), located.name)
 
 
-def _load_hub(path: str, split: str, token: str | None, revision: str | None, subset: str | None = None):
+def load_hub(path: str, split: str, token: str | None, revision: str | None, subset: str | None = None):
     import datasets
 
     try:

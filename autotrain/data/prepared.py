@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autotrain.data import cache, pipeline
-from autotrain.data.loading import Located, locate
+from autotrain.data.loading import Located, load_hub, locate
 from autotrain.errors import UserInputError
 
 
@@ -37,9 +37,10 @@ def local_main() -> bool:
     return os.environ.get("LOCAL_RANK", "0") == "0"
 
 
-def identity(located: Located) -> tuple[dict, dict]:
+def identity(located: Located, token: str | None = None) -> tuple[dict, dict]:
     """(what the source is, what says whether it changed): a file's path and its size and modification time; a
-    saved folder's files' sizes and times; a hub dataset's id, subset, split and revision."""
+    saved folder's files' sizes and times; a hub dataset's id, subset and split, and the files datasets keeps
+    of its download (their names hold the revision it resolved)."""
     if located.kind == "file":
         stat = Path(located.where).stat()
         return {"file": str(Path(located.where).resolve())}, {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
@@ -48,7 +49,9 @@ def identity(located: Located) -> tuple[dict, dict]:
         files = sorted(p for p in folder.rglob("*") if p.is_file())
         stats = [(str(p.relative_to(folder)), p.stat().st_size, p.stat().st_mtime_ns) for p in files[:1000]]
         return {"folder": str(folder), "split": located.split}, {"files": stats}
-    return {"hub": located.where, "subset": located.subset, "split": located.split}, {"revision": located.revision}
+    loaded = load_hub(located.where, located.split, token, located.revision, located.subset)
+    files = [Path(f["filename"]).parts[-4:] for f in loaded.cache_files]
+    return {"hub": located.where, "subset": located.subset, "split": located.split}, {"files": files}
 
 
 def prepared_split(source: SplitSource, job, inputs: dict, what: str, workers: int | str, token: str | None = None):
@@ -59,7 +62,7 @@ def prepared_split(source: SplitSource, job, inputs: dict, what: str, workers: i
     from autotrain.data.rows import FORMAT
 
     located = locate(source.path, source.split)
-    what_, changed = identity(located)
+    what_, changed = identity(located, token)
     entry = cache.Entry(what_, {**inputs, "source": changed, "mapping": source.mapping, "format": FORMAT})
     try:
         record = entry.record() or _made_or_waited(entry, source, located, job, what, workers, token)

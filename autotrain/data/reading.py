@@ -15,7 +15,7 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from autotrain.data.loading import Located, _load_hub, file_errors, load_split
+from autotrain.data.loading import Located, file_errors, load_hub, load_split
 from autotrain.errors import UserInputError
 
 BATCH_ROWS = 1000  # rows read, labelled and written together
@@ -47,7 +47,7 @@ def rows_dataset(located: Located, token: str | None = None, streaming: bool = F
         except (ValueError, FileNotFoundError, ConnectionError, OSError) as exc:
             raise UserInputError(f"cannot stream dataset `{located.where}`: {str(exc).splitlines()[0]}") from None
     if located.kind == "hub":
-        dataset = _load_hub(located.where, located.split, token, located.revision, located.subset)
+        dataset = load_hub(located.where, located.split, token, located.revision, located.subset)
     else:
         dataset = load_split(located.where, located.split)
     return dataset.to_iterable_dataset()
