@@ -606,3 +606,24 @@ def test_a_cache_folder_that_cannot_be_written_is_one_line(tmp_path, monkeypatch
     monkeypatch.setenv("AUTOTRAIN_DATA_CACHE", str(blocker / "cache"))
     with pytest.raises(UserInputError, match=r"the data cache .*a-file/cache cannot be written .*AUTOTRAIN_DATA_CACHE"):
         _prepare(_rows(tmp_path / "data.jsonl", 10), _Counting())
+
+
+def test_a_parquet_or_csv_file_is_read_a_batch_at_a_time_and_counted_before(tmp_path):
+    """The reader behind preparation, preview and streaming: Parquet (rows from its metadata) and CSV (from its
+    lines) as JSON Lines, a batch of task columns at a time."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from autotrain.data.loading import locate
+    from autotrain.data.reading import batches, column_names, known_rows, rows_dataset
+
+    texts = [f"row {i}" for i in range(2500)]
+    pq.write_table(pa.table({"body": texts, "other": list(range(2500))}), tmp_path / "data.parquet", row_group_size=700)
+    (tmp_path / "data.csv").write_text("body,other\n" + "".join(f"{t},{i}\n" for i, t in enumerate(texts)))
+    for name in ("data.parquet", "data.csv"):
+        located = locate(str(tmp_path / name), "train")
+        dataset = rows_dataset(located, streaming=True)
+        assert known_rows(located, dataset) == 2500 and column_names(dataset, located) == ["body", "other"]
+        tables = list(batches(dataset, located, {"text": "body"}))
+        assert [t.num_rows for t in tables] == [1000, 1000, 500] and tables[0].column_names == ["text"]
+        assert [v for t in tables for v in t.column("text").to_pylist()] == texts
