@@ -240,7 +240,7 @@ def test_a_second_run_reuses_the_cache_and_a_changed_file_replaces_it(tmp_path, 
     rows, _ = _prepare(data, again)
     assert again.batches == 0 and len(rows) == 2500  # read from the cache, nothing prepared
     cache.release_all()  # this process is done with it, as a finished run is
-    entries = [p for p in data_cache.rglob(cache.DONE) if json.loads(p.read_text())["source"].startswith(str(data))]
+    entries = [p for p in data_cache.rglob(cache.DONE) if str(data) in (p.parent.parent / cache.SOURCE).read_text()]
     assert len(entries) == 1
     _rows(data, 10, "sea")  # the file changes: prepared again, and its older entry removed
     os.utime(data, ns=(entries[0].stat().st_mtime_ns + 10**9,) * 2)
@@ -627,3 +627,20 @@ def test_a_parquet_or_csv_file_is_read_a_batch_at_a_time_and_counted_before(tmp_
         tables = list(batches(dataset, located, {"text": "body"}))
         assert [t.num_rows for t in tables] == [1000, 1000, 500] and tables[0].column_names == ["text"]
         assert [v for t in tables for v in t.column("text").to_pylist()] == texts
+
+
+@pytest.mark.slow
+def test_a_secret_in_the_data_path_is_never_printed_nor_saved(tmp_path, cli, monkeypatch):
+    """A data path made with `${HF_TOKEN}`: the preparation's lines name the split by its place, and the plan,
+    run.json and the model card redact it."""
+    secret = "hf_datapathsecret123"
+    folder = tmp_path / secret
+    folder.mkdir()
+    config = _llm_config(tmp_path, {"path": "${HF_TOKEN}/chat.jsonl"}, max_steps=1)
+    _chat_rows(folder / "chat.jsonl", 8)
+    monkeypatch.chdir(tmp_path)
+    result = cli("llm", "--config", config, env={"HF_TOKEN": secret})
+    assert result.exit_code == 0, result.output
+    assert "data (training split): 8 rows prepared" in result.stderr and secret not in result.output
+    for saved in ("run.json", "README.md", "autotrain.yaml"):
+        assert secret not in (tmp_path / "run" / saved).read_text(), saved

@@ -75,7 +75,7 @@ class Entry:
 
     def claim(self) -> bool:
         """Take the preparation: True when this process is to prepare the entry."""
-        _make(self.parent, {"source": self.source})
+        _make(self.parent, {"source": {"file": self.source["file"]}} if "file" in self.source else {})
         _make(self.folder, None)
         mine = {"host": socket.gethostname(), "pid": os.getpid(), "started": _started(os.getpid())}
         try:

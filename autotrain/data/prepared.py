@@ -123,7 +123,7 @@ def _prepare(entry, source: SplitSource, located: Located, job, what: str, worke
             progress.close()
     seconds = time.perf_counter() - began
     _give_back_memory()
-    record.update(seconds=round(seconds, 3), workers=count, source=source.name)
+    record.update(seconds=round(seconds, 3), workers=count)
     size = record["bytes"] / 2**20
     progress.close(
         f"{what}: {record['rows']:,} row{'s' if record['rows'] != 1 else ''} prepared in {seconds:.1f} s "

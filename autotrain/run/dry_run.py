@@ -48,7 +48,7 @@ def print_plan(
         print(f"attention: {plan.attn_implementation}{asked}{rows}")
     if plan.data.get("sources"):  # data autotrain prepares: each source's share of an epoch, or a stream
         shares = ", ".join(f"{s['path']} [{s['split']}] {s['share']:.0%}" for s in plan.data["sources"])
-        print(f"data: {'streamed; ' if plan.data.get('streaming') else ''}{shares}")
+        print(redact(f"data: {'streamed; ' if plan.data.get('streaming') else ''}{shares}", loaded.secrets))
     print(f"output folder: {loaded.redacted()['project_name']}")
     if plan.world_size > 1:
         from autotrain.run.launch import display_command

@@ -30,8 +30,9 @@ def prepared_splits(cfg: LLMConfig, tokenizer, train, valid, make_job, make_inpu
     token = getattr(train, "token", None)
     parts, records = [], []
     for source in sources:
-        dataset, record = _one(cfg, tokenizer, source, source.split, make_job, make_inputs, token)
-        report(cfg, _name("training", source, len(sources)), record)
+        what = _what("training", sources, source)
+        dataset, record = _one(cfg, tokenizer, source, source.split, make_job, make_inputs, token, what)
+        report(cfg, _name("training", sources, source), record)
         parts.append(dataset)
         records.append(record)
     shares = cfg.data.shares()
@@ -46,23 +47,32 @@ def prepared_splits(cfg: LLMConfig, tokenizer, train, valid, make_job, make_inpu
         return training, None
     held_out = []
     for source in [s for s in sources if s.valid_split]:
-        dataset, record = _one(cfg, tokenizer, source, source.valid_split, make_job, make_inputs, token)
-        report(cfg, _name("validation", source, len(sources)), record)
+        what = _what("validation", sources, source)
+        dataset, record = _one(cfg, tokenizer, source, source.valid_split, make_job, make_inputs, token, what)
+        report(cfg, _name("validation", sources, source), record)
         held_out.append(dataset)
     return training, trainer_rows(held_out[0] if len(held_out) == 1 else concatenate_datasets(held_out))
 
 
-def _one(cfg: LLMConfig, tokenizer, source, split: str, make_job, make_inputs, token):
+def _one(cfg: LLMConfig, tokenizer, source, split: str, make_job, make_inputs, token, what: str):
     from autotrain.data.prepared import SplitSource, prepared_split
 
     template = tokenizer_for(cfg, tokenizer, source.chat_template, token)
     job = make_job(cfg, template, source.chat_template)
     where = SplitSource(source.path, split, dict(source.column_mapping))
-    return prepared_split(where, job, make_inputs(cfg, template, job), f"data {where.name}", cfg.data.num_proc, token)
+    return prepared_split(where, job, make_inputs(cfg, template, job), what, cfg.data.num_proc, token)
 
 
-def _name(which: str, source, count: int) -> str:
-    return which if count == 1 else f"{which} ({source.path} [{source.split}])"
+def _what(which: str, sources: list, source) -> str:
+    """How progress lines name a split: by its place in the config, not its path (a path may hold a secret
+    put in by `${VAR}`; the config and the plan, which show it, are redacted where they are printed)."""
+    if len(sources) == 1:
+        return f"data ({which} split)"
+    return f"data ({which} split of source {sources.index(source)} of {len(sources)})"
+
+
+def _name(which: str, sources: list, source) -> str:
+    return which if len(sources) == 1 else f"{which} (source {sources.index(source)})"
 
 
 def _records(sources, records: list[dict], shares: list[float], counts: list[int]) -> list[dict]:
