@@ -644,3 +644,19 @@ def test_a_secret_in_the_data_path_is_never_printed_nor_saved(tmp_path, cli, mon
     assert "data (training split): 8 rows prepared" in result.stderr and secret not in result.output
     for saved in ("run.json", "README.md", "autotrain.yaml"):
         assert secret not in (tmp_path / "run" / saved).read_text(), saved
+
+
+def test_a_batch_with_every_row_left_out_keeps_the_columns_of_the_others(tokenizer):
+    """Packed or not, a batch whose rows all fall out (no answer within max_length) has the others' columns,
+    so that the split's file (and a stream) holds one schema."""
+    from autotrain.data.rows import compact
+    from autotrain.data.sft_rows import SftSettings, label_batch
+
+    tokenizer.chat_template = (TINY / "chat_template.jinja").read_text()
+    long = [{"role": "user", "content": "what color is the sky? " * 30}, {"role": "assistant", "content": "blue."}]
+    for packing in (False, True):
+        settings = SftSettings("messages", True, False, 32, packing)
+        none, left_out = label_batch(tokenizer, {"messages": [long, long]}, settings)
+        some, _ = label_batch(tokenizer, {"messages": [TURNS[:2], long]}, settings)
+        assert none.num_rows == 0 and left_out.tolist() == [0, 1] and some.num_rows == 1
+        assert compact(none, len(tokenizer)).schema == compact(some, len(tokenizer)).schema

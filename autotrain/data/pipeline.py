@@ -120,12 +120,13 @@ class Writer:
     def write(self, table) -> None:
         import pyarrow as pa
 
+        if not table.num_rows:  # a batch with every row left out
+            return
         if self.writer is None:
             self.sink = pa.OSFile(str(self.path), "wb")
             self.writer = pa.ipc.new_stream(self.sink, table.schema)
-        if table.num_rows:
-            self.writer.write_table(table)
-            self.rows += table.num_rows
+        self.writer.write_table(table)
+        self.rows += table.num_rows
 
     def close(self, schema=None) -> None:
         import pyarrow as pa

@@ -69,9 +69,15 @@ def label_batch(tokenizer, rows: dict[str, list], settings: SftSettings, first_r
     else:
         tokens = text_tokens(tokenizer, rows["text"], first_row)
     table, kept = labelled(tokens, settings.train_on_inputs, settings.max_length, cut=not settings.packing)
-    if settings.packing and table.num_rows:
-        table = packed(table, settings.max_length)
+    if settings.packing:  # a batch with no row left keeps the columns of the others
+        table = packed(table, settings.max_length) if table.num_rows else _with_no_lengths(table)
     return table, np.flatnonzero(~kept)
+
+
+def _with_no_lengths(table):
+    import pyarrow as pa
+
+    return table.append_column("seq_lengths", pa.array([], pa.list_(pa.int32())))
 
 
 def check_conversations(conversations: list, first_row: int) -> None:
