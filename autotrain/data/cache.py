@@ -132,7 +132,7 @@ class Entry:
         key = str(self.folder)
         if key in _HELD:
             return
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, ImportError):  # no flock (Windows, some network disks): not held
             import fcntl
 
             fd = os.open(self.file(MARKER), os.O_RDONLY)
@@ -206,11 +206,11 @@ def _remove_unused(entry: Path) -> None:
     preparing = (entry / CLAIM).exists() and time.time() - max(_mtime(entry / CLAIM), _mtime(entry / PROGRESS)) < STALE
     if not marker.is_file() or preparing:
         return  # not autotrain's, or being prepared
-    import fcntl
-
     try:
+        import fcntl
+
         fd = os.open(marker, os.O_RDONLY)
-    except OSError:
+    except (OSError, ImportError):  # no flock here: whether a run holds it cannot be told, so it stays
         return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held by a running process: left alone
