@@ -19,6 +19,14 @@ os.environ["AUTOTRAIN_SKIP_HUB_CHECK"] = "1"
 os.environ.pop("AUTOTRAIN_IMAGE", None)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def data_cache(tmp_path_factory):
+    """Prepared training data (autotrain.data.cache) goes to a folder of this test session, not the user's
+    cache; the runs the tests start as processes inherit it."""
+    os.environ["AUTOTRAIN_DATA_CACHE"] = str(tmp_path_factory.mktemp("data-cache"))
+    return Path(os.environ["AUTOTRAIN_DATA_CACHE"])
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked `no_cuda` check what a machine without a GPU answers (fp16 or 4-bit refused, ...):
     where a CUDA GPU is visible that answer is rightly different, so they are skipped there."""

@@ -127,6 +127,9 @@ ANSWERS_ONLY = (
 )
 _TRAINER_FIELDS = set(trainer_fields())
 DATA_KEYS = ("path", "train_split", "valid_split", "chat_template", "column_mapping")
+# Data options AutoTrain Advanced also takes among its parameters (its `--data-path`, `--train-split`,
+# `--valid-split`, `--text-column`, ... on the command line): the `data:` section's keys here.
+PARAMS_DATA = {"data_path": "path", "train_split": "train_split", "valid_split": "valid_split"}
 HUB_KEYS = ("username", "token", "push_to_hub")
 # Task names only AutoTrain Advanced writes begin so; a misspelt one (`llm-sftt`) is still its config.
 ADVANCED_PREFIXES = (
@@ -172,7 +175,7 @@ def translate(data: dict) -> tuple[dict, dict[Path_, Path_], list[tuple[Path_, s
     peft_on = _params(data.get("params"), task_name, task == "llm", out)
     if task == "llm" and "trainer" not in out.native:
         out.put(("trainer",), ADVANCED_DEFAULT_TRAINER, ("task",))
-    _data(data.get("data"), task, out)
+    _data(data.get("data"), task, out, data.get("params"))
     _hub(data, out)
     if task != "llm" and not peft_on and "peft" in out.native:  # seq2seq: LoRA settings off with `peft: false`
         out.native.pop("peft", None)
@@ -233,6 +236,8 @@ def _params(params: Any, task_name: str, is_llm: bool, out: _Translation) -> boo
         return False
     peft_on = bool(params.get("peft", False))
     for key, value in params.items():
+        if key in PARAMS_DATA or (is_llm and key in LLM_COLUMNS):
+            continue  # a data option: translated with the `data:` section (_data)
         if key not in PARAMS:
             out.problems.append((("params", key), f"unknown AutoTrain Advanced parameter{did_you_mean(key, PARAMS)}"))
             continue
@@ -346,8 +351,16 @@ def _trainer(value: Any, task_name: str, out: _Translation) -> str | None:
     return trainer
 
 
-def _data(source: Any, task: str, out: _Translation) -> None:
+def _data(source: Any, task: str, out: _Translation, params: Any = None) -> None:
     is_llm = task == "llm"
+    given = params if isinstance(params, dict) else {}
+    for key, native in PARAMS_DATA.items():
+        if key in given:
+            out.put(("data", native), given[key], ("params", key))
+    if is_llm:
+        chat = (source or {}).get("chat_template", given.get("chat_template")) not in (None, "none")
+        for column in [c for c in LLM_COLUMNS if c in given]:
+            _columns({column: given[column]}, task, chat, out, ("params", column))
     if not isinstance(source, dict):
         return
     for key, value in source.items():
@@ -361,7 +374,7 @@ def _data(source: Any, task: str, out: _Translation) -> None:
             out.problems.append((("data", key), f"unknown AutoTrain Advanced data key{did_you_mean(key, DATA_KEYS)}"))
 
 
-def _columns(mapping: dict, task: str, chat: bool, out: _Translation) -> None:
+def _columns(mapping: dict, task: str, chat: bool, out: _Translation, original: tuple | None = None) -> None:
     """Column names (LLMs': LLM_COLUMNS; every other task's: its table entry's `advanced_columns`); an SFT
     `text_column` under a chat template holds message lists (AutoTrain Advanced applies the template to it),
     which is a `messages` column here."""
@@ -375,7 +388,8 @@ def _columns(mapping: dict, task: str, chat: bool, out: _Translation) -> None:
         native_column = names[column]
         if is_llm and column == "text_column":
             native_column = _text_column(out.native.get("trainer"), chat)
-        out.put(("data", "column_mapping", native_column), dataset_column, ("data", "column_mapping", column))
+        where = original or ("data", "column_mapping", column)
+        out.put(("data", "column_mapping", native_column), dataset_column, where)
 
 
 def _text_column(trainer: str | None, chat: bool) -> str:

@@ -58,6 +58,10 @@ class DataConfig(StrictModel):
         "text | image, target.",
     )
 
+    def paths(self) -> list[tuple[str, str]]:
+        """(field, path) of each place the data comes from (one; an LLM's `sources`: each)."""
+        return [("data.path", self.path)] if self.path else []
+
 
 class HubConfig(StrictModel):
     push_to_hub: Bool = Field(False, description="Upload the result to the Hugging Face Hub when training ends.")

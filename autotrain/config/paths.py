@@ -60,12 +60,15 @@ def hub_id(value: str | None) -> str | None:
 
 
 def missing_local_paths(config: Any) -> Iterator[Issue]:
-    """`base_model` / `data.path` values that only a path on this machine can be (`./x`, `a/b/c`, `x.jsonl`)
-    and that are not here. The run's preflight says each as one line (`data.path` and the message); `validate`
+    """`base_model` / `data.path` (or each `data.sources` path) values that only a path on this machine can be
+    (`./x`, `a/b/c`, `x.jsonl`) and that are not here. The run's preflight says each as one line (`data.path` and the message); `validate`
     says the same message at the value's line. Not part of `load_config`: a saved run's config is read back
     elsewhere, and `autotrain launch` sends a config to machines whose files these are."""
     data = getattr(config, "data", None)
-    for path, value in ((("base_model",), config.base_model), (("data", "path"), getattr(data, "path", None))):
+    sources = data.paths() if hasattr(data, "paths") else []  # each source of a mixture has its own path
+    given = [(("base_model",), config.base_model)]
+    given += [(tuple(int(p) if p.isdigit() else p for p in field.split(".")), value) for field, value in sources]
+    for path, value in given:
         if not value or "\x00" in value or hub_id(value) is not None or Path(value).expanduser().exists():
             continue
         where = (
@@ -136,11 +139,12 @@ def check_paths(config: Any, source: str | None) -> Iterator[Issue]:
             f"`{config.project_name}` {reason}; a run needs a folder of its own (e.g. `runs/my-model`), "
             "which --overwrite may empty",
         )
-    data_path = getattr(getattr(config, "data", None), "path", None)
-    if isinstance(data_path, str) and data_path.startswith(("/", "~")) and "\x00" not in data_path:
-        resolved = _resolve(data_path)
-        if resolved == Path(resolved.anchor) or str(resolved) in SYSTEM_FOLDERS or resolved == Path.home():
-            yield (
-                ("data", "path"),
-                f"`{data_path}` is a system or home folder, not a dataset; name the data's file or folder",
-            )
+    data = getattr(config, "data", None)
+    for field, data_path in data.paths() if hasattr(data, "paths") else ():
+        if isinstance(data_path, str) and data_path.startswith(("/", "~")) and "\x00" not in data_path:
+            resolved = _resolve(data_path)
+            if resolved == Path(resolved.anchor) or str(resolved) in SYSTEM_FOLDERS or resolved == Path.home():
+                yield (
+                    tuple(int(part) if part.isdigit() else part for part in field.split(".")),
+                    f"`{data_path}` is a system or home folder, not a dataset; name the data's file or folder",
+                )

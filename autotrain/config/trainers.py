@@ -36,6 +36,9 @@ class TrainerSpec:
     sequences_per_row: int = 1  # sequences one row puts through the model (chosen and rejected: 2)
     reference_model: bool = False  # a frozen copy of the model beside it (without LoRA)
     chunked_head: bool = False  # TRL computes log-probabilities from the last hidden states in chunks
+    # autotrain prepares its data itself (autotrain.data.prepared): cached once for every process, streamed
+    # (`data.streaming`), mixed from several sources (`data.sources`)
+    prepared: bool = False
 
     @property
     def all_columns(self) -> tuple[str, ...]:
@@ -58,6 +61,7 @@ TRAINERS: dict[str, TrainerSpec] = {
             fields=("packing", "train_on_inputs", "padding_free", "length_grouping"),
             advanced=("sft",),
             chunked_head=True,
+            prepared=True,
         ),
         TrainerSpec(
             "orpo",
@@ -140,6 +144,7 @@ TRAINERS: dict[str, TrainerSpec] = {
             "llm/clm.yml",
             _BUILDERS + "clm:build_trainer",
             advanced=("generic", "default"),
+            prepared=True,
         ),
     )
 }

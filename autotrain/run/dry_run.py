@@ -48,6 +48,9 @@ def print_plan(
         asked = "" if cfg.attn_implementation == plan.attn_implementation else f" (asked: {cfg.attn_implementation})"
         rows = f"; padding-free batches: {plan.padding_free}" if plan.padding_free else ""
         print(f"attention: {plan.attn_implementation}{asked}{rows}")
+    if plan.data.get("sources"):  # data autotrain prepares: each source's share of an epoch, or a stream
+        shares = ", ".join(f"{s['path']} [{s['split']}] {s['share']:.0%}" for s in plan.data["sources"])
+        print(redact(f"data: {'streamed; ' if plan.data.get('streaming') else ''}{shares}", loaded.secrets))
     print(f"output folder: {loaded.redacted()['project_name']}")
     if plan.world_size > 1:
         from autotrain.run.launch import display_command

@@ -157,13 +157,17 @@ def _model_differences(old: dict, new: dict) -> list[Difference]:
 
 
 def _contents(data: dict) -> list:
-    """What the data files hold, whatever their paths: their hashes (or the hub dataset's name)."""
+    """What the data files hold, whatever their paths: their hashes (or the hub dataset's name); of each source."""
+    if "sources" in data:
+        return [_contents(source) for source in data["sources"]]
     if "hub" in data:
         return ["hub", data["hub"]]
     return sorted(v["sha256"] for v in data.values() if isinstance(v, dict) and "sha256" in v)
 
 
 def _data_summary(data: dict) -> str:
+    if "sources" in data:
+        return "; ".join(_data_summary(source) for source in data["sources"])
     if "hub" in data:
         return f"hub dataset {data['hub']}"
     files = [(k, v) for k, v in data.items() if isinstance(v, dict) and "sha256" in v]
@@ -201,8 +205,11 @@ def data_files(path: Path) -> tuple[list[Path], bool]:
 
 def data_fingerprint(cfg) -> dict:
     """The config's data: its local files' sizes and SHA-256 (see `data_files` for which), or the hub name."""
-    path = Path(cfg.data.path).expanduser()
-    return files_fingerprint(path) if path.exists() else {"hub": cfg.data.path}
+    prints = []
+    for _, value in cfg.data.paths():
+        path = Path(value).expanduser()
+        prints.append(files_fingerprint(path) if path.exists() else {"hub": value})
+    return prints[0] if len(prints) == 1 else {"sources": prints}  # several `data.sources`: each, in order
 
 
 def files_fingerprint(path: Path) -> dict:

@@ -41,7 +41,7 @@ def write_model_card(
         "",
         f"Fine-tuned from `{cfg.base_model}` with autotrain: {what}.",
         "",
-        f"- data: `{cfg.data.path}` (split `{cfg.data.train_split}`)",
+        *_data_lines(loaded),
         *_training_lines(cfg, plan, state),
     ]
     shown = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
@@ -200,3 +200,15 @@ def push_to_hub(loaded: LoadedConfig, extra_files: list[Path] = ()) -> str:
         repo_id = cfg.hub.repo_id
         api.upload_file(path_or_fileobj=str(path), path_in_repo=path.name, repo_id=repo_id, commit_message=message)
     return str(repo)
+
+
+def _data_lines(loaded: LoadedConfig) -> list[str]:
+    """The model card's data line (secrets redacted): the path and split, or each source of a mixture with its
+    share."""
+    cfg, data = loaded.config, loaded.redacted()["data"]
+    if not data.get("sources"):
+        return [f"- data: `{data.get('path')}` (split `{data.get('train_split', 'train')}`)"]
+    mixed = zip(data["sources"], cfg.data.shares(), strict=True)
+    return [
+        "- data: a mixture of " + ", ".join(f"`{s['path']}` [{s.get('split', 'train')}] ({x:.0%})" for s, x in mixed)
+    ]

@@ -39,7 +39,7 @@ def hub_problems(cfg: TaskConfig) -> list[str]:
         (field, repo, kind, revision)
         for field, repo, kind, revision in (
             ("base_model", hub_id(cfg.base_model), "model", cfg.revision),
-            ("data.path", hub_id(cfg.data.path), "dataset", None),
+            *((field, hub_id(path), "dataset", None) for field, path in cfg.data.paths()),
         )
         if repo is not None
     ]

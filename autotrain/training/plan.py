@@ -106,6 +106,8 @@ class RunPlan:
     batch_size: int = 1  # per device and forward pass (`batch_size: auto` resolved)
     gradient_accumulation: int = 1
     batch_choice: dict[str, Any] = field(default_factory=dict)  # how `batch_size: auto` was decided
+    # The data's sources and their shares of an epoch (see `data_plan`); once prepared, rows of each too.
+    data: dict[str, Any] = field(default_factory=dict)
 
     @property
     def world_size(self) -> int:
@@ -149,6 +151,7 @@ class RunPlan:
             "refined_after_loading": [
                 {"field": key, "planned": planned, "used": used, "why": why} for key, planned, used, why in self.refined
             ],
+            **({"data": self.data} if self.data else {}),
         }
 
 
@@ -184,12 +187,43 @@ def resolve_plan(cfg: TaskConfig, device: str | None = None, batch: BatchChoice 
         padding_free=batching,
         load_dtype=load_dtype(cfg, precision),
         attn_implementation=attn,
-        notes=notes,
+        notes=notes + data_notes(cfg),
         dtypes=tensor_dtypes(cfg, optimizer, load_dtype(cfg, precision)),
         adapter=resolve_adapter(cfg),
         batch_size=batch.batch_size,
         gradient_accumulation=batch.gradient_accumulation,
         batch_choice=batch.why,
+        data=data_plan(cfg),
+    )
+
+
+def _prepared(cfg: TaskConfig) -> bool:
+    """The LLM trainers whose data autotrain prepares and caches itself (autotrain.data.prepared)."""
+    from autotrain.config.llm import PREPARED
+
+    return cfg.task == "llm" and cfg.trainer in PREPARED
+
+
+def data_plan(cfg: TaskConfig) -> dict[str, Any]:
+    """LLM data that autotrain prepares itself: each source and its share of an epoch's rows, and whether the
+    rows are streamed (the builder adds the rows of each source once they are prepared)."""
+    if not _prepared(cfg):
+        return {}
+    sources = cfg.data.split_sources()
+    shares = cfg.data.shares()
+    listed = [{"path": s.path, "split": s.split, "share": round(x, 6)} for s, x in zip(sources, shares, strict=True)]
+    return {"streaming": cfg.data.streaming, "sources": listed}
+
+
+def data_notes(cfg: TaskConfig) -> tuple[str, ...]:
+    """What a streaming run cannot offer, said before it starts."""
+    if cfg.task != "llm" or not getattr(cfg.data, "streaming", False):
+        return ()
+    return (
+        "data.streaming: rows are prepared as training reads them, so the rows that max_length leaves without "
+        "a trained token are left out as they come, not counted before training (`--preview` counts them in "
+        "the first rows); the rows are shuffled in a buffer of 1,000, not over the whole data; nothing is "
+        "cached for the next run",
     )
 
 
@@ -262,7 +296,7 @@ def _give_run_length(kwargs: dict[str, Any], max_steps: int | None) -> None:
 
 def has_eval(cfg: TaskConfig) -> bool:
     """Classifiers always hold out a validation split (`valid_split` or `valid_size`); LLMs only when asked."""
-    return cfg.task != "llm" or cfg.data.valid_split is not None
+    return cfg.task != "llm" or cfg.data.has_valid
 
 
 def training_arguments(
@@ -307,6 +341,8 @@ def training_arguments(
         kwargs["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
     if cfg.task != "llm":
         _keep_best_model(cfg, kwargs)
+    elif _prepared(cfg):  # autotrain prepared the rows: what the model takes, read through a transform
+        kwargs["remove_unused_columns"] = False
     return kwargs
 
 
