@@ -61,9 +61,10 @@ def hub_id(value: str | None) -> str | None:
 
 def missing_local_paths(config: Any) -> Iterator[Issue]:
     """`base_model` / `data.path` (or each `data.sources` path) values that only a path on this machine can be
-    (`./x`, `a/b/c`, `x.jsonl`) and that are not here. The run's preflight says each as one line (`data.path` and the message); `validate`
-    says the same message at the value's line. Not part of `load_config`: a saved run's config is read back
-    elsewhere, and `autotrain launch` sends a config to machines whose files these are."""
+    (`./x`, `a/b/c`, `x.jsonl`) and that are not here. The run's preflight says each as one line (`data.path`
+    and the message); `validate` says the same message at the value's line. Not part of `load_config`: a
+    saved run's config is read back elsewhere, and `autotrain launch` sends a config to machines whose files
+    these are."""
     data = getattr(config, "data", None)
     sources = data.paths() if hasattr(data, "paths") else []  # each source of a mixture has its own path
     given = [(("base_model",), config.base_model)]

@@ -92,6 +92,7 @@ def plan_from_record(record: object) -> RunPlan:
         batch_size=_recorded_int(found, record, "batch_size"),
         gradient_accumulation=_recorded_int(found, record, "gradient_accumulation"),
         batch_choice=_recorded_choice(found, record),
+        data=_recorded_data(found, record),
     )
     found.check()
     return plan
@@ -154,3 +155,10 @@ def _recorded_choice(found: _Record, record: object) -> dict[str, Any]:
     if not isinstance(record, dict) or "batch_size_auto" not in record:
         return {}
     return found.get("batch_size_auto", dict)
+
+
+def _recorded_data(found: _Record, record: object) -> dict[str, Any]:
+    """The sources of data autotrain prepared, and their shares; a record of other data holds none."""
+    if not isinstance(record, dict) or "data" not in record:
+        return {}
+    return found.get("data", dict)
