@@ -1,10 +1,12 @@
 # autotrain for GPU hosts (NVIDIA driver + NVIDIA Container Toolkit on the host):
 #   docker build -t autotrain .
-#   docker run --gpus all --ipc=host --stop-timeout 300 -v "$PWD":/workspace -v autotrain-hf:/cache/huggingface \
+#   docker run --rm --gpus all --ipc=host --stop-timeout 300 -v "$PWD":/workspace -v autotrain-hf:/cache/huggingface \
 #     autotrain llm --config configs/llm/sft.yml
-#   docker run --gpus all -p 7860:7860 -v "$PWD":/workspace autotrain app     # then open the address it prints
+#   docker run --rm --gpus all --stop-timeout 300 -p 7860:7860 -e AUTOTRAIN_APP_URL=http://localhost:7860 \
+#     -v "$PWD":/workspace -v autotrain-hf:/cache/huggingface autotrain app      # then open the address it prints
 # Another CUDA/PyTorch base: --build-arg BASE_IMAGE=pytorch/pytorch:<version>-cuda<x.y>-cudnn9-runtime
-# DeepSpeed (strategy: deepspeed): --build-arg EXTRA_PACKAGES=deepspeed
+# More packages (the environment belongs to root: a container cannot add any), e.g. DeepSpeed, wandb:
+#   --build-arg EXTRA_PACKAGES="deepspeed wandb"
 # Without the C compiler (~200 MB; compiled CAME steps then fall back to eager): --build-arg COMPILER=0
 # Checked by .ci/docker-check (docs/docker.md).
 ARG BASE_IMAGE=pytorch/pytorch:2.8.0-cuda12.8-cudnn9-runtime
@@ -20,7 +22,8 @@ ENV PYTHONUNBUFFERED=1 \
     PIP_CONSTRAINT=/opt/autotrain/base-constraints.txt \
     PIP_USE_PEP517=1 \
     HF_HOME=/cache/huggingface \
-    AUTOTRAIN_CONTAINER=docker
+    AUTOTRAIN_CONTAINER=docker \
+    AUTOTRAIN_IMAGE=1
 
 # PIP_USE_PEP517: a base whose pip predates 23.1 (Debian's) builds a package without pyproject.toml the old way,
 # fetching its setup_requires without their dependencies: seqeval (token classification) then fails on
@@ -28,14 +31,19 @@ ENV PYTHONUNBUFFERED=1 \
 # tini reaps the processes a multi-GPU launch leaves and passes SIGTERM on (docker stop saves a checkpoint).
 # The runtime images have no C compiler, without which torch.compile (CAME's compiled steps; Triton's
 # launchers on a GPU) cannot build anything: gcc and g++ come in unless COMPILER=0.
+# AUTOTRAIN_IMAGE: autotrain's hints name the build arguments (EXTRA_PACKAGES, COMPILER) instead of pip or apt,
+# and the container's own fixes (-v "$PWD":/workspace, --user) where a folder is missing or not writable.
+# The lists, the downloaded .deb files and apt's binary caches go in the layer that made them (~130 MB): not
+# every base has a hook that drops them (Debian's debootstrap has none).
 RUN apt-get update -qq \
  && apt-get install -y -qq --no-install-recommends tini $([ "$COMPILER" = 1 ] && echo gcc g++ libc6-dev) >/dev/null \
- && rm -rf /var/lib/apt/lists/*
+ && apt-get clean \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/cache/apt/archives/*.deb
 
 WORKDIR /opt/autotrain
 
-# The base's torch (a CUDA build) is kept: every later pip install, the user's included, is constrained to
-# it, so no dependency can swap it for another build. Dependencies first, read from pyproject.toml, so
+# The base's torch (a CUDA build) is kept: every later pip install of the build (EXTRA_PACKAGES' included)
+# is constrained to it, so no dependency can swap it for another build. Dependencies first, read from pyproject.toml, so
 # editing the code does not re-download them: the package's, the app's, export's, every task's and
 # tensorboard (the extras the README's commands reach for), and bitsandbytes (4/8-bit loading, 8-bit optimizers) where
 # torch has CUDA.
@@ -67,8 +75,9 @@ RUN pip install --quiet --no-deps . \
 
 USER autotrain
 WORKDIR /workspace
-# Models and datasets downloaded from the Hub survive the container (and are shared between runs).
-VOLUME ["/cache/huggingface"]
+# No VOLUME: each container would leave an anonymous volume behind. The documented commands mount a named
+# one (-v autotrain-hf:/cache/huggingface), which keeps downloads between containers; a fresh volume takes the
+# folder's mode 1777, so any uid can write to it.
 # `autotrain app` listens here in a container (on every interface, with a token): publish it with -p 7860:7860.
 EXPOSE 7860
 # docker stop sends SIGTERM: the run saves a checkpoint and exits 143. Saving a large model takes longer

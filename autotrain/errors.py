@@ -15,6 +15,7 @@ EXIT_FAILURE = 1  # failure during training; the traceback goes to project_name/
 EXIT_BAD_INPUT = 2  # config mistake, bad usage or bad input data
 EXIT_DIVERGED = 3  # a non-finite loss with nan_policy: halt
 EXIT_PARITY = 4  # `autotrain export`: the exported model does not answer like the trained one
+EXIT_OUT_OF_MEMORY = 5  # the run ran out of memory (GPU or CPU); a checkpoint is saved when one can be
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
 
@@ -56,9 +57,33 @@ class ConfigError(Exception):
 class UserInputError(Exception):
     """Bad input that is not a config mistake (missing data column, unreadable file, ...): exit code 2."""
 
+    @property
+    def lines(self) -> list[str]:
+        """What the user is told, one `error:` line each."""
+        return [str(self)]
+
+
+class UserInputErrors(UserInputError):
+    """Several problems found at once (the preflight's): one line each, as the dry run prints them."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("; ".join(problems))
+        self.problems = list(problems)
+
+    @property
+    def lines(self) -> list[str]:
+        return self.problems
+
 
 class ParityError(Exception):
     """An export whose parity check failed: the artifact is kept under a `.failed` name, exit code 4."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in commands that clean up on the way out as they do for Ctrl-C (an export's lock and
+    staging folder, predict's partial file): exit code 143 (cli/inference.py)."""
+
+    exit_code = EXIT_SIGTERM
 
 
 def debug_enabled() -> bool:

@@ -13,8 +13,8 @@ How an operation is counted, over one profiled ``step()`` after two warm-up step
   counts once, as on a GPU it launches one multi-tensor kernel per few dozen tensors;
 * ``aten::item`` / ``aten::_local_scalar_dense`` are not counted but reported on their own (torch's
   AdamW reads its CPU step counters with them: free on a GPU; a read of a GPU tensor would be a sync);
-* a call into a compiled region (``Torch-Compiled Region``, or CAME's own compiled graphs, which it
-  marks ``came_compile.COMPILED_REGION`` when a profiler runs) counts once, plus one per kernel inductor
+* a call into a compiled region (``Torch-Compiled Region``; ``CAME compiled step`` for the graphs of the
+  code before CAME compiled through ``torch.compile``) counts once, plus one per kernel inductor
   generated inside it (``cpp_fused_*`` on the CPU, with inductor's kernel profiling on) and per ATen
   operation the compiled code calls (its extern kernels and fallbacks), views and allocations aside.
 
@@ -34,8 +34,9 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from autotrain.optimizers.came_compile import COMPILED_REGION  # noqa: E402
 from autotrain.optimizers.came_groups import CPU_CHUNK  # noqa: E402
+
+COMPILED_REGIONS = ("Torch-Compiled Region", "CAME compiled step")
 
 VIEW_OR_ALLOC = {
     "aten::view",
@@ -102,6 +103,15 @@ def build(mode: str, params: list[torch.nn.Parameter], cls_name: str = "CAME8Bit
     return cls(params, lr=1e-4, weight_decay=0.1, compile=compile_flag)
 
 
+def warm_up_done() -> None:
+    """Wait until ``compile: null``'s compiling thread has ended (what it had queued is compiled)."""
+    import threading
+
+    for thread in threading.enumerate():
+        if thread.name == "came-compile":
+            thread.join()
+
+
 def _children(event) -> list:
     return list(event.cpu_children)
 
@@ -128,7 +138,7 @@ def count_ops(events) -> tuple[int, Counter]:
     total = 0
     for event in events:
         name = event.name
-        if name.startswith("Torch-Compiled Region") or name == COMPILED_REGION:
+        if name.startswith(COMPILED_REGIONS):
             n = _count_compiled(event)
             names["<compiled region + kernels>"] += n
             total += n
@@ -163,9 +173,8 @@ def ops_per_step(mode: str, layers: int, cls_name: str = "CAME8Bit", chunks: str
     opt = build(mode, params, cls_name)
     opt.step()
     if mode == "auto":  # auto compiles on a thread while the first steps run eagerly: count once it has
-        from autotrain.optimizers import came_policy
-
-        came_policy.BACKGROUND.idle()
+        warm_up_done()
+        opt.step()  # (the step that finds the graphs ready)
     opt.step()
     return profile_step(opt)
 

@@ -8,8 +8,8 @@ set, so it follows live memory): 272 random fp32 parameters of SmolLM2's shapes,
 /proc/self/clear_refs and one more step is taken. Printed: how far the high-water mark rose above the
 resident set before that step, beside the parameters' own fp32 size and the memory estimate's figure for
 the step's scratch (autotrain.training.memory). Mode "background": compile: null, one (eager) step, then the
-rise while the worker thread compiles the layouts (it traces fake tensors: the compiler's own memory).
-Linux only.
+rise while its thread compiles the chunks' layouts (the compiler's own memory, and the scratch tensors its
+warm-up steps run on). Linux only.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def step_memory(mode: str) -> dict[str, float]:
     """How far one CAME8Bit step (mode `eager` or `compiled`), or the background compilation after a first
     eager step (`background`), raises the resident high-water mark; and its seconds. Run in a child process."""
     import torch
-    from came_ops import smollm2_shapes
+    from came_ops import smollm2_shapes, warm_up_done
 
     from autotrain.optimizers import CAME8Bit
     from autotrain.training.memory import proc_status
@@ -43,10 +43,8 @@ def step_memory(mode: str) -> dict[str, float]:
         handle.write("5")  # the high-water mark starts again from the resident set now
     before = proc_status()["VmHWM"]
     start = time.perf_counter()
-    if mode == "background":  # compile: null after its first (eager) step: the worker compiles the layouts
-        from autotrain.optimizers import came_policy
-
-        came_policy.BACKGROUND.idle()
+    if mode == "background":  # compile: null after its first (eager) step: the thread compiles the layouts
+        warm_up_done()
     else:
         opt.step()
     seconds = time.perf_counter() - start

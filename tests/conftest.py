@@ -14,6 +14,17 @@ sys.path.append(str(Path(__file__).resolve().parents[1] / "benchmarks"))
 # This machine (and CI) has no network: the check that the hub is reachable for a config's hub ids would
 # refuse every dry run of the shipped templates. Tests of that check clear the variable themselves.
 os.environ["AUTOTRAIN_SKIP_HUB_CHECK"] = "1"
+# The tests expect the hints of a machine of one's own (`pip install ...`); those of the Docker image are
+# tested by setting the variable where wanted (tests/test_hints.py).
+os.environ.pop("AUTOTRAIN_IMAGE", None)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def data_cache(tmp_path_factory):
+    """Prepared training data (autotrain.data.cache) goes to a folder of this test session, not the user's
+    cache; the runs the tests start as processes inherit it."""
+    os.environ["AUTOTRAIN_DATA_CACHE"] = str(tmp_path_factory.mktemp("data-cache"))
+    return Path(os.environ["AUTOTRAIN_DATA_CACHE"])
 
 
 def pytest_collection_modifyitems(config, items):
@@ -65,6 +76,22 @@ def cli():
         return result
 
     return invoke
+
+
+# AutoTrain Advanced's example configs name the user's data by placeholders relative to the folder they run
+# from; `validate` refuses a local path that is not there, as a run does. (`/path/to/your/dataset`, absolute,
+# is not made: the one example naming it is expected to be refused for it.)
+PLACEHOLDER_DATA = ("data", "path/to/your/dataset csv/jsonl files")
+
+
+@pytest.fixture
+def placeholder_data(tmp_path, monkeypatch) -> Path:
+    """Run from a folder holding the (empty) data folders the example configs name."""
+    folder = tmp_path / "work"
+    for name in PLACEHOLDER_DATA:
+        (folder / name).mkdir(parents=True)
+    monkeypatch.chdir(folder)
+    return folder
 
 
 # --- the web app (test_app.py, test_app_browser.py) -----------------------------------------------------

@@ -34,14 +34,14 @@ def test_every_example_of_the_three_tasks_is_here():
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=name)
-def test_validates(cli, path):
+def test_validates(cli, placeholder_data, path):
     result = cli("validate", path, env=HUB_ENV)
     assert result.exit_code == 0, result.output
     assert "ok:" in result.stdout and "(AutoTrain Advanced format)" in result.stdout
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=name)
-def test_migrates_to_a_native_config_that_validates(cli, path, tmp_path):
+def test_migrates_to_a_native_config_that_validates(cli, placeholder_data, path, tmp_path):
     out = tmp_path / "native.yml"
     result = cli("migrate", path, "-o", out, env=HUB_ENV)
     assert result.exit_code == 0, result.output
@@ -107,6 +107,29 @@ def test_an_unset_token_in_a_native_config_when_nothing_is_pushed(cli, tmp_path)
     assert result.exit_code == 0, result.output
     config.write_text(text + "hub:\n  push_to_hub: false\n  token: ${HF_TOKEN\n")  # malformed: still an error
     assert cli("validate", config, env=NO_HUB_ENV).exit_code == 2
+
+
+def test_a_migrated_repo_id_needs_its_variable_only_when_pushing(cli, tmp_path):
+    """Migrated with `push_to_hub: true`, the native config has `repo_id: ${HF_USERNAME}/NAME`. Pushing
+    turned off, the unset HF_USERNAME is no error (nothing is pushed: no repository is named); pushing, it is
+    one located line, not also the rule's "needs `hub.repo_id`" about the empty value it left."""
+    native = tmp_path / "native.yml"
+    assert cli("migrate", ADVANCED / "llm_finetuning" / "smollm2.yml", "-o", native).exit_code == 0
+    text = native.read_text()
+    assert "repo_id: ${HF_USERNAME}/" in text and "push_to_hub: true" in text, text
+    off = cli("validate", native, "--set", "hub.push_to_hub=false", env=NO_HUB_ENV)
+    assert off.exit_code == 0, off.output
+    native.with_name("off.yml").write_text(text.replace("push_to_hub: true", "push_to_hub: false"))
+    assert cli("validate", native.with_name("off.yml"), env=NO_HUB_ENV).exit_code == 0
+
+    pushing = cli("validate", native, env={"HF_USERNAME": None, "HF_TOKEN": "hf_example"})
+    assert pushing.exit_code == 2, pushing.output
+    line = text.splitlines().index(next(x for x in text.splitlines() if "repo_id:" in x)) + 1
+    problems = [x for x in pushing.stderr.splitlines() if x.startswith(str(native))]
+    assert problems == [
+        f"{native}:{line}:3: hub.repo_id: environment variable `HF_USERNAME` is not set (and no "
+        "`${HF_USERNAME:-default}`)"
+    ], pushing.stderr
 
 
 @pytest.mark.no_cuda

@@ -37,14 +37,14 @@ def test_every_example_of_the_three_tasks_is_here():
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=name)
-def test_validates(cli, path):
+def test_validates(cli, placeholder_data, path):
     result = cli("validate", path, env=HUB_ENV)
     assert result.exit_code == 0, result.output
     assert f"ok: {FAMILIES[path.parent.name]}" in result.stdout and "(AutoTrain Advanced format)" in result.stdout
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=name)
-def test_migrates_to_a_native_config_that_validates(cli, path, tmp_path):
+def test_migrates_to_a_native_config_that_validates(cli, placeholder_data, path, tmp_path):
     out = tmp_path / "native.yml"
     result = cli("migrate", path, "-o", out, env=HUB_ENV)
     assert result.exit_code == 0, result.output

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import trl
@@ -127,35 +126,36 @@ def test_a_tokenizer_without_offsets_marks_the_same_tokens(tokenizer, name):
     assert answer_tokens(_NoOffsets(tokenizer), messages) == answer_tokens(tokenizer, messages)
 
 
-def _trl_labels(tokenizer, rows: list[list[dict]]) -> list[list[int]]:
-    """TRL's own preparation with `assistant_only_loss=True` (the template's generation markers)."""
+def _trl_labels(tokenizer, rows: list[list[dict]], tmp_path: Path) -> list[list[int]]:
+    """TRL's own preparation with `assistant_only_loss=True` (the template's generation markers), read from the
+    dataset its public SFTTrainer prepares."""
+    from transformers import AutoModelForCausalLM
     from trl import SFTConfig, SFTTrainer
 
     args = SFTConfig(
-        output_dir="unused", assistant_only_loss=True, max_length=None, report_to="none", use_cpu=True, bf16=False
+        output_dir=str(tmp_path), assistant_only_loss=True, max_length=None, report_to="none", use_cpu=True, bf16=False
     )
-    owner = SimpleNamespace(_tokenizer=tokenizer, chat_template=None, completion_only_loss=False)
-    prepared = SFTTrainer._prepare_dataset(
-        owner, Dataset.from_dict({"messages": rows}), tokenizer, args, False, None, "train"
-    )
-    return prepared["input_ids"], prepared["labels"]
+    model = AutoModelForCausalLM.from_pretrained(TINY)
+    trainer = SFTTrainer(model, args, train_dataset=Dataset.from_dict({"messages": rows}), processing_class=tokenizer)
+    return trainer.train_dataset["input_ids"], trainer.train_dataset["labels"]
 
 
 @pytest.mark.parametrize("name", ["llama3", "gemma", "phi3"])
-def test_the_mask_is_trls_where_the_template_marks_generation(tokenizer, name):
+def test_the_mask_is_trls_where_the_template_marks_generation(tokenizer, name, tmp_path):
     """TRL's training variants of these templates wrap each assistant turn in `{% generation %}`: TRL's mask
     from those markers equals the one read here from the plain template, which has none."""
-    from autotrain.trainers.llm.sft_data import label_messages
+    from autotrain.data.sft_rows import SftSettings, label_batch
 
     conversations = [HAND_COUNTED[name][0], HAND_COUNTED[name][0][:-2], HAND_COUNTED[name][0][:-1]]
     tokenizer.chat_template = _template(f"{name}_training")
-    trl_ids, trl_labels = _trl_labels(tokenizer, conversations)
+    trl_ids, trl_labels = _trl_labels(tokenizer, conversations, tmp_path)
     assert any(label == -100 for label in trl_labels[0]) and any(label != -100 for label in trl_labels[0])
+    settings = SftSettings("messages", True, False, 10**6, False)
     for template in (name, f"{name}_training"):
         tokenizer.chat_template = _template(template)
-        ours = label_messages(Dataset.from_dict({"messages": conversations}), tokenizer, train_on_inputs=False)
-        assert ours["input_ids"] == trl_ids
-        assert ours["labels"] == trl_labels
+        ours, _ = label_batch(tokenizer, {"messages": conversations}, settings)
+        assert ours.column("input_ids").to_pylist() == trl_ids
+        assert ours.column("labels").to_pylist() == trl_labels
 
 
 def _config(tmp_path: Path, rows: list[dict], **training):
@@ -178,13 +178,15 @@ def _config(tmp_path: Path, rows: list[dict], **training):
 
 
 def _prepared(cfg):
-    from autotrain.data.llm import load_llm_split
-    from autotrain.trainers.llm.model import build_tokenizer
+    """The training rows the SFT builder hands the trainer (labelled, cut to max_length), and the tokenizer."""
+    from autotrain.trainers.llm.base import prepare
     from autotrain.trainers.llm.sft_data import answered_splits
     from autotrain.training.plan import resolve_plan
 
-    tokenizer = build_tokenizer(cfg)
-    return answered_splits(cfg, resolve_plan(cfg), tokenizer, load_llm_split(cfg, "train"), None)[0], tokenizer
+    plan = resolve_plan(cfg)
+    ready = prepare(cfg, plan)
+    train = answered_splits(cfg, plan, ready.tokenizer, ready.train, ready.valid)[0]
+    return train[:], ready.tokenizer  # every row as the trainer reads it: columns -> lists
 
 
 def test_train_on_inputs_trains_every_token(tmp_path):
@@ -212,14 +214,14 @@ def test_examples_whose_answer_is_cut_off_are_named_and_left_out(tmp_path, capsy
     long_question = {"role": "user", "content": "what color is the sky? " * 20}
     rows = [{"messages": TURNS}, {"messages": [long_question, TURNS[1]]}, {"messages": TURNS}]
     kept, _ = _prepared(_config(tmp_path, rows, max_length=64))
-    assert len(kept) == 2
+    assert len(kept["input_ids"]) == 2
     err = capsys.readouterr().err
     assert "1 of 3 training examples have no answer token within the first 64 tokens" in err
     assert "(row 1, counting from 0)" in err
     with pytest.raises(UserInputError, match="none of the 1 training examples has an answer token within the first"):
         _prepared(_config(tmp_path, rows[1:2], max_length=64))
     # trained on every token, the same example keeps its prompt
-    assert len(_prepared(_config(tmp_path, rows, max_length=64, train_on_inputs=True))[0]) == 3
+    assert len(_prepared(_config(tmp_path, rows, max_length=64, train_on_inputs=True))[0]["input_ids"]) == 3
 
 
 def test_the_trainer_trains_and_logs_the_assistant_tokens(tmp_path):
@@ -244,7 +246,7 @@ def test_packing_keeps_each_examples_answer_labels(tmp_path):
     trainer, _ = build_trainer(cfg, resolve_plan(cfg), [])
     blocks = trainer.train_dataset
     assert len(blocks) < 8  # packed: several conversations per block
-    assert sum(label != -100 for row in blocks["labels"] for label in row) == 8 * 14
+    assert sum(label != -100 for row in blocks[:]["labels"] for label in row) == 8 * 14
 
 
 def test_autotrain_advanced_configs_keep_answers_only_and_say_so(cli):

@@ -283,8 +283,8 @@ def test_a_cleared_mapping_goes_and_a_reload_keeps_the_draft(browser, app_server
 
 
 def test_the_runs_tab_from_the_keyboard(browser, app_server, tmp_path):
-    """Select a run with Tab and Enter, watch its chart, Stop and Resume it with the keyboard alone; a
-    reload keeps the tab and the run; a completed run offers no Resume."""
+    """Select a run with Tab and Enter, watch its chart, Stop and Resume it (accepting config changes) with the
+    keyboard alone; a reload keeps the tab and the run; a completed run offers no Resume."""
     import urllib.request
 
     from autotrain.app.yaml_edit import set_value
@@ -335,9 +335,17 @@ def drive_the_runs_tab(browser, url: str) -> None:
     press(browser, Keys.ENTER)
     wait(browser, lambda b: badge.text == "interrupted", timeout=120, what="stopped")
     wait(browser, lambda b: b.find_element(By.ID, "resume").is_enabled(), what="resume offered")
-    tab_to(browser, "el.id === 'resume'")
+    accept = browser.find_element(By.ID, "accept-changes")
+    assert accept.is_enabled() and not accept.is_selected()
+    tab_to(browser, "el.id === 'accept-changes'")  # --accept-changes, from the keyboard
+    press(browser, Keys.SPACE)
+    assert accept.is_selected()
+    tab_to(browser, "el.id === 'resume'", backwards=True)
     press(browser, Keys.SPACE)
     wait(browser, lambda b: badge.text == "running", timeout=60, what="resumed")
+    log = browser.find_element(By.ID, "run-log")
+    wait(browser, lambda b: "--resume --accept-changes" in log.text, what="resumed with --accept-changes")
+    assert not accept.is_selected()  # asked for each resume
     assert browser.execute_script("return location.hash") == "#runs/kb"
 
     browser.refresh()  # the tab and the run are kept

@@ -75,7 +75,7 @@ def test_a_run_is_never_started_into_a_folder_of_the_users_own_files(client, run
 def test_a_run_refused_before_training_can_be_started_again(client, runs, monkeypatch):
     from autotrain.app.runs import Runs
 
-    monkeypatch.setattr(Runs, "_spawn", lambda self, name, config, resume: {"name": name, "config": config.name})
+    monkeypatch.setattr(Runs, "_spawn", lambda self, name, config, *_: {"name": name, "config": config.name})
     again = runs / "again"
     (again / "logs").mkdir(parents=True)
     state = {"config": "again.yml", "command": ["-m", "autotrain.cli.main", "--config", "again.yml"]}
@@ -146,7 +146,7 @@ def test_simultaneous_starts_of_one_new_run_start_one_process(runs, monkeypatch)
 
     spawned = []
 
-    def slow_spawn(self, name, config, resume):  # a real start takes a moment: widen the window
+    def slow_spawn(self, name, config, resume, accept=False):  # a real start takes a moment: widen the window
         time.sleep(0.3)
         spawned.append(name)
         self.children[name] = FakeChild()

@@ -45,6 +45,11 @@ def finished(tmp_path) -> Path:
     shutil.copytree(TINY, folder)
     (folder / "autotrain.yaml").write_text(yaml.safe_dump(_config(folder)), encoding="utf-8")
     (folder / ".autotrain-run").write_text("", encoding="utf-8")  # the folder is a run's
+    from autotrain.config.load import load_saved
+    from autotrain.training.plan import resolve_plan
+
+    plan = resolve_plan(load_saved(folder / "autotrain.yaml"), device="cpu").record()  # as run.json holds it
+    (folder / "run.json").write_text(json.dumps({"status": "completed", "plan": plan}), encoding="utf-8")
     (folder / "README.md").write_text("# run\n\nThe full resolved config is in `autotrain.yaml`.\n", encoding="utf-8")
     return folder
 

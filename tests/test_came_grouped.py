@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
-from autotrain.optimizers import CAME, CAME8Bit, CAME8BitFusedAdam, came_policy
+from autotrain.optimizers import CAME, CAME8Bit, CAME8BitFusedAdam
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # small tensors: see conftest
 
@@ -18,11 +18,6 @@ SMALL_8BIT = dict(block_size=256, min_8bit_size=1024)
 FIXTURE = Path(__file__).parent / "assets" / "came_state_v1.pt"
 VIEWS = {"aten::view", "aten::reshape", "aten::select", "aten::slice", "aten::unbind", "aten::as_strided"}
 VIEWS |= {"aten::expand", "aten::unsqueeze", "aten::detach", "aten::empty", "aten::empty_like", "aten::alias"}
-
-
-def _compiles(opt, group) -> bool:
-    """Whether ``opt`` steps ``group`` compiled (now or once its worker is done)."""
-    return opt._steps.which(group) != "eager"
 
 
 def _set_grads(params: list[torch.Tensor], step: int) -> None:
@@ -77,14 +72,6 @@ def test_chunks_bound_what_a_step_gathers():
     # 3 or 2); and never a run above the budget where params do not divide it (7 x 100 in 250: runs of 1).
     assert {b - a for a, b in chunks_of(60, 1536 * 576, 2**21)} == {2}
     assert all((b - a) * 100 <= 250 for a, b in chunks_of(7, 100, 250))
-    params = [nn.Parameter(torch.randn(64, 16)) for _ in range(40)] + [nn.Parameter(torch.randn(512, 16))]
-    opt = CAME8Bit(params, lr=1e-3, compile=False)
-    _set_grads(params, 0)
-    opt.step()
-    groups = opt._groups[0][1]
-    budget = max(512 * 16 // 2, (40 * 64 * 16 + 512 * 16) // 8)
-    assert [len(g.chunks) for g in groups] == [len(chunks_of(40, 1024, budget)), 1]
-    assert all((b - a) * 1024 <= budget for a, b in groups[0].chunks) and len(groups[0].chunks) > 1
 
 
 def _fixture_params(saved: dict) -> list[nn.Parameter]:
@@ -220,33 +207,6 @@ def test_the_plan_gives_auto_the_runs_length():
     assert "total_steps" not in resolve_optimizer("came", {"compile": True}, 1e-3, 50).kwargs  # asked for
     hybrid = resolve_optimizer("came_8bit+fused_adam", {}, 1e-3, 50)
     assert hybrid.kwargs["came"]["total_steps"] == 50 and hybrid.record()["kwargs"]["came"]["total_steps"] == 50
-
-
-def test_auto_compiles_a_group_where_its_compilation_pays_back_within_the_run():
-    """Compiling costs seconds per group shape; each step then saves in proportion to the group's size. So
-    on the CPU a group compiles where elements x total_steps reaches CPU_PAYS_ELEMENT_STEPS (and never under
-    2**20 elements); on CUDA nothing compiles in a run of under CUDA_MIN_STEPS. Unknown length: the size
-    alone decides."""
-    pays = came_policy.CPU_PAYS_ELEMENT_STEPS
-    large = 28 * 2**20  # SmolLM2-135M's embedding
-    assert came_policy.compiles("cpu", large, None) and not came_policy.compiles("cpu", 2**20 - 1, None)
-    assert came_policy.compiles("cpu", large, int(pays // large) + 1)
-    assert not came_policy.compiles("cpu", large, int(pays // large) - 1)
-    assert not came_policy.compiles("cpu", 2**20 - 1, 10**9)  # too small to be worth a compilation ever
-    assert came_policy.compiles("cuda", 10, came_policy.CUDA_MIN_STEPS) and not came_policy.compiles("cuda", 10**9, 199)
-    assert not came_policy.compiles("meta", large, None)
-    # The optimizer asks with its group's elements and its total_steps: 16 matrices of 256 x 256 are 2**20
-    # elements, which pay back in runs of 1,000 steps or more (1e9 / 2**20 = 954), not in one of 500.
-    for steps, compiled in ((500, False), (1000, True), (None, True)):
-        params = [nn.Parameter(torch.randn(256, 256)) for _ in range(16)]
-        for p in params:
-            p.grad = torch.randn_like(p)
-        opt = CAME8Bit(params, lr=1e-3, total_steps=steps, compile=False)
-        opt.compile = None  # auto, without starting the background compiler: only its decision is asked
-        (group,) = opt._shape_groups(0, opt._active(opt.param_groups[0]))
-        assert _compiles(opt, group) is compiled
-    with pytest.raises(ValueError, match="Invalid total_steps value: 0"):
-        CAME8Bit(params, lr=1e-3, total_steps=0)
 
 
 def test_capturable_reads_a_tensor_learning_rate_on_the_device():

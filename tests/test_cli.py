@@ -178,6 +178,11 @@ def test_init_writes_a_template_that_validates(cli, tmp_path, task, trainer):
     jsonschema.Draft202012Validator(json.loads(schema_file.read_text(encoding="utf-8"))).validate(data)
 
     checked = cli("validate", out)
+    needs_data = NEEDS_DATA.get(TEMPLATES[(task, trainer)])
+    if needs_data:  # the user's own corpus, still to come: validate says so as the dry run does
+        field, message = needs_data.split(" ", 1)
+        assert checked.exit_code == 2 and f": {field}: {message}" in checked.stderr, checked.output
+        return
     trainer = trainer or data.get("trainer")  # a task with trainers of its own names one in its template
     kind = task + (f" ({trainer})" if trainer else "")
     assert (checked.exit_code, checked.stdout) == (0, f"{out}: ok: {kind}\n"), checked.output
@@ -253,7 +258,6 @@ def test_dry_run_prints_plan_and_writes_nothing(cli, tmp_path, monkeypatch):
 
 
 def test_dry_run_counts_processes(cli):
-    pytest.importorskip("autotrain.run.launch")
     result = cli("llm", "--config", SFT, "--dry-run", "--set", "distributed.num_processes=2", *cpu_sets("llm/sft.yml"))
     assert result.exit_code == 0, result.output
     assert "effective batch size: 32 = batch_size 4 x gradient_accumulation 4 x processes 2" in result.stdout
@@ -534,6 +538,54 @@ def test_startup_does_not_import_the_training_stack(args):
     assert result["heavy"] == [], f"`autotrain {' '.join(args)}` imported {result['heavy']}"
 
 
+MISSING_PATHS = """\
+task: llm
+trainer: sft
+base_model: ./my-model
+project_name: runs/x
+data:
+  path: data/corpus.jsonl
+  column_mapping: {text: text}
+"""
+
+
+def test_validate_names_a_local_path_that_is_not_here_as_the_run_does(cli, tmp_path, monkeypatch):
+    """A base_model / data.path that only a path here can be, and is not: validate says at its line what the
+    run's preflight says (exit 2), where it used to answer `ok` for a run that could not start."""
+    from autotrain.config.load import load_config
+    from autotrain.training.hub import missing_paths
+
+    config = tmp_path / "c.yml"
+    config.write_text(MISSING_PATHS)
+    monkeypatch.chdir(tmp_path)
+    result = cli("validate", config)
+    assert result.exit_code == 2, result.output
+    preflight = missing_paths(load_config(config).config)  # what the run says, one line each
+    assert len(preflight) == 2 and f"folder you run from, {tmp_path}" in preflight[1], preflight
+    for line_no, said in zip((3, 6), preflight, strict=True):
+        field, message = said.split(" ", 1)
+        assert f"{config}:{line_no}:" in result.stderr and f": {field}: {message}" in result.stderr, result.stderr
+    (tmp_path / "my-model").mkdir()
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "corpus.jsonl").write_text('{"text": "hi"}\n')
+    assert cli("validate", config).exit_code == 0
+
+
+def test_validate_of_a_missing_local_path_imports_no_torch(tmp_path):
+    config = tmp_path / "c.yml"
+    config.write_text(MISSING_PATHS)
+    done = subprocess.run(
+        [sys.executable, "-c", STARTUP, "validate", str(config)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    result = json.loads(done.stdout.rsplit("\nRESULT ", 1)[1])
+    assert result["code"] == 2 and "does not exist on this machine" in done.stderr, done.stderr
+    assert result["heavy"] == [], result["heavy"]
+
+
 def test_the_top_level_help_reads_no_config_schema():
     """`autotrain --help` lists the commands: it needs none of the config schemas (pydantic and the config
     models cost it 0.14 s of its start-up when a command module imported them for its help text)."""
@@ -577,33 +629,84 @@ def test_validate_builds_only_the_schemas_its_config_uses():
     assert not built & unused, built
 
 
-def test_a_process_ended_early_still_finishes_its_threads_and_exit_handlers(tmp_path):
-    """Launched ranks and read-only commands end without the interpreter's teardown (`_exit_now`), yet
-    first do what a normal exit does before it: a non-daemon thread is joined, and the exit handlers run,
-    in that order; the exit code is kept."""
+ENDING = """
+import atexit, sys, threading, time
+from autotrain.cli.ending import skip_teardown  # as the CLI imports it: before anything registers a handler
+
+def log(line):
+    with open(sys.argv[1], "a") as f:
+        f.write(line + "\\n")
+
+class TornDown:
+    def __del__(self, path=sys.argv[1], open=open):  # what it needs, kept: the teardown clears the rest
+        with open(path, "a") as f:
+            f.write("teardown\\n")
+
+kept = TornDown()  # a module global: released by the interpreter's teardown of the modules
+
+def work():
+    time.sleep(0.5)
+    log("thread done")
+
+threading.Thread(target=work).start()
+atexit.register(log, "exit handler")
+if sys.argv[2] == "skip":
+    skip_teardown(3)
+raise SystemExit(3)
+"""
+
+
+@pytest.mark.parametrize("skip", [True, False], ids=["teardown-skipped", "plain-exit"])
+def test_a_process_ended_early_still_finishes_its_threads_and_exit_handlers(tmp_path, skip):
+    """Launched ranks and read-only commands end without the interpreter's teardown of the modules
+    (`skip_teardown`), yet first do what a normal exit does before it: a non-daemon thread is joined, and the
+    exit handlers run, in that order; the exit code is kept. A plain exit (the control) tears down."""
     log = tmp_path / "log"
-    script = textwrap.dedent(
-        f"""
-        import atexit, threading, time
-        from autotrain.cli.main import _exit_now
-
-        def log(line):
-            with open({str(log)!r}, "a") as f:
-                f.write(line + "\\n")
-
-        def work():
-            time.sleep(0.5)
-            log("thread done")
-
-        threading.Thread(target=work).start()
-        atexit.register(log, "exit handler")
-        _exit_now(3)
-        log("not reached")
-        """
-    )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    argv = [sys.executable, "-c", ENDING, str(log), "skip" if skip else "plain"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert done.returncode == 3, done.stderr
-    assert log.read_text().splitlines() == ["thread done", "exit handler"]
+    expected = ["thread done", "exit handler"] + ([] if skip else ["teardown"])
+    assert log.read_text().splitlines() == expected
+
+
+PROGRAM = """
+import sys, types
+sys.modules.setdefault("torch", types.ModuleType("torch"))  # stands for a dry run's torch, already loaded
+
+class TornDown:
+    def __del__(self, path=sys.argv[1], open=open):
+        with open(path, "a") as f:
+            f.write("teardown\\n")
+
+kept = TornDown()
+sys.argv = ["autotrain", "llm", "--config", sys.argv[2], "--dry-run"]
+"""
+AS_THE_PROGRAM = "from autotrain.cli.main import main\nmain()\n"  # as the console script runs it
+CALLED = "import autotrain.cli.main as cli\ntry:\n    cli.main()\nexcept SystemExit:\n    print('went on')\n"
+
+
+@pytest.mark.parametrize("runs", ["as-the-program", "called-by-other-code"])
+def test_only_the_program_itself_skips_the_teardown(tmp_path, runs):
+    """A read-only command skips the teardown when it is the program (the console script, `python -m`);
+    called by other code that goes on (a test), it leaves that process's exit alone."""
+    log, config = tmp_path / "log", tmp_path / "bad.yml"
+    config.write_text("task: llm\nbase_model: [x\n")  # refused at once: exit 2
+    code = PROGRAM + (AS_THE_PROGRAM if runs == "as-the-program" else CALLED)
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(log), str(config)], capture_output=True, text=True, timeout=120
+    )
+    if runs == "as-the-program":
+        assert done.returncode == 2 and not log.exists(), done.stderr
+    else:
+        assert done.returncode == 0 and done.stdout == "went on\n" and log.read_text() == "teardown\n", done.stderr
+
+
+def test_a_message_as_exit_code_is_said_and_ends_with_1(tmp_path):
+    code = (
+        "from autotrain.cli.ending import skip_teardown\nskip_teardown('no such run')\nraise SystemExit('no such run')"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stderr.strip() == "no such run", done
 
 
 # --- the templates run as they are ------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import inspect
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -71,6 +72,72 @@ def test_slurm_script(tmp_path, cli):
     assert "srun --nodes=4 --ntasks-per-node=1" in script
     assert '"distributed.machine_rank=$SLURM_NODEID"' in script and "distributed.num_machines=4" in script
     assert "distributed.num_processes=8" in script  # one process per GPU
+    # One task per machine runs its 8 processes: 4 cores each (Slurm's default is one for the whole task).
+    assert "#SBATCH --cpus-per-task=32" in script.splitlines()
+    assert "srun --nodes=4 --ntasks-per-node=1 --cpus-per-task=32" in script
+
+
+@pytest.mark.parametrize(
+    ("cluster", "dist", "workers", "cpus"),
+    [
+        ({"cpus_per_process": 10}, {}, 0, 80),  # the config's own count, per process
+        ({}, {}, 2, 48),  # 4 + one per data-loading worker, per process
+        ({"gpus_per_node": 0}, {"num_processes": 3}, 0, 12),  # a CPU run: the config's processes
+    ],
+)
+def test_slurm_cpus_per_task_follow_the_processes(tmp_path, cli, cluster, dist, workers, cpus):
+    config = gpu_config(tmp_path, **cluster)
+    data = yaml.safe_load(config.read_text())
+    data["distributed"].update(dist)
+    data["training_args"]["dataloader_num_workers"] = workers
+    config.write_text(yaml.safe_dump(data))
+    script = rendered(cli, config, "slurm")
+    assert f"#SBATCH --cpus-per-task={cpus}" in script.splitlines()
+    assert f"--ntasks-per-node=1 --cpus-per-task={cpus} " in script
+
+
+# A cluster's configuration as sbatch and srun read it before they ask the controller: enough for their option
+# parsers, which print every option they took (`-v`) and then fail to reach a controller that is not there
+# (at once: with the default timeouts they retry for 18 s).
+SLURM_CONF = """ClusterName=check
+SlurmctldHost=localhost
+MessageTimeout=1
+TCPTimeout=1
+GresTypes=gpu
+NodeName=node[1-4] CPUs=128 Gres=gpu:h100:8 State=UNKNOWN
+PartitionName=gpu Nodes=ALL Default=YES
+"""
+
+
+def slurm_options(tool: list[str], conf: Path) -> dict[str, str]:
+    """The options Slurm's own `tool` parsed, as it lists them under `-v`."""
+    env = {**os.environ, "SLURM_CONF": str(conf)}
+    done = subprocess.run([tool[0], "-v", *tool[1:]], env=env, capture_output=True, text=True, timeout=60)
+    lines = done.stderr.splitlines()
+    assert not any("nvalid" in line or "unrecognized" in line for line in lines), done.stderr
+    assert "Unable to contact slurm controller" in done.stderr, done.stderr  # parsed; only the controller is missing
+    listed = lines[
+        lines.index(f"{tool[0]}: defined options") + 2 : lines.index(f"{tool[0]}: end of defined options") - 1
+    ]
+    return {k.split(": ", 1)[1].strip(): v.strip() for k, v in (line.rsplit(" : ", 1) for line in listed)}
+
+
+def test_slurm_reads_the_script_as_written(tmp_path, cli):
+    """sbatch's and srun's own parsers (Debian's slurm-client) take every option of the script and its srun line."""
+    if not (shutil.which("sbatch") and shutil.which("srun")):
+        pytest.skip("Slurm's parsers not checked: no sbatch/srun here (apt-get install slurm-client)")
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(SLURM_CONF)
+    script = tmp_path / "job.sbatch"
+    script.write_text(rendered(cli, gpu_config(tmp_path), "slurm", "--nodes", "4"))
+    batch = slurm_options(["sbatch", "--test-only", str(script)], conf)
+    assert batch["cpus-per-task"] == "32" and batch["nodes"] == "4" and batch["ntasks-per-node"] == "1", batch
+    assert batch["gpus-per-node"] == "h100:8", batch
+    assert batch["partition"] == "gpu" and batch["time"] == "04:00:00" and batch["signal"] == "TERM@300", batch
+    srun_line = next(line for line in script.read_text().splitlines() if line.startswith("srun "))
+    words = shlex.split(srun_line)
+    step = slurm_options([*words[: words.index("bash")], "true"], conf)
+    assert step["cpus-per-task"] == "32" and step["nodes"] == "4" and step["kill-on-bad-exit"] == "1", step
 
 
 def k8s_objects(text: str):

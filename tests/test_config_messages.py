@@ -99,7 +99,7 @@ def test_messages_are_plain_not_pydantic(cli, tmp_path):
     assert result.exit_code == 2
     assert "Input should" not in result.stderr and "unable to parse" not in result.stderr
     lines = [line.split(": ", 1)[1] for line in result.stderr.splitlines()[:-1]]
-    assert "training_args.batch_size: must be a whole number (got `four`)" in lines
+    assert "training_args.batch_size: expected a number of samples, or `auto` (got `four`)" in lines
     assert "training_args.lr: must be a number (got `abc`)" in lines
     assert "peft.r: must be a whole number (got `1.5`)" in lines
     assert "peft.target_modules: must be text or a list of text (got `7`)" in lines  # one line, not one per type
@@ -128,7 +128,7 @@ def test_a_set_error_names_its_path_once(cli):
     result = cli("validate", REPO_ROOT / "configs/llm/quickstart.yml", "--set", "training_args.batch_size=four")
     assert result.exit_code == 2
     assert result.stderr.splitlines() == [
-        "--set training_args.batch_size: must be a whole number (got `four`)",
+        "--set training_args.batch_size: expected a number of samples, or `auto` (got `four`)",
         "1 problem found.",
     ]
 

@@ -209,13 +209,34 @@ def test_runs_as_a_non_root_user(dockerfile):
     assert f"useradd --create-home --uid 1000 --shell /bin/bash {users[-1]}" in " ".join(values(dockerfile, "RUN"))
 
 
-def test_hf_home_is_a_volume(dockerfile):
-    env = {}
-    for args in values(dockerfile, "ENV"):
-        env.update(key_values(args))
-    volumes = [v for args in values(dockerfile, "VOLUME") for v in exec_form(args)]
-    assert env.get("HF_HOME") in volumes
+def test_hf_home_is_for_a_named_volume_and_the_image_leaves_none(dockerfile):
+    """A VOLUME would give each container an anonymous volume that outlives it (`--rm` aside): the documented
+    commands mount a named one at HF_HOME instead, made writable for any uid (a fresh volume takes the mode)."""
+    env = env_of(dockerfile)
+    assert values(dockerfile, "VOLUME") == []
+    runs = " ".join(values(dockerfile, "RUN"))
+    assert env["HF_HOME"] == "/cache/huggingface" and 'chmod 1777 "$HF_HOME"' in runs
     assert "/workspace" in values(dockerfile, "WORKDIR")
+
+
+def test_the_apt_layer_keeps_no_lists_or_caches(dockerfile):
+    """Not every base has Docker's clean-up hook (Debian's debootstrap has none): the RUN that installs with
+    apt removes, in the same layer, its lists, the downloaded packages and its binary caches (~130 MB)."""
+    (apt,) = [args for args in values(dockerfile, "RUN") if "apt-get install" in args]
+    steps = [step.strip() for step in apt.split("&&")]
+    assert steps[0] == "apt-get update -qq" and "apt-get clean" in steps
+    assert "rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/cache/apt/archives/*.deb" in steps
+
+
+def test_the_image_says_it_is_the_image(dockerfile):
+    """autotrain's hints name the build arguments in the image, told by a variable the Dockerfile sets."""
+    from autotrain import hints
+
+    assert env_of(dockerfile)[hints.IMAGE] == "1"
+    args = {key for value in values(dockerfile, "ARG") for key in key_values(value)}
+    assert {"EXTRA_PACKAGES", "COMPILER"} <= args  # what hints.REBUILD and compiler_hint name
+    runs = " ".join(values(dockerfile, "RUN"))
+    assert 'if [ -n "$EXTRA_PACKAGES" ]; then pip install --quiet $EXTRA_PACKAGES; fi' in runs
 
 
 def ignored(patterns: list[str], path: str) -> bool:
@@ -256,11 +277,64 @@ def test_dockerignore_keeps_the_context_small():
         assert not ignored(patterns, path), f"{path} belongs in the image"
 
 
+APP = (
+    "docker run --rm --gpus all --stop-timeout 300 -p 7860:7860 -e AUTOTRAIN_APP_URL=http://localhost:7860 "
+    '-v "$PWD":/workspace -v autotrain-hf:/cache/huggingface autotrain app'
+)
+CACHE = "-v autotrain-hf:/cache/huggingface"
+
+
 def test_docs_show_build_and_run():
     docs = (ROOT / "README.md").read_text()
     assert "docker build -t autotrain ." in docs
-    run = next(line for line in docs.splitlines() if line.startswith("docker run --gpus all"))
+    run = next(line for line in docs.splitlines() if line.startswith("docker run --rm --gpus all"))
     assert '-v "$PWD":/workspace' in run and "autotrain llm --config" in docs
     assert "--stop-timeout" in run  # docker's 10 s before SIGKILL is short for saving a large checkpoint
-    lines = docs.splitlines()
-    assert any(line.startswith("docker run") and "-p 7860:7860" in line and " app" in line for line in lines)
+    # the address to open; --stop-timeout: the app stops its runs, each saving a checkpoint, and waits (240 s)
+    assert APP in docs.splitlines()
+
+
+def documented_docker_runs() -> list[tuple[str, str]]:
+    """(file, command) of every `docker run` of the image in the README, docs/ and the Dockerfile's comments:
+    code lines, inline code and comment lines joined at `\\`. Fragments that name no image (`docker run -p
+    N:7860`) are left out."""
+    found = []
+    texts = {path.name: path.read_text() for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]}
+    comments = [line.lstrip("# ") for line in (ROOT / "Dockerfile").read_text().splitlines() if line.startswith("#")]
+    texts["Dockerfile"] = "\n".join(comments).replace("\\\n", " ")
+    for name, text in texts.items():
+        commands = re.findall(r"`(docker run [^`]*)`", text)
+        commands += [line.strip() for line in text.splitlines() if line.strip().startswith("docker run ")]
+        found += [(name, re.sub(r"\s+", " ", c)) for c in commands if re.search(r" autotrain( |$)", c)]
+    return found
+
+
+def test_every_documented_docker_run_removes_its_container_and_names_its_volume():
+    """`--rm`, so attempts do not pile up in `docker ps -a`; a command that trains or starts the app mounts
+    the named cache volume (the image declares none, so nothing anonymous is left either)."""
+    commands = documented_docker_runs()
+    assert {name for name, _ in commands} >= {"README.md", "distributed.md", "docker.md", "Dockerfile"}
+    for name, command in commands:
+        assert " --rm " in command, f"{name}: {command}"
+        image_args = re.split(r" autotrain( |$)", command, maxsplit=1)[-1]
+        if re.search(r"(^| )(llm|app|--config)( |$)", image_args):
+            assert CACHE in command, f"{name}: {command}"
+        assert re.findall(r"-v (\S+):/cache/huggingface", command) in ([], ["autotrain-hf"]), f"{name}: {command}"
+    assert {name for name, command in commands if command == APP} >= {"README.md", "distributed.md", "docker.md"}
+
+
+def test_the_docs_say_how_to_add_packages():
+    """The container cannot install into the environment (root's): the docs say so and name the build
+    argument; no sentence promises that a user's `pip install` is kept to the base's torch."""
+    docker = (ROOT / "docs" / "docker.md").read_text()
+    assert "## Adding packages" in docker
+    assert 'docker build --build-arg EXTRA_PACKAGES="wandb deepspeed" -t autotrain .' in docker
+    for path in [
+        ROOT / "README.md",
+        ROOT / "docs" / "docker.md",
+        ROOT / "docs" / "distributed.md",
+        ROOT / "Dockerfile",
+    ]:
+        text = re.sub(r"\s+", " ", path.read_text())
+        assert "a user's" not in text and "the user's included" not in text, path.name
+        assert 'EXTRA_PACKAGES="' in text, path.name

@@ -101,6 +101,50 @@ def test_ollama_export_template_renders_the_training_prompt(cli, tiny_run, tmp_p
     assert report["gguf"]["tensor_types"] == {"Q8_0": 15, "F32": 5}
 
 
+def test_a_lossy_export_passes_by_the_token_rule_it_states(cli, tiny_run, tmp_path):
+    """q4_0 changes answers by design: it passes when at least 60% of the trained model's greedy tokens stay
+    the export's top token, and the output says so beside the figures."""
+    out = tmp_path / "q4"
+    result = cli("export", tiny_run, "--quant", "q4_0", "-o", out)
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.stdout.splitlines() if x.startswith("parity passed: "))
+    assert "% of tokens agree" in line and "(q4_0: at least 60% of tokens required)" in line, line
+    report = json.loads((out / "export_report.json").read_text())
+    assert report["rule"] == "q4_0: at least 60% of tokens required" and report["failures"] == []
+    assert "q4_0: at least 60% of tokens required" in (out / "README.md").read_text()
+
+
+def flat_embeddings(folder: Path) -> Path:
+    """The tiny Llama with every embedding value 1 + N(0, 0.03): its tokens differ only in what lies below a
+    q4_0 block's step (max / 8), which the file rounds away; q8_0's step (max / 127) keeps most of it."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(TINY, folder)
+    weights = load_file(folder / "model.safetensors")
+    torch.manual_seed(0)
+    embedding = weights["model.embed_tokens.weight"]
+    weights["model.embed_tokens.weight"] = (1.0 + 0.03 * torch.randn_like(embedding)).to(embedding.dtype)
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    return folder
+
+
+def test_a_lossy_export_that_loses_the_answers_fails_with_exit_4(cli, tmp_path):
+    run = make_run(tmp_path / "run", weights=flat_embeddings(tmp_path / "flat"))
+    out = tmp_path / "q4"
+    result = cli("export", run, "--quant", "q4_0", "-o", out)
+    assert result.exit_code == EXIT_PARITY, result.output
+    assert "parity check failed: transformers: " in result.stderr
+    assert "% of the trained model's greedy tokens are the export's top token (q4_0: at least 60%" in result.stderr
+    assert not out.exists() and (tmp_path / "q4.failed" / "export_report.json").is_file()
+    report = json.loads((tmp_path / "q4.failed" / "export_report.json").read_text())
+    written = report["parity"]["readers"]["transformers"]["vs_written_weights"]
+    assert written["max_logit_diff"] < 1e-3  # the file holds what it should: the quantization lost the answers
+    assert report["parity"]["readers"]["transformers"]["vs_trained"]["token_agreement_pct"] < 60
+    kept = cli("export", run, "--quant", "q8_0", "-o", tmp_path / "q8")  # finer steps keep them
+    assert kept.exit_code == 0, kept.output
+
+
 def test_without_the_llama_cpp_q_k_layout_the_parity_check_fails(cli, tiny_run, tmp_path, monkeypatch):
     """The permutation matters, and the check sees it: unpermuted Q/K weights read back scrambled."""
     from autotrain.export import gguf_file
@@ -378,6 +422,17 @@ def test_the_modelfile_carries_the_runs_system_prompt_where_the_template_has_one
     assert 'SYSTEM """Default."""' in modelfile_text("m.gguf", chatml, None)  # SmolLM2's own default
     mistral = ChatFamily("mistral", FAMILIES["mistral"][0][0].replace("{EOS}", "</s>"), ("</s>",), None, "<s>")
     assert "SYSTEM" not in modelfile_text("m.gguf", mistral, "Talk like a pirate.")  # its template drops it
+
+
+def test_the_modelfile_decodes_greedily_as_the_parity_check_did():
+    """Ollama samples by default (temperature 0.8, top_k 40, top_p 0.9, repeat_penalty 1.1): the export's
+    answers would differ from the greedy ones the parity check compared. The Modelfile asks for greedy."""
+    from autotrain.export.modelfile import FAMILIES, ChatFamily, modelfile_text
+
+    chatml = ChatFamily("chatml", FAMILIES["chatml"][0][0], ("<|im_end|>",), None, "")
+    lines = modelfile_text("m.gguf", chatml, None).splitlines()
+    assert "PARAMETER temperature 0" in lines and "PARAMETER repeat_penalty 1" in lines, lines
+    assert any(line.startswith("# ") and "greedy" in line for line in lines), lines
 
 
 def test_the_llama_cpp_reader_is_used_when_installed(cli, tiny_run, tmp_path, monkeypatch):

@@ -170,7 +170,7 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(cli, regressor, tmp_path, mo
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in result.output
     assert errors[0].startswith(f"error: no space left on the device writing `out` in `{tmp_path}`: it needs about ")
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.lock"]  # no staging folder, nothing under `out`
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no staging folder, nothing under `out`, no lock
 
 
 def test_a_second_export_to_the_same_output_is_refused(cli, regressor, tmp_path):
@@ -181,9 +181,10 @@ def test_a_second_export_to_the_same_output_is_refused(cli, regressor, tmp_path)
     out = tmp_path / "out"
     with locked(out):  # another export holds it (flock: a second open of the lock file conflicts)
         result = cli("export", regressor, "-f", "merged", "-o", out)
+        assert (tmp_path / ".out.lock").is_file()  # the refused export leaves the holder's lock alone
     assert result.exit_code == 2
     assert f"error: another export to `{out}` is under way (pid {os.getpid()})" in result.stderr
-    assert not out.exists()
+    assert not out.exists() and not (tmp_path / ".out.lock").exists()  # the holder's release removed it
 
 
 @pytest.mark.parametrize("fmt", ["gguf", "ollama"])

@@ -28,7 +28,10 @@ def config_file(tmp_path: Path, **changes) -> Path:
 
 
 def test_a_gguf_file_as_base_model_validates(cli, tmp_path):
-    result = cli("validate", config_file(tmp_path, base_model="models/SmolLM2.Q4_1.gguf"))
+    gguf = tmp_path / "models" / "SmolLM2.Q4_1.gguf"  # validate checks that a local path is there
+    gguf.parent.mkdir()
+    gguf.write_bytes(b"GGUF")
+    result = cli("validate", config_file(tmp_path, base_model=str(gguf)))
     assert result.exit_code == 0, result.output
     loaded = load_config(config_file(tmp_path, base_model="~/models/m.gguf"))
     assert loaded.config.gguf == (str(Path.home() / "models"), "m.gguf")

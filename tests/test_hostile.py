@@ -41,13 +41,10 @@ ASSETS = Path(__file__).parent / "assets"
 QUICKSTART = REPO_ROOT / "configs" / "llm" / "quickstart.yml"
 
 SECRET = "hf_SECRETabc123"
-# A guard against hangs and runaway work, not a speed target (benchmarks/cli_startup.py measures start-up):
-# a config check takes well under a second of its own work, and this leaves room for a loaded 2-core
-# machine, where a process start-up has taken 5-7 s.
-WALL_LIMIT = 15.0
-# `llm --dry-run` imports the training stack and builds the plan: 4-10 s alone here, and once over 20 s
-# in a clean-clone CI run.
-DRY_RUN_WALL_LIMIT = 45.0
+# No wall-clock limit: each command runs under a watchdog that kills it after its timeout (a case's
+# `timeout`, 60 s by default), which fails the test as a hang; how fast the CLI starts is measured by
+# benchmarks/cli_startup.py, not asserted on a loaded machine. Runaway work is checked where it could
+# happen, by what it would do (a data path of `/`: no folder is listed).
 RSS_LIMIT_MIB = 300
 # A safety net, not a check: a runaway child gets MemoryError instead of taking the machine down.
 CAP_LIGHT = 4 << 30  # commands that never import torch
@@ -100,6 +97,8 @@ def base_env(home: Path, **extra: str) -> dict[str, str]:
         "HOME": str(home),
         "HF_HUB_OFFLINE": "1",
         "PYTHONHASHSEED": "0",
+        # this checkout's package, wherever the environment's editable install points
+        "PYTHONPATH": str(REPO_ROOT),
         # The configs name hub ids that this offline machine cannot check; that check has its own tests.
         "AUTOTRAIN_SKIP_HUB_CHECK": "1",
     }
@@ -288,7 +287,7 @@ class Case:
     env: dict[str, str] = field(default_factory=dict)
     secret: str | None = None  # must appear in no output and no file
     max_rss_mib: float | None = None
-    timeout: float = 60  # killed after: a guard against hangs (see WALL_LIMIT), not a speed target
+    timeout: float = 60  # killed after: a guard against hangs, not a speed target
     check: Callable[[Result], None] | None = None
 
 
@@ -378,8 +377,9 @@ CASES = [
          expect=("--set",), secret=SECRET),
     Case("dry-run-set-token", ("llm", "--config", "{F}", "--dry-run", "--set", f"hub.token={SECRET}"), code=0,
          file="valid.yml", secret=SECRET),
-    Case("validate-token-in-data-path", ("validate", "{F}"), code=0, file="token-in-data-path.yml",
-         env={"HF_TOKEN": SECRET}, secret=SECRET),
+    Case("validate-token-in-data-path", ("validate", "{F}"), code=2,
+         expect=("data.path: `***/data.jsonl` does not exist on this machine",), lines=(7,),
+         file="token-in-data-path.yml", env={"HF_TOKEN": SECRET}, secret=SECRET),
     Case("dry-run-token-in-data-path", ("llm", "--config", "{F}", "--dry-run"), code=2,
          expect=("data.path `***/data.jsonl` does not exist on this machine",),
          file="token-in-data-path.yml", env={"HF_TOKEN": SECRET}, secret=SECRET),
@@ -417,7 +417,6 @@ def test_hostile_input(case: Case, tmp_path: Path):
 
     assert_no_crash(r, case.timeout)
     assert r.code == case.code, f"exit {r.code}, expected {case.code}\n{r.output[-3000:]}"
-    assert r.wall < (DRY_RUN_WALL_LIMIT if "--dry-run" in case.args else WALL_LIMIT), f"took {r.wall:.1f} s"
     if case.max_rss_mib is not None:
         assert r.rss_mib < case.max_rss_mib, f"peak RSS {r.rss_mib:.0f} MiB"
     for dotted in case.fields:
@@ -485,7 +484,6 @@ def test_overwrite_never_deletes_a_folder_it_did_not_make(sacrificial: Path, pro
     assert r.code == 2, f"exit {r.code}\n{r.output[-3000:]}"
     assert_names_field(r, "project_name")
     assert_position(r, "config.yml", 5)
-    assert r.wall < WALL_LIMIT, f"took {r.wall:.1f} s"
 
 
 @pytest.mark.parametrize(
@@ -511,7 +509,6 @@ def test_overwrite_refuses_a_run_folder_autotrain_did_not_make(tmp_path: Path, f
     assert_no_crash(r, 60)
     assert r.code == 2, f"exit {r.code}\n{r.output[-3000:]}"
     assert "lookalike" in r.output
-    assert r.wall < WALL_LIMIT, f"took {r.wall:.1f} s"
 
 
 # --- 5. secrets in files ------------------------------------------------------------------------------
@@ -552,6 +549,20 @@ def test_secret_in_data_path_of_a_started_run(tmp_path: Path):
 # --- 6. data paths that are not data ------------------------------------------------------------------
 
 
+def test_data_path_root_is_refused_before_any_folder_is_listed(cli, tmp_path: Path, monkeypatch):
+    """What a data path of `/` could cost, checked by what it would do: no folder is listed (in this process:
+    the command line's own code, as the subprocess below runs it)."""
+    listed: list[str] = []
+    for name in ("scandir", "listdir"):
+        real = getattr(os, name)
+        monkeypatch.setattr(os, name, lambda path=".", real=real: listed.append(os.fspath(path)) or real(path))
+    config = tmp_path / "config.yml"
+    config.write_text(base_config(str(tmp_path / "run"), local=True).replace(str(ASSETS / "data" / "text.jsonl"), "/"))
+    result = cli("llm", "--config", config)
+    assert result.exit_code == 2 and "data.path" in result.stderr, result.output
+    assert "/" not in {os.path.abspath(path) for path in listed}, listed
+
+
 def test_data_path_root_is_refused_without_walking_the_file_system(tmp_path: Path):
     work = tmp_path / "work"
     work.mkdir()
@@ -564,7 +575,6 @@ def test_data_path_root_is_refused_without_walking_the_file_system(tmp_path: Pat
     assert_no_crash(r, 20)
     assert r.code == 2, f"exit {r.code}\n{r.output[-3000:]}"
     assert_names_field(r, "data.path")
-    assert r.wall < WALL_LIMIT, f"took {r.wall:.1f} s"
 
 
 @pytest.mark.slow

@@ -293,6 +293,7 @@ def test_a_run_whose_weights_would_run_code_is_refused_without_advice(cli, tmp_p
     run = tmp_path / "run"
     shutil.copytree(TINY, run, ignore=shutil.ignore_patterns("*.safetensors"))
     shutil.copy(llm_config(tmp_path, tmp_path / "elsewhere"), run / "autotrain.yaml")
+    record_plan(run)
     weights = run / "pytorch_model.bin"
     damage(weights, "pickle", tmp_path / "PWNED")
     data = tmp_path / "rows.jsonl"
@@ -355,6 +356,16 @@ def untrained_run(tmp_path: Path, task: str) -> Path:
     run = tmp_path / "run"
     shutil.copytree(ASSETS / model, run)
     (run / "autotrain.yaml").write_text(yaml.safe_dump(config))
+    return record_plan(run)
+
+
+def record_plan(run: Path) -> Path:
+    """run.json as training writes it for the run's saved config on this machine: the plan its model loads by."""
+    from autotrain.config.load import load_saved
+    from autotrain.training.plan import resolve_plan
+
+    plan = resolve_plan(load_saved(run / "autotrain.yaml"), device="cpu")
+    (run / "run.json").write_text(json.dumps({"status": "completed", "plan": plan.record()}))
     return run
 
 

@@ -335,6 +335,51 @@ def test_chat_stdin_that_is_not_utf8_is_bad_input(llm_run, prompts):
     assert len(prompts) == 1  # the first line was answered
 
 
+@pytest.fixture
+def unloaded_llm_run(tmp_path, monkeypatch) -> Path:
+    """A folder that reads as a finished llm run, whose model is never loaded: loading it says `loaded: N`."""
+    import autotrain.inference.load as load_module
+    from autotrain.errors import UserInputError
+
+    config = yaml.safe_load((REPO / "configs" / "llm" / "quickstart.yml").read_text())
+    config["base_model"] = str(REPO / config["base_model"])
+    config["data"]["path"] = str(REPO / config["data"]["path"])
+    config["project_name"] = str(tmp_path / "run")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "autotrain.yaml").write_text(yaml.safe_dump(config))
+    (tmp_path / "run" / "config.json").write_text("{}")
+    (tmp_path / "run" / ".autotrain-run").write_text("")  # a folder autotrain made: its saved config is its own
+
+    def loaded(run_dir, device, cfg=None):
+        raise UserInputError("loaded: the model would load now")
+
+    monkeypatch.setattr(load_module, "load_run", loaded)
+    return tmp_path / "run"
+
+
+@pytest.mark.parametrize("piped", ["", "\n  \n"], ids=["closed", "blank"])
+def test_chat_without_a_terminal_or_a_message_says_how_to_chat(unloaded_llm_run, piped):
+    """`docker run IMAGE chat RUN` without -i: stdin is empty and no terminal. It used to print nothing and
+    exit 0; now one line says how to chat, exit 2, before the model loads."""
+    result = autotrain("chat", unloaded_llm_run, input=piped)
+    assert_bad_input(result, "-m TEXT", "pipe", "docker run -it")
+    assert "loaded" not in result.output
+
+
+def test_chat_with_stdin_closed_says_how_to_chat(unloaded_llm_run, monkeypatch):
+    from autotrain.errors import UserInputError
+    from autotrain.inference.chat import run_chat
+    from autotrain.inference.generate import GenerationSettings
+
+    monkeypatch.setattr(sys, "stdin", None)  # the process was started with its stdin closed (`<&-`)
+    with pytest.raises(UserInputError, match="docker run -it"):
+        run_chat(unloaded_llm_run, GenerationSettings())
+
+
+def test_chat_with_piped_text_goes_on_to_the_model(unloaded_llm_run):
+    assert_bad_input(autotrain("chat", unloaded_llm_run, input="hello\n"), "loaded: the model would load now")
+
+
 def test_chat_on_a_classifier_is_bad_input(text_run):
     assert_bad_input(autotrain("chat", text_run, "-m", "hi"), "generat")
 
@@ -430,3 +475,34 @@ def test_a_real_instruct_model_fine_tuned_briefly_still_answers(smollm2, tmp_pat
     assert result.exit_code == 0, result.output
     got = json.loads(result.stdout)
     assert got["scored"] == "answer tokens" and 1 < got["perplexity"] < 100
+
+
+def test_a_run_saved_config_is_read_as_it_is(tmp_path, monkeypatch):
+    """chat, predict, evaluate and export read the config a run saved (already translated, its variables
+    filled in and its paths checked when the run started) with its task's schema and rules alone: no
+    AutoTrain Advanced translation, --set overrides, variables or path checks again; a saved config that
+    breaks a rule is still refused."""
+    import autotrain.config.load as loader
+    from autotrain.errors import UserInputError
+    from autotrain.export.source import check_run
+    from autotrain.inference.load import read_config
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text("{}")
+    config = {"task": "llm", "trainer": "sft", "base_model": "gone/model", "project_name": str(run)}
+    config.update(data={"path": "/nowhere/data.jsonl"}, hub={"token": "***"}, training_args={"lr": 1e-4})
+    (run / "autotrain.yaml").write_text("# resolved config\n" + yaml.safe_dump(config))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a run's saved config went through the loading of a config a user wrote")
+
+    for name in ("apply_overrides", "interpolate", "check_paths", "text_problems"):
+        monkeypatch.setattr(loader, name, refuse)
+    monkeypatch.setattr(loader.advanced, "is_advanced", refuse)
+    cfg = read_config(run)
+    assert (cfg.trainer, cfg.base_model, cfg.training_args.lr, cfg.hub.token) == ("sft", "gone/model", 1e-4, "***")
+    assert check_run(run) == cfg
+    (run / "autotrain.yaml").write_text(yaml.safe_dump({**config, "training_args": {"lr": -1}}))
+    with pytest.raises(UserInputError, match=r"autotrain.yaml: not a valid autotrain config: .*training_args.lr"):
+        read_config(run)

@@ -309,6 +309,22 @@ def test_fused_adam_matches_reference(adam_w_mode, bias_correction):
         torch.testing.assert_close(p, q, rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("adam_w_mode", [True, False])
+def test_fused_adam_runs_torchs_fused_kernel_once_per_bucket(adam_w_mode):
+    """Through torch's public functional Adam(W), the kernel `AdamW(fused=True)` runs: one call for the
+    fp32 params (master weights included), one for the bf16 ones kept without."""
+    params = _params() + _params(torch.bfloat16)
+    opt = FusedAdam(
+        [{"params": params[:6]}, {"params": params[6:]}], adam_w_mode=adam_w_mode, master_weights=False, lr=1e-2
+    )
+    _set_grads(params, 0)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        opt.step()
+    names = [event.name for event in profile.events()]
+    kernel = "aten::_fused_adamw_" if adam_w_mode else "aten::_fused_adam_"
+    assert names.count(kernel) == 3, names  # group 1: fp32 and bf16 buckets; group 2: bf16
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_fused_adam_half_precision_matches_torch_fused(dtype):
     ours, ref = _params(dtype), _params(dtype)

@@ -76,6 +76,21 @@ def test_optimizer_cls_and_kwargs():
         optimizer_cls_and_kwargs("adamw_torch", {})
 
 
+@pytest.mark.parametrize("name", [n for n, spec in OPTIMIZERS.items() if spec.parts])
+def test_a_combination_declares_its_parts_as_its_arguments_and_class_take_them(name):
+    """The table says which argument of a combined optimizer holds which part's arguments: they are its
+    argument model's fields, of the part's own argument model, and its class takes them."""
+    import inspect
+
+    spec = OPTIMIZERS[name]
+    for argument, part in spec.parts:
+        assert OPTIMIZERS[part].bundled
+        assert spec.args.model_fields[argument].annotation is OPTIMIZERS[part].args
+        assert argument in inspect.signature(spec.load_class().__init__).parameters
+    _, kwargs = optimizer_cls_and_kwargs(name, {})
+    assert spec.part_kwargs(kwargs)[0] == (spec.parts[0][1], kwargs[spec.parts[0][0]])
+
+
 def test_hf_optimizer_settings():
     from transformers import TrainingArguments
 

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from autotrain.config.llm import LLMConfig
-from autotrain.inference.load import _llm_dtype, recorded_plan
+from autotrain.errors import UserInputError
+from autotrain.inference.load import _llm_dtype, read_plan
 from autotrain.training.plan import load_dtype, resolve_plan
 from autotrain.training.precision import Precision
 
@@ -45,14 +46,73 @@ def test_the_plan_records_its_load_dtype_and_its_refinements():
     ]
 
 
+def _recorded(tmp_path, plan_record) -> None:
+    (tmp_path / "run.json").write_text(json.dumps({"status": "completed", "plan": plan_record}))
+
+
 def test_inference_loads_in_the_recorded_dtype(tmp_path):
-    assert recorded_plan(tmp_path) == {} and _llm_dtype(tmp_path, "cpu") == torch.float32  # nothing recorded
-    (tmp_path / "run.json").write_text(json.dumps({"plan": {"load_dtype": "bfloat16"}}))
-    assert _llm_dtype(tmp_path, "cpu") == torch.bfloat16  # as trained, not decided again
-    (tmp_path / "run.json").write_text(json.dumps({"plan": {"load_dtype": "float16"}}))
-    assert _llm_dtype(tmp_path, "cpu") == torch.float32  # what a CPU cannot run fast
+    record = resolve_plan(_cfg(True), device="cpu").record()
+    for recorded, loaded in (("bfloat16", torch.bfloat16), ("float16", torch.float32), ("float32", torch.float32)):
+        _recorded(tmp_path, {**record, "load_dtype": recorded})
+        # as trained, not decided again; float16 is what a CPU cannot run fast
+        assert _llm_dtype(read_plan(tmp_path), "cpu") == loaded
+
+
+@pytest.mark.parametrize(
+    ("lora", "training"),
+    [
+        (True, {}),
+        (False, {"optimizer": "came_8bit+fused_adam", "optimizer_args": {"adam": {"betas": [0.8, 0.9]}}}),
+        (False, {"optimizer": "fused_adam", "max_steps": 7, "mixed_precision": "bf16"}),
+        (False, {"optimizer": "adafactor"}),
+    ],
+)
+def test_a_recorded_plan_reads_back_as_the_plan(lora, training):
+    """run.json's plan, read back, is a RunPlan that records the same (JSON holds a tuple as a list) and
+    holds what was decided, typed."""
+    from autotrain.optimizers.table import OPTIMIZERS
+    from autotrain.training.plan_record import plan_from_record
+
+    cfg = LLMConfig.model_validate({**BASE, "peft": {"enabled": lora}, "training_args": training})
+    plan = resolve_plan(cfg, device="cpu").refine("a check said so", padding_free="")
+    record = json.loads(json.dumps(plan.record()))
+    read = plan_from_record(record)
+    assert read.record() == record
+    assert (read.precision, read.load_dtype, read.world_size, read.dtypes) == (
+        plan.precision,
+        plan.load_dtype,
+        plan.world_size,
+        plan.dtypes,
+    )
+    assert read.refined == plan.refined and read.refined[0][2:] == ("", "a check said so")
+    assert read.optimizer.name == plan.optimizer.name
+    spec = OPTIMIZERS[plan.optimizer.name]
+    assert (read.optimizer.cls is None) is (not spec.bundled)
+    assert read.training_args == {
+        k: v for k, v in json.loads(json.dumps(plan.training_args)).items() if k != "output_dir"
+    }
+
+
+def test_a_record_missing_fields_is_an_error_naming_them(tmp_path):
+    """An old run's record without what the plan now holds is read as nothing invented: one error naming
+    every missing field, and inference stops with it (exit 2), naming the run."""
+    from autotrain.training.plan_record import RecordError, plan_from_record
+
+    record = resolve_plan(_cfg(True), device="cpu").record()
+    old = {k: v for k, v in record.items() if k not in ("load_dtype", "dtypes")}
+    with pytest.raises(RecordError, match=r"^the plan has no `load_dtype`, no `dtypes`"):
+        plan_from_record(old)
+    with pytest.raises(RecordError, match=r"`mixed_precision.resolved` is 7, not a string"):
+        plan_from_record({**record, "mixed_precision": {"asked": "auto", "resolved": 7}})
+    _recorded(tmp_path, old)
+    with pytest.raises(UserInputError, match=r"run.json`: the plan has no `load_dtype`.*older autotrain"):
+        read_plan(tmp_path)
     (tmp_path / "run.json").write_text("{not json")
-    assert _llm_dtype(tmp_path, "cpu") == torch.float32
+    with pytest.raises(UserInputError, match=r"run.json`: not JSON"):
+        read_plan(tmp_path)
+    (tmp_path / "run.json").unlink()
+    with pytest.raises(UserInputError, match=r"no run.json"):
+        read_plan(tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -84,3 +144,97 @@ def test_the_plan_records_the_dtypes_of_weights_gradients_and_state(monkeypatch,
         "optimizer_state": state,
         **({"master_weights": master} if master else {}),
     }
+
+
+def test_a_trainer_without_the_optimizer_argument_builds_the_planned_optimizer(tmp_path):
+    """TRL's DPO, KTO, GRPO and ORPO trainers take no `optimizer_cls_and_kwargs`: the planned optimizer is
+    what the Trainer's own `create_optimizer` builds (its decay / no-decay groups kept), through the public
+    hook it asks, and nothing is set on a built trainer."""
+    import inspect
+
+    from transformers import Trainer, TrainingArguments
+
+    from autotrain.optimizers import FusedAdam
+    from autotrain.trainers.common import make_trainer
+
+    class NoOptimizerArgument(Trainer):  # as TRL's: no `optimizer_cls_and_kwargs` among its arguments
+        def __init__(self, model, args):
+            super().__init__(model=model, args=args)
+
+    assert "optimizer_cls_and_kwargs" not in inspect.signature(NoOptimizerArgument.__init__).parameters
+    training = {"optimizer": "fused_adam", "weight_decay": 0.1}
+    cfg = LLMConfig.model_validate({**BASE, "peft": {"enabled": False}, "training_args": training})
+    plan = resolve_plan(cfg, device="cpu")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+    args = TrainingArguments(output_dir=str(tmp_path), weight_decay=0.1, report_to=[], use_cpu=True)
+    trainer, returned = make_trainer(NoOptimizerArgument, plan, model=model, args=args)
+    assert returned is plan and isinstance(trainer, NoOptimizerArgument)
+    assert trainer.optimizer_cls_and_kwargs is None
+    optimizer = trainer.create_optimizer()
+    assert type(optimizer) is FusedAdam and optimizer.defaults["lr"] == plan.optimizer.kwargs["lr"]
+    decays = sorted((g["weight_decay"], len(g["params"])) for g in optimizer.param_groups)
+    assert decays == [(0.0, 3), (0.1, 1)]  # the Linear's weight decays; its bias and the norm's do not
+
+
+@pytest.mark.parametrize("args_class", ["transformers:TrainingArguments", "trl:SFTConfig", "trl:DPOConfig"])
+def test_the_warm_up_spans_the_asked_fraction_of_the_steps(tmp_path, args_class):
+    """`warmup_ratio: 0.25` of 20 steps: the rate climbs linearly over the first 5 steps to `lr`, then the
+    linear schedule takes it down to 0 at step 20 (transformers 5 reads `warmup_steps` below 1 as a ratio)."""
+    import importlib
+
+    from transformers import Trainer
+
+    module, name = args_class.split(":")
+    training = {"lr": 1e-3, "warmup_ratio": 0.25, "max_steps": 20, "scheduler": "linear"}
+    plan = resolve_plan(LLMConfig.model_validate({**BASE, "training_args": training}), device="cpu")
+    args = getattr(importlib.import_module(module), name)(**{**plan.training_args, "output_dir": str(tmp_path)})
+    trainer = Trainer(model=torch.nn.Linear(2, 1), args=args)
+    trainer.create_optimizer_and_scheduler(num_training_steps=20)
+    rates = []
+    for _ in range(21):
+        rates.append(trainer.lr_scheduler.get_last_lr()[0])
+        trainer.optimizer.step()
+        trainer.lr_scheduler.step()
+    assert rates[:6] == pytest.approx([1e-3 * step / 5 for step in range(6)])
+    assert rates[5:] == pytest.approx([1e-3 * (20 - step) / 15 for step in range(5, 21)])
+
+
+@pytest.mark.parametrize(
+    "peft",
+    [
+        {"enabled": True, "use_dora": True, "use_rslora": True, "loraplus_lr_ratio": 8},
+        {"enabled": True, "init": "pissa", "pissa_niter": 4},
+        {"enabled": True, "init": "olora"},
+    ],
+)
+def test_a_recorded_adapter_reads_back_as_planned(peft):
+    """The LoRA variant a run trained (method, scale rule, init, LoRA+ ratio) reads back from its record as
+    the plan had it."""
+    from autotrain.training.plan_record import plan_from_record
+
+    cfg = LLMConfig.model_validate({**BASE, "peft": peft})
+    plan = resolve_plan(cfg, device="cpu")
+    read = plan_from_record(json.loads(json.dumps(plan.record())))
+    assert read.adapter == plan.adapter and read.adapter is not None
+
+
+def test_a_record_from_before_the_adapter_and_the_batch_were_recorded_reads_back():
+    """The documented migrations (plan_record.ADDED_LATER): a record written before the plan held its adapter
+    reads back without one, and its batch from the TrainingArguments it recorded; a record whose adapter is
+    malformed is an error naming the field."""
+    from autotrain.training.plan_record import RecordError, plan_from_record
+
+    cfg = LLMConfig.model_validate({**BASE, "peft": {"enabled": True}, "training_args": {"batch_size": 3}})
+    record = json.loads(json.dumps(resolve_plan(cfg, device="cpu").record()))
+    older = {
+        key: value
+        for key, value in record.items()
+        if key not in ("adapter", "batch_size", "gradient_accumulation", "cross_entropy")
+    }
+    assert plan_from_record(record).cross_entropy == "chunked"
+    read = plan_from_record(older)
+    assert read.adapter is None and read.cross_entropy == ""
+    assert (read.batch_size, read.gradient_accumulation) == (3, 1)
+    record["adapter"]["init_lora_weights"] = 3
+    with pytest.raises(RecordError, match="adapter.init_lora_weights"):
+        plan_from_record(record)

@@ -80,11 +80,11 @@ def _uncut(cfg, plan) -> list[list[int]]:
     from autotrain.data.llm import load_llm_split
     from autotrain.trainers.common import build_tokenizer
     from autotrain.trainers.llm.preview import use_chat_template
-    from autotrain.trainers.llm.sft_data import sft_prepared
+    from autotrain.trainers.llm.sft_data import label_rows
 
     tokenizer = build_tokenizer(cfg)
     use_chat_template(tokenizer, cfg)
-    return sft_prepared(cfg, plan, tokenizer, load_llm_split(cfg, "train"), None)["input_ids"]
+    return label_rows(cfg, tokenizer, load_llm_split(cfg, "train").to_dict())[0]
 
 
 def test_a_chat_dataset_without_a_chat_template_is_flagged(tmp_path, cli):

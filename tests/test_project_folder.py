@@ -3,6 +3,7 @@ test_hostile.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -19,13 +20,37 @@ def _in_tmp(tmp_path, monkeypatch):
 
 
 def test_claim_marks_and_locks_a_new_folder(tmp_path):
+    from autotrain.training.lifetime import identity
+
     project = ProjectFolder(tmp_path / "runs" / "a").claim(resume=None, overwrite=False)
     assert (tmp_path / "runs" / "a" / MARKER).is_file()
-    assert (tmp_path / "runs" / "a" / LOCK).read_text().strip() == str(os.getpid())
+    assert json.loads((tmp_path / "runs" / "a" / LOCK).read_text()) == identity()  # pid, start time, host
     with pytest.raises(UserInputError, match=rf"in use by another run \(pid {os.getpid()}\)"):
         ProjectFolder(tmp_path / "runs" / "a").claim(resume=None, overwrite=True)
     project.release()
-    ProjectFolder(tmp_path / "runs" / "a").claim(resume=None, overwrite=False).release()  # free again
+    assert (tmp_path / "runs" / "a" / LOCK).read_text() == ""  # released cleanly: no holder named
+    again = ProjectFolder(tmp_path / "runs" / "a").claim(resume=None, overwrite=False)  # free again
+    assert again.took_over is None
+    again.release()
+
+
+def test_a_lock_left_by_a_killed_run_is_taken_over_naming_it(tmp_path):
+    """A free lock that still names its holder was left by a process that ended without releasing it."""
+    import subprocess
+    import sys
+
+    from autotrain.training.lifetime import identity
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    killed = identity(child.pid)
+    child.kill()
+    child.wait()
+    folder = tmp_path / "runs" / "a"
+    ProjectFolder(folder).claim(resume=None, overwrite=False).release()
+    (folder / LOCK).write_text(json.dumps(killed) + "\n")
+    project = ProjectFolder(folder).claim(resume=None, overwrite=False)
+    assert project.took_over == killed
+    project.release()
 
 
 def test_overwrite_empties_only_a_folder_autotrain_made(tmp_path):

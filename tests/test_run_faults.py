@@ -395,6 +395,22 @@ def test_a_fingerprint_read_back_from_run_json_equals_the_configs(path):
     assert differences(recorded, None, fingerprint(load_config(path, [])), None) == []
 
 
+def test_a_setting_added_since_the_run_was_recorded_is_no_difference_at_its_default(tmp_path):
+    """A run recorded before a setting existed resumes under the autotrain that has it, where the config leaves
+    it at its default (the run's own behaviour); a config that sets it is listed as a change."""
+    from autotrain.config.load import load_config
+    from autotrain.run.fingerprint import differences, fingerprint
+
+    config = ASSETS.parents[1] / "configs" / "llm" / "quickstart.yml"
+    lora = ["peft.enabled=true"]
+    recorded = json.loads(json.dumps(fingerprint(load_config(config, lora))))
+    recorded.pop("defaulted")
+    del recorded["settings"]["peft.use_dora"]  # as an autotrain without DoRA recorded it
+    assert differences(recorded, None, fingerprint(load_config(config, lora)), None) == []
+    set_now = fingerprint(load_config(config, [*lora, "peft.use_dora=true"]))
+    assert [d.line() for d in differences(recorded, None, set_now, None)] == ["peft.use_dora: (not set) -> True"]
+
+
 def test_an_accepted_new_lr_applies_from_the_resumed_step_and_is_recorded(cli, tmp_path):
     config = llm_config(tmp_path, max_steps=2, save_steps=2, warmup_ratio=0.0)
     assert cli("llm", "--config", config).exit_code == 0
@@ -421,6 +437,43 @@ def test_an_accepted_new_lr_applies_from_the_resumed_step_and_is_recorded(cli, t
     assert {s: resumed[s] for s in (3, 4)} == pytest.approx({s: expected[s] for s in (3, 4)}, rel=1e-9)
 
 
+@pytest.mark.parametrize("lr", [1e-3, 5e-4])
+def test_a_resumed_schedule_has_the_rates_of_a_run_with_the_new_config(lr):
+    """The Trainer loads the checkpoint's scheduler state over the schedule the config now defines; the
+    rates from the resumed step on are those of a fresh run with the new lr and length, warm-up included."""
+    from types import SimpleNamespace
+
+    import torch
+    from transformers import get_scheduler
+
+    from autotrain.training.checkpoints import ResumedSchedule
+
+    def schedule(rate: float, steps: int, done: int):
+        params = [torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(1))]
+        optimizer = torch.optim.AdamW([{"params": params[:1]}, {"params": params[1:], "lr": rate / 2}], rate)
+        scheduler = get_scheduler("linear", optimizer, num_warmup_steps=3, num_training_steps=steps)
+        for _ in range(done):
+            optimizer.step()
+            scheduler.step()
+        return optimizer, scheduler
+
+    _, old = schedule(1e-3, 8, 4)  # the run that saved a checkpoint at step 4 of 8
+    optimizer, resumed = schedule(lr, 16, 0)  # resumed with max_steps 16 and `lr`
+    resumed.load_state_dict(old.state_dict())
+    for group, saved in zip(optimizer.param_groups, old.optimizer.param_groups, strict=True):
+        group.update(lr=saved["lr"], initial_lr=saved["initial_lr"])  # as the optimizer's state brings them
+    ResumedSchedule(lr, say=lambda line: None).on_train_begin(
+        None, SimpleNamespace(global_step=4), None, optimizer=optimizer, lr_scheduler=resumed
+    )
+    _, fresh = schedule(lr, 16, 4)
+    for _ in range(3):
+        assert resumed.get_last_lr() == pytest.approx(fresh.get_last_lr(), rel=1e-12)
+        assert [g["lr"] for g in optimizer.param_groups] == pytest.approx(fresh.get_last_lr(), rel=1e-12)
+        optimizer.step()
+        resumed.step()
+        fresh.step()
+
+
 def test_a_checkpoint_of_another_shape_is_bad_input_naming_it_and_the_tensor(cli, finished_run, tmp_path):
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -439,6 +492,49 @@ def test_a_checkpoint_of_another_shape_is_bad_input_naming_it_and_the_tensor(cli
 
 
 # --- the final save and max_steps -------------------------------------------------------------------------
+
+
+def test_a_finished_schedule_is_loaded_without_a_step_or_a_callback(tmp_path):
+    """A checkpoint at the end of the schedule (a run killed during its final save) is loaded as
+    `train(resume_from_checkpoint=...)` loads it, and not one step is trained from it, nor any callback
+    told that training begins (a logger would open a run for it)."""
+    import torch
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    from autotrain.training.checkpoints import load_finished_schedule
+
+    class Line(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(2))
+
+        def forward(self, x, labels):
+            return {"loss": ((x @ self.weight - labels) ** 2).mean()}
+
+    class Told(TrainerCallback):
+        def __init__(self):
+            self.events = []
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.events.append("begin")
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.events.append("step")
+
+    rows = [{"x": torch.tensor([1.0, float(i)]), "labels": torch.tensor(float(i))} for i in range(8)]
+    args = dict(output_dir=str(tmp_path), max_steps=4, per_device_train_batch_size=2, learning_rate=0.1,
+                save_steps=4, logging_steps=1, report_to=[], use_cpu=True, disable_tqdm=True)  # fmt: skip
+    Trainer(Line(), TrainingArguments(**args), train_dataset=rows).train()
+    told = Told()
+    trainer = Trainer(Line(), TrainingArguments(**args), train_dataset=rows, callbacks=[told])
+    load_finished_schedule(trainer, str(tmp_path / "checkpoint-4"))
+    from safetensors.torch import load_file
+
+    saved = load_file(tmp_path / "checkpoint-4" / "model.safetensors")["weight"]
+    assert torch.equal(trainer.model.weight.detach(), saved) and not torch.equal(saved, torch.zeros(2))
+    assert trainer.state.global_step == 4 and trainer.state.log_history  # the checkpoint's state
+    assert told.events == []
+    assert told in trainer.callback_handler.callbacks and len(trainer.callback_handler.callbacks) == 3
 
 
 @pytest.mark.slow
@@ -460,6 +556,11 @@ def test_a_run_killed_during_its_final_save_resumes_to_exactly_max_steps(tmp_pat
     assert json.loads((run / "trainer_state.json").read_text())["global_step"] == 4
     assert max(int(p.name.split("-")[1]) for p in run.glob("checkpoint-*")) == 4  # no checkpoint-5
     assert json.loads((run / "run.json").read_text())["status"] == "completed"
+    from safetensors.torch import load_file
+
+    [weights] = [p.name for p in run.glob("*.safetensors")]
+    final, checkpoint = load_file(run / weights), load_file(run / "checkpoint-4" / weights)
+    assert final.keys() == checkpoint.keys() and all(final[k].equal(checkpoint[k]) for k in final)
 
 
 @pytest.mark.slow
@@ -662,7 +763,7 @@ def test_an_export_onto_a_full_device_is_one_line_and_leaves_nothing(cli, tmp_pa
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in result.output, result.output
     assert errors[0].startswith(f"error: no space left on the device writing `out` in `{disk}`: it needs about ")
-    assert [p.name for p in disk.iterdir()] == [".out.lock"]  # no staging folder, nothing under `out`
+    assert [p.name for p in disk.iterdir()] == []  # no staging folder, nothing under `out`, no lock
 
 
 @pytest.mark.slow
@@ -683,6 +784,7 @@ def test_an_export_started_while_another_writes_the_same_output_is_refused(tmp_p
     assert f"error: another export to `{out}` is under way (pid {first.pid})" in refused
     assert first.returncode == 0, out_first
     assert len(list(out.glob("*.gguf"))) == 1
+    assert not (tmp_path / ".out.lock").exists()  # the refused one left the lock alone, the first removed it
 
 
 # --- SIGKILL at seeded random moments ---------------------------------------------------------------------

@@ -5,11 +5,13 @@ them per session through `text_tasks_assets.built`):
 - images of red squares on a 4x4 grid of 8x8-pixel cells (32x32 pixels): how many there are is the
   regression target (`count_rows`);
 - images of one or two coloured squares on a grey ground, with their boxes and colours (`box_rows`), for
-  detection;
+  detection; grey noise with one green square, anywhere or in a corner (`noise_square_rows`);
 - images of one coloured square, with a question and its answer (`vqa_rows`): "what color is the square?" ->
   `red`, "where is the square?" -> `left` / `right`;
 - `tiny_detr(folder)`: a DETR with a 2-stage ResNet backbone built from its config (no timm, no download)
-  and its image processor; `tiny_yolos(folder)`: a 2-layer YOLOS;
+  and its image processor; `tiny_yolos(folder)`: a 2-layer YOLOS; `tiny_rtdetr(folder)`: an RT-DETR on a
+  3-stage ResNet, the tiny detector that learns where a square is (YOLOS and DETR this small, from
+  scratch, learn its size but not its place in hundreds of steps);
 - `tiny_paligemma(folder)`, `tiny_idefics3(folder)`: random vision-language models of 40-80 thousand
   parameters with word-level tokenizers (the `tokenizers` library) and processors from config. (Qwen2-VL's
   and SmolVLM's processors carry a video processor, which transformers 5 builds only with torchvision.)
@@ -80,6 +82,34 @@ def box_rows(
         name = f"{i:04d}.png"
         image.save(folder / name)
         rows.append({"file_name": name, "objects": {"bbox": boxes, "category": categories}})
+    return rows
+
+
+def noise_square_rows(
+    folder: Path, rng: random.Random, count: int, size: tuple[int, int] = (64, 64), corners: bool = False
+) -> list[dict]:
+    """`count` PNGs (size = width, height) of grey noise with one green square (side 14-22 pixels), anywhere
+    or (`corners`) 0-3 pixels from a random corner; rows as `box_rows` writes them (category `square`)."""
+    import numpy as np
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    noise = np.random.default_rng(rng.randrange(2**32))
+    width, height = size
+    rows = []
+    for i in range(count):
+        grey = noise.normal(128, 40, (height, width)).clip(0, 255).astype(np.uint8)
+        pixels = np.repeat(grey[..., None], 3, axis=-1)
+        side = rng.randint(14, 22)
+        if corners:
+            x = rng.choice([rng.randint(0, 3), width - side - rng.randint(0, 3)])
+            y = rng.choice([rng.randint(0, 3), height - side - rng.randint(0, 3)])
+        else:
+            x, y = rng.randint(0, width - side), rng.randint(0, height - side)
+        pixels[y : y + side, x : x + side] = COLORS["green"]
+        name = f"{i:04d}.png"
+        Image.fromarray(pixels).save(folder / name)
+        rows.append({"file_name": name, "objects": {"bbox": [[x, y, side, side]], "category": ["square"]}})
     return rows
 
 
@@ -189,6 +219,47 @@ def tiny_yolos(out: Path, labels: tuple[str, ...] = ("red", "blue"), size: int =
     # model, trained from scratch, learns the boxes several times slower.
     square = {"shortest_edge": size, "longest_edge": size}
     YolosImageProcessorPil(size=square, image_mean=[0.5] * 3, image_std=[0.5] * 3).save_pretrained(out)
+    return out
+
+
+def tiny_rtdetr(out: Path, labels: tuple[str, ...] = ("square",), size: int = 64) -> Path:
+    """RT-DETR (d_model 32, one encoder and one decoder layer, 4 queries, no denoising queries) on a 3-stage
+    ResNet built from its config (feature maps at strides 16 and 32), and its image processor (PIL
+    backend). Its queries start from the encoder's best grid cells and predict boxes relative to them, so
+    even this small a model learns where a square is within a hundred steps."""
+    import torch
+    from transformers import RTDetrConfig, RTDetrForObjectDetection, RTDetrResNetConfig
+    from transformers.models.rt_detr.image_processing_pil_rt_detr import RTDetrImageProcessorPil
+
+    backbone = RTDetrResNetConfig(
+        embedding_size=16,
+        hidden_sizes=[16, 32, 64],
+        depths=[1, 1, 1],
+        layer_type="basic",
+        out_features=["stage2", "stage3"],
+    )
+    config = RTDetrConfig(
+        backbone_config=backbone,
+        encoder_hidden_dim=32,
+        encoder_in_channels=[32, 64],
+        feat_strides=[16, 32],
+        encode_proj_layers=[1],
+        encoder_ffn_dim=64,
+        encoder_attention_heads=2,
+        d_model=32,
+        decoder_in_channels=[32, 32],
+        num_feature_levels=2,
+        decoder_ffn_dim=64,
+        decoder_layers=1,
+        decoder_attention_heads=2,
+        decoder_n_points=2,
+        num_queries=4,
+        num_denoising=0,
+        **_labels(labels),
+    )
+    torch.manual_seed(0)
+    RTDetrForObjectDetection(config).save_pretrained(out)
+    RTDetrImageProcessorPil(size={"height": size, "width": size}).save_pretrained(out)
     return out
 
 

@@ -27,7 +27,7 @@ REPORT = "export_report.json"
 
 
 def register(app: FastAPI, runs: Runs) -> None:
-    children: dict[str, subprocess.Popen] = {}
+    children = runs.exports  # the app, stopped, stops these too (app/lifecycle.py)
     error = app.state.error
 
     @app.get("/api/export/options")
@@ -65,6 +65,8 @@ def register(app: FastAPI, runs: Runs) -> None:
             return error(409, f"run `{name}` is not finished (status: {status}); only a completed run exports")
         if children.get(name) is not None and children[name].poll() is None:
             return error(409, f"an export of `{name}` is already running")
+        if runs.closing:
+            return error(409, "the app is stopping: no export starts now")
         children[name] = _spawn(folder, runs.workdir, fmt, quant or DEFAULT_QUANT[fmt])
         return {"name": name, "format": fmt, "quant": quant or DEFAULT_QUANT[fmt], "pid": children[name].pid}
 

@@ -1,5 +1,7 @@
-"""Where the app listens and the addresses it prints: the port is taken before anything is announced,
-and in token mode the printed addresses are ones another machine can open."""
+"""Where the app listens and the addresses it prints: the port is taken before anything is announced, in
+token mode the printed addresses are ones another machine can open, and in a container (where the host port
+published for the app's port is not known inside) the app says the port it listens on and that the browser
+uses the published one, unless the address to open is given (--url, AUTOTRAIN_APP_URL)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ ANY = ("0.0.0.0", "::", "")
 # the addresses worth printing are the host's, not the container's.
 CONTAINER = "AUTOTRAIN_CONTAINER"
 TOKEN_VARIABLE = "AUTOTRAIN_APP_TOKEN"
+URL_VARIABLE = "AUTOTRAIN_APP_URL"
 MIN_TOKEN = 16
 
 
@@ -70,26 +73,48 @@ def addresses(host: str, port: int) -> list[str]:
     """URLs of the app: for a wildcard host, the machine's name and addresses (what others can open)."""
     if host not in ANY:
         return [f"http://{f'[{host}]' if ':' in host else host}:{port}/"]
-    if os.environ.get(CONTAINER):  # the container's own name and bridge address are no use on the host
-        return [f"http://localhost:{port}/"]
     names = [socket.gethostname(), *_own_addresses()]
     return [f"http://{name}:{port}/" for name in dict.fromkeys(n for n in names if n)]
 
 
-def serve(sock: socket.socket, host: str, port: int, runs_dir: Path) -> None:
-    """Run the app on `sock` until Ctrl-C; training runs it started keep going."""
+def url_problem(url: str | None) -> str | None:
+    if url and not (url.startswith(("http://", "https://")) and len(url) > len("https://")):
+        return f"--url / {URL_VARIABLE} must be the address a browser opens, http://HOST[:PORT][/PATH]: `{url}`"
+    return None
+
+
+def announce(host: str, port: int, token: str | None, url: str | None = None) -> list[str]:
+    """The lines that tell where to open the app: the address given (`url`), else, in a container listening
+    for the host, the port it listens on and the host port to use instead, else its own addresses."""
+    query = f"?token={token}" if token else ""
+    if url:
+        return [f"autotrain app: {url.rstrip('/')}/{query}", f"(listening on {host}:{port})"]
+    if os.environ.get(CONTAINER) and host in ANY:
+        return [
+            f"autotrain app: listening on port {port} inside the container; a browser on the host uses the port "
+            f"published for it",
+            f"open http://localhost:HOST_PORT/{query} from the host, HOST_PORT being N of `docker run -p N:{port}` "
+            f"(`docker port CONTAINER {port}` shows it); with -e {URL_VARIABLE}=http://localhost:N the app prints "
+            "the whole address",
+        ]
+    return [f"autotrain app: {address}{query}" for address in addresses(host, port)]
+
+
+def serve(sock: socket.socket, host: str, port: int, runs_dir: Path, url: str | None = None, stop_wait: float = 240):
+    """Run the app on `sock` until SIGTERM or Ctrl-C, which stop its runs cleanly (app/lifecycle.py); returns
+    the exit code."""
     import secrets as random
 
     import uvicorn
 
+    from autotrain.app.lifecycle import serve_until_stopped, take_over
     from autotrain.app.server import create_app
 
     token = None if security.is_loopback(host) else os.environ.get(TOKEN_VARIABLE) or random.token_urlsafe(24)
     app = create_app(runs_dir, Path.cwd(), token=token)
-    for url in addresses(host, port):
-        print(f"autotrain app: {url}" + (f"?token={token}" if token else ""), flush=True)
-    if os.environ.get(CONTAINER) and host in ANY:
-        print(f"(from the host, when the container was started with -p {port}:{port})", flush=True)
+    take_over(app.state.runs)
+    for line in announce(host, port, token, url):
+        print(line, flush=True)
     print(f"runs dir: {runs_dir}", flush=True)
     if token:
         print(
@@ -97,5 +122,6 @@ def serve(sock: socket.socket, host: str, port: int, runs_dir: Path) -> None:
             "or send Authorization: Bearer TOKEN",
             flush=True,
         )
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    server.run(sockets=[sock])
+    # A short grace for open requests (a chat reply streaming): the runs' checkpoints matter more.
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5))
+    return serve_until_stopped(server, sock, app.state.runs, stop_wait)

@@ -22,14 +22,13 @@ def add_routes(app: FastAPI) -> None:
     async def estimate(request: Request):
         """The memory estimate per device for the posted YAML, and its lines as the dry run prints them."""
         from autotrain.errors import UserInputError
-        from autotrain.run.fit import memory_lines, memory_record
-        from autotrain.training.plan import resolve_plan
+        from autotrain.run.fit import memory_lines, memory_record, planned
 
         loaded, refused = await loaded_config(request)
         if refused is not None:
             return refused
         try:
-            plan = resolve_plan(loaded.config)
+            plan = planned(loaded.config, loaded.config.hub.token)
         except UserInputError as exc:
             return error(400, str(exc))
         record = memory_record(loaded.config, plan, loaded.config.hub.token)

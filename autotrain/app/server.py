@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Body, FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
@@ -211,11 +211,15 @@ def _run_routes(app: FastAPI, runs: Runs) -> None:
             return error(409, str(exc))
 
     @app.post("/api/runs/{name}/resume")
-    def resume(name: str):
+    def resume(name: str, body: dict | None = Body(default=None)):
+        """`{"accept_changes": true}`: go on with a config that differs from the run's (`--accept-changes`)."""
         if not run_folder(runs.root, name).is_dir():
             return error(404, f"no run `{name}` in the runs dir")
+        accept = (body or {}).get("accept_changes", False)
+        if not isinstance(accept, bool):
+            return error(400, "accept_changes must be true or false")
         try:
-            return runs.resume(name)
+            return runs.resume(name, accept_changes=accept)
         except RunConflict as exc:
             return error(409, str(exc))
 

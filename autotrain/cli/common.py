@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 from typer.core import TyperCommand, TyperGroup
 
 from autotrain.errors import EXIT_BAD_INPUT, eprint
+from autotrain.hints import missing_path_hint
 
 
 def _bare_flags(params: list) -> list:
@@ -27,15 +30,25 @@ class Group(TyperGroup):
         return _bare_flags(super().get_params(ctx))
 
 
+def with_mount_hint(issue, path: Path | None):
+    """`issue`, and where it is about the config file `path` that is missing in the Docker image with no folder
+    mounted at /workspace, why: the user's folder was not mounted (autotrain.hints)."""
+    hint = missing_path_hint(path) if path is not None and issue.source == str(path) else None
+    if hint:
+        issue.message = f"{issue.message}; {hint}"
+    return issue
+
+
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
     """Print `error: message` and return the Exit to raise."""
     eprint(f"error: {message}")
     return typer.Exit(code)
 
 
-def report_config_error(error) -> typer.Exit:
+def report_config_error(error, path: Path | None = None) -> typer.Exit:
+    """Print each issue of a ConfigError (of the config file `path`) and return the Exit to raise."""
     for issue in error.issues:
-        eprint(issue.format())
+        eprint(with_mount_hint(issue, path).format())
     count = len(error.issues)
     eprint(f"{count} problem{'s' if count != 1 else ''} found; nothing was run.")
     return typer.Exit(EXIT_BAD_INPUT)

@@ -67,8 +67,12 @@ def summary_line(report: dict) -> str:
         row = result.get("vs_trained", result)
         diff = row.get("max_logit_diff", row.get("max_logit_diff_first_token"))
         rows = "prompts" if report.get("task", "llm") == "llm" else "rows"  # other tasks: rows of data predicted
-        part = f"{reader}: {row['prompts_agreeing']}/{row['prompts']} {rows} agree, max logit diff {diff:.3g}"
+        part = f"{reader}: {row['prompts_agreeing']}/{row['prompts']} {rows} agree"
+        if row.get("token_agreement_pct") is not None:
+            part += f", {row['token_agreement_pct']:g}% of tokens agree"
+        part += f", max logit diff {diff:.3g}"
         if "max_prediction_diff" in row:  # scores, values, embeddings: the numbers predict writes
             part += f", max prediction diff {row['max_prediction_diff']:.3g}"
         parts.append(part)
-    return "parity passed: " + "; ".join(parts)
+    rule = f" ({report['rule']})" if "rule" in report else ""
+    return "parity passed: " + "; ".join(parts) + rule

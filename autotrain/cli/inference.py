@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 
 from autotrain.cli.common import fail
-from autotrain.errors import debug_enabled
+from autotrain.errors import debug_enabled, eprint
 
 RunDirArgument = typer.Argument(
     ..., help="Project folder of a finished run (its project_name).", show_default=False, metavar="RUN_DIR"
@@ -37,18 +37,44 @@ TopPOption = typer.Option(1.0, "--top-p", help="LLMs, when sampling: nucleus sam
 
 @contextlib.contextmanager
 def reported() -> Iterator[None]:
-    """Bad input (no finished run, a missing column, ...) as one `error:` line and exit code 2."""
+    """Bad input (no finished run, a missing column, ...) as one `error:` line and exit code 2; SIGTERM ends
+    the command as Ctrl-C does, through its clean-up (exit 143), instead of killing it where it stands."""
     from autotrain.errors import UserInputError
 
     try:
         from autotrain.training.quiet import quiet_libraries
 
         quiet_libraries()
-        yield
+        with _sigterm_unwinds():
+            yield
     except UserInputError as exc:
         if debug_enabled():
             traceback.print_exc()
         raise fail(str(exc)) from None
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    import signal
+    import threading
+
+    from autotrain.errors import Terminated
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    except Terminated:  # typer would take it for Ctrl-C (exit 130)
+        eprint("terminated")
+        raise typer.Exit(Terminated.exit_code) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _settings(max_new_tokens: int, temperature: float, top_p: float):

@@ -42,7 +42,7 @@ def launch(
         loaded = load_config(config, set_ or [])
         text = render(loaded, target, nodes, set_ or [])
     except ConfigError as exc:
-        raise report_config_error(exc) from None
+        raise report_config_error(exc, config) from None
     except UserInputError as exc:
         raise fail(str(exc), EXIT_BAD_INPUT) from None
     if output is None:

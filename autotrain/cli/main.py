@@ -13,6 +13,7 @@ from autotrain.cli.common import (
     Command,
     Group,
 )
+from autotrain.cli.ending import skip_teardown
 from autotrain.config.tasks import TASKS
 from autotrain.errors import EXIT_FAILURE, debug_enabled, eprint
 
@@ -70,44 +71,26 @@ def root(
 
 BARE_VALUES = {"--resume": "latest", "--preview": "5"}  # what these options mean standing alone
 # Commands that write nothing: once they are done, the process may end without tearing down the
-# interpreter, which after importing torch, transformers and TRL takes about a second by itself.
+# interpreter's modules, which after importing torch, transformers and TRL takes about a second by itself.
 READ_ONLY = {"--dry-run", "--preview"}
-
-
-def _exit_now(code: object) -> None:
-    """End the process with `code` as `sys.exit` would, after what the interpreter's exit runs first (its
-    non-daemon threads' stop handlers, then joining them; the exit handlers), skipping the teardown of
-    modules (Python's and the C++ libraries'): nothing is left to flush but the standard streams."""
-    import atexit
-    import contextlib
-    import os
-    import threading
-
-    if code is not None and not isinstance(code, int):
-        print(code, file=sys.stderr)
-        code = 1
-    join_threads = getattr(threading, "_shutdown", None)
-    if join_threads is not None:
-        join_threads()
-    run_handlers = getattr(atexit, "_run_exitfuncs", None)
-    if run_handlers is not None:
-        run_handlers()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more can reach it
-            stream.flush()
-    os._exit(code or 0)
 
 
 def _launched_rank() -> bool:
     """Whether this process is a rank of a run `autotrain` launched. Its run is over (results written, its
     process group torn down), and the C++ teardown at the interpreter's exit now and then aborted a finished
     rank (gloo / the rendezvous store's threads: `terminate called without an active exception`, exit -6),
-    which failed a run that had trained; so a rank ends as the read-only commands do (`_exit_now`)."""
+    which failed a run that had trained; so a rank ends as the read-only commands do (`skip_teardown`)."""
     import os
 
     from autotrain.run.process import ACCELERATE_LAUNCHED, LAUNCHED_ENV
 
     return os.environ.get(LAUNCHED_ENV) == ACCELERATE_LAUNCHED
+
+
+def _is_the_program() -> bool:
+    """Whether this `main` is the program's entry (the console script's or `python -m`'s `__main__` holds it),
+    not one called by other code in a process that goes on (a test), whose exit is its own."""
+    return getattr(sys.modules.get("__main__"), "main", None) is main
 
 
 def _resume_value(argv: list[str]) -> list[str]:
@@ -129,8 +112,8 @@ def main() -> None:
         eprint("interrupted")
         sys.exit(130)
     except SystemExit as done:
-        if "torch" in sys.modules and (READ_ONLY & set(argv) or _launched_rank()):
-            _exit_now(done.code)
+        if "torch" in sys.modules and (READ_ONLY & set(argv) or _launched_rank()) and _is_the_program():
+            skip_teardown(done.code)
         raise
     except Exception as exc:  # the last line of defence: never a traceback for the user
         if debug_enabled():

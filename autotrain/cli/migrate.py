@@ -57,7 +57,7 @@ def migrate(
         # Validate the result, with unset ${VARS} allowed: they stay as written in the output.
         load_data(_copy(native), locator, environ=_KeepVars())
     except ConfigError as exc:
-        raise report_config_error(exc) from None
+        raise report_config_error(exc, file) from None
     token = native.get("hub", {}).get("token") if isinstance(native.get("hub"), dict) else None
     if isinstance(token, str) and token and "${" not in token:
         # A literal token must not be printed, nor written into a file that may be shared or committed.

@@ -44,7 +44,7 @@ def run_training(
     try:
         loaded = load_config(config_path, sets or [], expected_task=expected_task)
     except ConfigError as exc:
-        raise report_config_error(exc) from None
+        raise report_config_error(exc, config_path) from None
     for notice in loaded.notices:
         eprint(f"note: {notice}")
 
@@ -145,11 +145,11 @@ def _dry_run(loaded, sets: list[str]) -> None:
     from autotrain.config.interpolate import redact
     from autotrain.errors import UserInputError
     from autotrain.run.dry_run import print_plan
+    from autotrain.run.fit import planned
     from autotrain.run.preflight import preflight
-    from autotrain.training.plan import resolve_plan
 
     try:
-        plan = resolve_plan(loaded.config)
+        plan = planned(loaded.config, loaded.config.hub.token)
     except UserInputError as exc:  # early stopping without evaluations, ...
         raise fail(str(exc), EXIT_BAD_INPUT) from None
     found = preflight(loaded.config, plan)
@@ -167,12 +167,12 @@ def _preview(loaded, count: int) -> None:
     """Print the first `count` training examples as the trainer will see them; exit 0 (2: bad data)."""
     from autotrain.config.interpolate import redact
     from autotrain.errors import UserInputError
+    from autotrain.run.fit import planned
     from autotrain.run.preview import preview_lines, preview_record
-    from autotrain.training.plan import resolve_plan
 
     cfg = loaded.config
     try:
-        record = preview_record(cfg, resolve_plan(cfg), count, cfg.hub.token)
+        record = preview_record(cfg, planned(cfg, cfg.hub.token), count, cfg.hub.token)
     except UserInputError as exc:
         raise fail(redact(str(exc), loaded.secrets), EXIT_BAD_INPUT) from None
     print(redact("\n".join(preview_lines(record)), loaded.secrets))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from autotrain.cli.common import SetOption
+from autotrain.cli.common import SetOption, with_mount_hint
 from autotrain.errors import EXIT_BAD_INPUT, eprint
 
 
@@ -14,19 +14,20 @@ def validate(
     files: list[Path] = typer.Argument(..., help="Config files to check.", show_default=False),
     set_: list[str] = SetOption,
 ) -> None:
-    """Check configs only: one `FILE: ok` line per good file, every problem of a bad one. Exit 2 if any is bad."""
+    """Check configs only: one `FILE: ok` line per good file, every problem of a bad one (a base_model or
+    data.path that can only be a path here and is not, too). Exit 2 if any is bad."""
     from autotrain.config.load import load_config
     from autotrain.errors import ConfigError
 
     bad = problems = 0
     for path in files:
         try:
-            loaded = load_config(path, set_ or [])
+            loaded = load_config(path, set_ or [], local_paths=True)
         except ConfigError as exc:
             bad += 1
             problems += len(exc.issues)
             for issue in exc.issues:
-                eprint(issue.format())
+                eprint(with_mount_hint(issue, path).format())
             continue
         cfg = loaded.config
         kind = cfg.task + (f" ({cfg.trainer})" if getattr(cfg, "trainer", None) else "")

@@ -80,7 +80,7 @@ PARAMS: dict[str, tuple[str, ...] | None] = {
     "model_max_length": None,
     "padding": None,
     "add_eos_token": None,
-    "auto_find_batch_size": None,
+    "auto_find_batch_size": ("training_args", "batch_size"),  # true: `auto` (see _auto_batch)
     "use_flash_attention_2": None,
     "distributed_backend": None,
     "unsloth": None,
@@ -126,6 +126,9 @@ ANSWERS_ONLY = (
 )
 _TRAINER_FIELDS = set(trainer_fields())
 DATA_KEYS = ("path", "train_split", "valid_split", "chat_template", "column_mapping")
+# Data options AutoTrain Advanced also takes among its parameters (its `--data-path`, `--train-split`,
+# `--valid-split`, `--text-column`, ... on the command line): the `data:` section's keys here.
+PARAMS_DATA = {"data_path": "path", "train_split": "train_split", "valid_split": "valid_split"}
 HUB_KEYS = ("username", "token", "push_to_hub")
 # Task names only AutoTrain Advanced writes begin so; a misspelt one (`llm-sftt`) is still its config.
 ADVANCED_PREFIXES = (
@@ -171,7 +174,7 @@ def translate(data: dict) -> tuple[dict, dict[Path_, Path_], list[tuple[Path_, s
     peft_on = _params(data.get("params"), task_name, task == "llm", out)
     if task == "llm" and "trainer" not in out.native:
         out.put(("trainer",), ADVANCED_DEFAULT_TRAINER, ("task",))
-    _data(data.get("data"), task, out)
+    _data(data.get("data"), task, out, data.get("params"))
     _hub(data, out)
     if task != "llm" and not peft_on and "peft" in out.native:  # seq2seq: LoRA settings off with `peft: false`
         out.native.pop("peft", None)
@@ -271,6 +274,8 @@ def _params(params: Any, task_name: str, is_llm: bool, out: _Translation) -> boo
         return False
     peft_on = bool(params.get("peft", False))
     for key, value in params.items():
+        if key in PARAMS_DATA or (is_llm and key in LLM_COLUMNS):
+            continue  # a data option: translated with the `data:` section (_data)
         if key not in PARAMS:
             out.problems.append((("params", key), f"unknown AutoTrain Advanced parameter{did_you_mean(key, PARAMS)}"))
             continue
@@ -294,6 +299,14 @@ def _params(params: Any, task_name: str, is_llm: bool, out: _Translation) -> boo
             value = _trainer(value, task_name, out)
             if value is None:
                 continue
+        elif key == "auto_find_batch_size":
+            if value:
+                _auto_batch(params, out)
+            continue
+        elif key == "batch_size" and params.get("auto_find_batch_size"):
+            continue  # the samples per step _auto_batch keeps
+        elif key == "gradient_accumulation" and params.get("auto_find_batch_size"):
+            continue
         elif key == "disable_gradient_checkpointing":
             value = not value
         elif key == "mixed_precision" and value in (None, "none"):
@@ -302,6 +315,22 @@ def _params(params: Any, task_name: str, is_llm: bool, out: _Translation) -> boo
             continue  # AutoTrain Advanced ignores LoRA settings when peft is off
         out.put(target, value, ("params", key))
     return peft_on
+
+
+def _auto_batch(params: dict, out: _Translation) -> None:
+    """`auto_find_batch_size: true` (AutoTrain Advanced halves the batch on running out of memory and
+    retries): `batch_size: auto`, the largest batch the memory estimate fits, with the samples per
+    optimizer step the config asked for (batch_size x gradient_accumulation) kept as target_batch_size."""
+    batch, accumulation = params.get("batch_size"), params.get("gradient_accumulation", 1)
+    out.put(("training_args", "batch_size"), "auto", ("params", "auto_find_batch_size"))
+    if isinstance(batch, int) and isinstance(accumulation, int) and not isinstance(batch, bool):
+        out.put(("training_args", "target_batch_size"), batch * accumulation, ("params", "batch_size"))
+        kept = f"{batch} x {accumulation} = {batch * accumulation} samples per optimizer step"
+    else:
+        kept = "the default target_batch_size"
+    out.notices.append(
+        (("params", "auto_find_batch_size"), f"batch_size: auto, keeping {kept} (gradient_accumulation follows)")
+    )
 
 
 def _not_for_task(key: str, task: str) -> str | None:
@@ -360,8 +389,16 @@ def _trainer(value: Any, task_name: str, out: _Translation) -> str | None:
     return trainer
 
 
-def _data(source: Any, task: str, out: _Translation) -> None:
+def _data(source: Any, task: str, out: _Translation, params: Any = None) -> None:
     is_llm = task == "llm"
+    given = params if isinstance(params, dict) else {}
+    for key, native in PARAMS_DATA.items():
+        if key in given:
+            out.put(("data", native), given[key], ("params", key))
+    if is_llm:
+        chat = (source or {}).get("chat_template", given.get("chat_template")) not in (None, "none")
+        for column in [c for c in LLM_COLUMNS if c in given]:
+            _columns({column: given[column]}, task, chat, out, ("params", column))
     if not isinstance(source, dict):
         return
     for key, value in source.items():
@@ -375,7 +412,7 @@ def _data(source: Any, task: str, out: _Translation) -> None:
             out.problems.append((("data", key), f"unknown AutoTrain Advanced data key{did_you_mean(key, DATA_KEYS)}"))
 
 
-def _columns(mapping: dict, task: str, chat: bool, out: _Translation) -> None:
+def _columns(mapping: dict, task: str, chat: bool, out: _Translation, original: tuple | None = None) -> None:
     """Column names (LLMs': LLM_COLUMNS; every other task's: its table entry's `advanced_columns`); an SFT
     `text_column` under a chat template holds message lists (AutoTrain Advanced applies the template to it),
     which is a `messages` column here."""
@@ -389,7 +426,8 @@ def _columns(mapping: dict, task: str, chat: bool, out: _Translation) -> None:
         native_column = names[column]
         if is_llm and column == "text_column":
             native_column = _text_column(out.native.get("trainer"), chat)
-        out.put(("data", "column_mapping", native_column), dataset_column, ("data", "column_mapping", column))
+        where = original or ("data", "column_mapping", column)
+        out.put(("data", "column_mapping", native_column), dataset_column, where)
 
 
 def _text_column(trainer: str | None, chat: bool) -> str:

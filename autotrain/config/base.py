@@ -19,7 +19,7 @@ from pydantic.json_schema import WithJsonSchema
 
 from autotrain.config.tasks import TASKS
 from autotrain.config.trainers import columns_help
-from autotrain.fields import Bool, Float, Int, NoWord
+from autotrain.fields import BatchSize, Bool, ByteSize, Float, Int, NoWord
 from autotrain.optimizers.table import DEFAULT as DEFAULT_OPTIMIZER
 from autotrain.optimizers.table import OPTIMIZERS
 
@@ -58,6 +58,10 @@ class DataConfig(StrictModel):
         "text | image, target.",
     )
 
+    def paths(self) -> list[tuple[str, str]]:
+        """(field, path) of each place the data comes from (one; an LLM's `sources`: each)."""
+        return [("data.path", self.path)] if self.path else []
+
 
 class HubConfig(StrictModel):
     push_to_hub: Bool = Field(False, description="Upload the result to the Hugging Face Hub when training ends.")
@@ -75,6 +79,20 @@ def _process_count(value: Any) -> Any:
 
 
 ProcessCount = Annotated[Int | Literal["auto"], BeforeValidator(_process_count)]
+
+
+class FsdpConfig(StrictModel):
+    version: Literal[1, 2] = Field(2, description="FSDP version (2 = per-parameter sharding).")
+    reshard_after_forward: Bool = Field(True, description="Full shard (true) or shard-grad-op (false).")
+    auto_wrap: Bool = Field(True, description="Wrap each decoder layer of the model.")
+    cpu_offload: Bool = Field(False, description="Keep parameters and optimizer state on the CPU.")
+    activation_checkpointing: Bool = Field(False, description="FSDP activation checkpointing.")
+
+
+class DeepSpeedConfig(StrictModel):
+    stage: Literal[2, 3] = Field(2, description="ZeRO stage.")
+    config_file: str | None = Field(None, description="Path to your own DeepSpeed JSON (overrides `stage`).")
+    offload_optimizer: Bool = Field(False, description="Offload optimizer state to the CPU.")
 
 
 class DistributedConfig(StrictModel):
@@ -106,20 +124,6 @@ class DistributedConfig(StrictModel):
     )
 
 
-class FsdpConfig(StrictModel):
-    version: Literal[1, 2] = Field(2, description="FSDP version (2 = per-parameter sharding).")
-    reshard_after_forward: Bool = Field(True, description="Full shard (true) or shard-grad-op (false).")
-    auto_wrap: Bool = Field(True, description="Wrap each decoder layer of the model.")
-    cpu_offload: Bool = Field(False, description="Keep parameters and optimizer state on the CPU.")
-    activation_checkpointing: Bool = Field(False, description="FSDP activation checkpointing.")
-
-
-class DeepSpeedConfig(StrictModel):
-    stage: Literal[2, 3] = Field(2, description="ZeRO stage.")
-    config_file: str | None = Field(None, description="Path to your own DeepSpeed JSON (overrides `stage`).")
-    offload_optimizer: Bool = Field(False, description="Offload optimizer state to the CPU.")
-
-
 class ClusterConfig(StrictModel):
     """What only a scheduler needs (`autotrain launch --target ...`); training never reads it."""
 
@@ -127,6 +131,13 @@ class ClusterConfig(StrictModel):
         None, ge=1, le=4096, description="Machines to ask for (default: distributed.num_machines)."
     )
     gpus_per_node: Int = Field(1, ge=0, le=64, description="GPUs per machine; one process per GPU.")
+    cpus_per_process: Int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="CPU cores per training process (Slurm --cpus-per-task: this x the processes of a machine, "
+        "whose one task runs them all); null: 4, plus one per training_args.dataloader_num_workers.",
+    )
     gpu_type: str | None = Field(
         None, description="GPU model, e.g. `A100` or `H100` (SkyPilot accelerators; Slurm --gpus-per-node TYPE:N)."
     )
@@ -156,12 +167,34 @@ class EarlyStopping(StrictModel):
     )
 
 
+DEFAULT_TARGET_BATCH = 8  # batch_size's own default: `batch_size: auto` keeps as many samples per step
+
+
 class TrainingArgs(StrictModel):
     epochs: Float = Field(1, gt=0, le=100_000, description="Passes over the training data.")
     max_steps: Int | None = Field(
         None, ge=1, le=10**12, description="Stop after this many optimizer steps (overrides epochs)."
     )
-    batch_size: Int = Field(8, ge=1, le=1_048_576, description="Samples per device per forward pass.")
+    batch_size: BatchSize = Field(
+        8,
+        description="Samples per device per forward pass, or `auto`: the largest the memory estimate fits in the "
+        "device's free memory (or memory_budget), gradient_accumulation then set to keep target_batch_size samples "
+        "per optimizer step.",
+    )
+    target_batch_size: Int | None = Field(
+        None,
+        ge=1,
+        le=1_048_576,
+        description="With batch_size: auto: the samples per device per optimizer step to keep (batch_size x "
+        f"gradient_accumulation; default {DEFAULT_TARGET_BATCH}).",
+    )
+    memory_budget: (
+        Annotated[ByteSize, Field(ge=2**20, le=2**60), WithJsonSchema({"type": ["integer", "string"]})] | None
+    ) = Field(
+        None,
+        description="Memory one device may use (`12GB`, `12GiB` or bytes): what batch_size: auto fills and the dry "
+        "run checks the estimate against; default: the device's free memory (CPU: available RAM).",
+    )
     eval_batch_size: Int | None = Field(
         None, ge=1, le=1_048_576, description="Samples per device for evaluation (default: batch_size)."
     )
@@ -202,6 +235,14 @@ class TrainingArgs(StrictModel):
         "halt", description="On a non-finite loss: stop with exit code 3, or skip that batch."
     )
     dataloader_num_workers: Int = Field(0, ge=0, le=256, description="Data-loading worker processes.")
+
+    @property
+    def samples_per_step(self) -> int:
+        """Samples per device per optimizer step: batch_size x gradient_accumulation, or with `batch_size:
+        auto` the target it keeps."""
+        if self.batch_size == "auto":
+            return self.target_batch_size or DEFAULT_TARGET_BATCH
+        return self.batch_size * self.gradient_accumulation
 
     @field_validator("optimizer_args", mode="before")
     @classmethod

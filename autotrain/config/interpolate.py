@@ -119,11 +119,12 @@ def secret_values(data: Any) -> set[str]:
 
 
 def redact(data: Any, secrets: set[str]) -> Any:
-    """A copy of `data` with secret values (and any value under a secret key) replaced by `***`."""
+    """A copy of `data` with secret values (and any value under a secret key) replaced by `***`, in the keys of
+    mappings too (run.json's data fingerprint is keyed by the data's file paths)."""
 
     def walk(node: Any, key: str | None) -> Any:
         if isinstance(node, dict):
-            return {k: walk(v, str(k)) for k, v in node.items()}
+            return {walk(k, None) if isinstance(k, str) else k: walk(v, str(k)) for k, v in node.items()}
         if isinstance(node, list):
             return [walk(v, key) for v in node]
         if isinstance(node, str):

@@ -14,7 +14,7 @@ from autotrain.config.base import TaskConfig
 from autotrain.config.interpolate import REDACTED, interpolate, redact, secret_values
 from autotrain.config.messages import RULE_ERROR
 from autotrain.config.overrides import apply_overrides
-from autotrain.config.paths import check_paths, text_problems
+from autotrain.config.paths import check_paths, missing_local_paths, text_problems
 from autotrain.config.rules import check_rules
 from autotrain.config.suggest import did_you_mean
 from autotrain.config.tasks import TaskModels
@@ -48,10 +48,14 @@ def load_config(
     overrides: list[str] | tuple[str, ...] = (),
     expected_task: str | None = None,
     environ: dict[str, str] | None = None,
+    local_paths: bool = False,
 ) -> LoadedConfig:
-    """Read, translate, override, interpolate and validate a config; raise ConfigError with every issue."""
+    """Read, translate, override, interpolate and validate a config; raise ConfigError with every issue.
+
+    `local_paths`: also refuse a base_model / data.path that can only be a path here and is not (`validate`
+    asks; a run says it in its preflight, and a saved run's config is read back from anywhere)."""
     data, locator = read_yaml(path)
-    return load_data(data, locator, overrides, expected_task, environ)
+    return load_data(data, locator, overrides, expected_task, environ, local_paths)
 
 
 def load_data(
@@ -60,6 +64,7 @@ def load_data(
     overrides: list[str] | tuple[str, ...] = (),
     expected_task: str | None = None,
     environ: dict[str, str] | None = None,
+    local_paths: bool = False,
 ) -> LoadedConfig:
     """Raw YAML data -> validated config: translate, override, interpolate, pick the task, validate."""
     issues: list[ConfigIssue] = list(locator.problems)
@@ -82,10 +87,11 @@ def load_data(
     data, set_paths, override_issues = apply_overrides(data, list(overrides))
     issues += override_issues
     locator.overridden.update(set_paths)
-    optional = _optional_token(data)
+    optional = _needed_to_push(data)
     data, unset, secrets = interpolate(data, environ, optional=optional)
-    issues += [locator.issue(p, m) for p, m in unset]
-    if optional and isinstance(data.get("hub"), dict) and data["hub"].get("token") is None:
+    unset_issues = [locator.issue(p, m) for p, m in unset]
+    issues += unset_issues
+    if ("hub", "token") in optional and data["hub"].get("token") is None:
         unset_token = "its variable is not set, so no token is used (nothing is pushed; downloads use a saved login)"
         notices.append(locator.issue(("hub", "token"), unset_token).format())
     secrets |= secret_values(data)
@@ -95,6 +101,13 @@ def load_data(
     if task is None:
         raise ConfigError(_sorted(issues, secrets))
     config = _validate(TASK_MODELS[task], data, task, locator, issues)
+    if config is not None:
+        issues += [locator.issue(p, m) for p, m in check_paths(config, locator.source)]
+    # An unset variable left "" behind: what the schema or the rules say about that "" follows from it.
+    unset_paths = {issue.path for issue in unset_issues}
+    issues = [i for i in issues if i.path not in unset_paths or i in unset_issues]
+    if config is not None and local_paths:
+        issues += [locator.issue(p, m) for p, m in missing_local_paths(config)]
     if issues:
         raise ConfigError(_sorted(issues, secrets))
     return LoadedConfig(
@@ -102,14 +115,31 @@ def load_data(
     )
 
 
-def _optional_token(data: dict) -> set[tuple]:
-    """`hub.token: ${HF_TOKEN}` is needed to push; when nothing is pushed an unset variable leaves it unset
-    (downloads then use the saved login, if any) instead of failing the config."""
+def load_saved(path: str | Path) -> TaskConfig:
+    """The config a run saved in its folder (`autotrain.yaml`), for whoever uses the finished run (chat,
+    predict, evaluate, export). It was translated, overridden, interpolated and its paths checked when the
+    run started, and saved with its secrets redacted: here it is read as it is and validated by its task's
+    schema and rules, nothing else (the paths it names need not exist where the model is used). Raises
+    ConfigError with every issue."""
+    data, locator = read_yaml(path)
+    issues: list[ConfigIssue] = list(locator.problems)
+    if not isinstance(data, dict):
+        raise ConfigError([locator.issue((), "a saved config is a YAML mapping of `key: value` lines")])
+    task = _task(data, locator, issues, None)
+    config = _validate(TASK_MODELS[task], data, task, locator, issues) if task is not None else None
+    if issues or config is None:
+        raise ConfigError(_sorted(issues))
+    return config
+
+
+def _needed_to_push(data: dict) -> set[tuple]:
+    """`hub.token: ${HF_TOKEN}` and `hub.repo_id: ${HF_USERNAME}/name` are needed to push; when nothing is
+    pushed an unset variable leaves them unset (downloads then use the saved login, if any) instead of failing
+    the config."""
     hub = data.get("hub")
-    token = hub.get("token") if isinstance(hub, dict) else None
-    if isinstance(token, str) and "${" in token and hub.get("push_to_hub") in (None, False, "false"):
-        return {("hub", "token")}
-    return set()
+    if not isinstance(hub, dict) or hub.get("push_to_hub") not in (None, False, "false"):
+        return set()
+    return {("hub", key) for key in ("token", "repo_id") if isinstance(hub.get(key), str) and "${" in hub[key]}
 
 
 def _task(data: dict, locator: Locator, issues: list[ConfigIssue], expected: str | None) -> str | None:
@@ -152,7 +182,7 @@ def _validate(model: type[TaskConfig], data: dict, task: str, locator: Locator, 
     try:
         config = model.model_validate(data)
     except ValidationError as exc:
-        errors = [e for e in exc.errors() if e["type"] != RULE_ERROR]
+        errors = messages.without_members([e for e in exc.errors() if e["type"] != RULE_ERROR], model)
         # With fields refused by the schema the model's rules did not run: run them on the fields that passed.
         rules = check_rules(model, data, task) if errors else ((tuple(e["loc"]), e["msg"]) for e in exc.errors())
         rule_issues = [locator.issue(p, m) for p, m in rules]
@@ -182,8 +212,6 @@ def _validate(model: type[TaskConfig], data: dict, task: str, locator: Locator, 
             unknown += err["type"] == "extra_forbidden"
             issues.append(locator.issue(loc, messages.message(err, model, suggest=unknown <= SUGGEST_LIMIT)))
         issues += rule_issues
-    if config is not None:
-        issues += [locator.issue(p, m) for p, m in check_paths(config, locator.source)]
     return config
 
 

@@ -109,6 +109,41 @@ def union_members(errors: list[dict]) -> dict[tuple, list[dict]]:
     return {loc: group for loc, group in groups.items() if len(group) > 1}
 
 
+def without_members(errors: list[dict], model: type[BaseModel]) -> list[dict]:
+    """The errors with a union member's name taken out of their location where the value was of that member's
+    kind: `peft.target_modules.0` for a number in the list given to `str | list[str]`, not
+    `peft.target_modules.list[str].0` beside `peft.target_modules.str`. A value of no member's kind keeps one
+    error per member, for `union_members` to say in one line."""
+    at = [_member_index(model, tuple(err["loc"])) for err in errors]
+    inside = {
+        tuple(err["loc"])[:i] for err, i in zip(errors, at, strict=True) if i is not None and len(err["loc"]) > i + 1
+    }
+    kept = []
+    for err, i in zip(errors, at, strict=True):
+        loc = tuple(err["loc"])
+        if i is None or loc[:i] not in inside:
+            kept.append(err)
+        elif len(loc) > i + 1:  # the value is of this member's kind: its errors are the value's
+            kept.append({**err, "loc": loc[:i] + loc[i + 1 :]})
+    return kept
+
+
+def _member_index(model: type[BaseModel], loc: tuple) -> int | None:
+    """Where in `loc` pydantic names the member of a union field it tried, if anywhere."""
+    for i, part in enumerate(loc[1:], 1):
+        if isinstance(part, str) and _is_member(part) and _is_union(annotation_at(model, loc[:i])):
+            return i
+    return None
+
+
+def _is_union(annotation: Any) -> bool:
+    while typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    if typing.get_origin(annotation) not in (typing.Union, types.UnionType):
+        return False
+    return len([a for a in typing.get_args(annotation) if a is not type(None)]) > 1
+
+
 def union_message(group: list[dict]) -> str:
     kinds = [_MEMBERS.get(str(e["loc"][-1]).replace(" ", "")) for e in group]
     if all(kinds):

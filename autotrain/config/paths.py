@@ -1,4 +1,5 @@
-"""Checks on the paths a config names: where a run may write, and what may be read as data.
+"""Checks on the paths a config names: where a run may write, what may be read as data, and what can only be
+a path on this machine.
 
 `project_name` is a folder that `--overwrite` may empty, so it must be a folder of its own: never the
 folder a command runs from, the folder holding the config, a parent of either, the home folder, the
@@ -9,6 +10,7 @@ filesystem root or a system folder. These are config mistakes (exit 2 with the l
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,40 @@ SYSTEM_FOLDERS = {
 Issue = tuple[tuple, str]
 # The file autotrain writes into every folder it runs in; `--overwrite` empties only folders holding it.
 RUN_MARKER = ".autotrain-run"
+# `name` or `owner/name`: what a hub repository id looks like (a local path has other characters or exists).
+_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+# What names a local file however it is spelt: a data file's or a GGUF file's extension.
+_FILE_SUFFIXES = (".gguf", ".json", ".jsonl", ".csv", ".parquet", ".txt")
+
+
+def hub_id(value: str | None) -> str | None:
+    """`value` when it names a hub repository rather than a local file or folder, else None."""
+    if not value or not _REPO_ID.fullmatch(value) or Path(value).expanduser().exists():
+        return None
+    if value.endswith(_FILE_SUFFIXES):
+        return None  # a local file that is not there
+    return value
+
+
+def missing_local_paths(config: Any) -> Iterator[Issue]:
+    """`base_model` / `data.path` (or each `data.sources` path) values that only a path on this machine can be
+    (`./x`, `a/b/c`, `x.jsonl`) and that are not here. The run's preflight says each as one line (`data.path`
+    and the message); `validate` says the same message at the value's line. Not part of `load_config`: a
+    saved run's config is read back elsewhere, and `autotrain launch` sends a config to machines whose files
+    these are."""
+    data = getattr(config, "data", None)
+    sources = data.paths() if hasattr(data, "paths") else []  # each source of a mixture has its own path
+    given = [(("base_model",), config.base_model)]
+    given += [(tuple(int(p) if p.isdigit() else p for p in field.split(".")), value) for field, value in sources]
+    for path, value in given:
+        if not value or "\x00" in value or hub_id(value) is not None or Path(value).expanduser().exists():
+            continue
+        where = (
+            ""
+            if value.startswith(("/", "~"))
+            else f" (a relative path starts from the folder you run from, {Path.cwd()})"
+        )
+        yield path, f"`{value}` does not exist on this machine{where}, and it cannot be a hub id"
 
 
 def text_problems(data: Any, path: tuple = ()) -> Iterator[Issue]:
@@ -104,11 +140,12 @@ def check_paths(config: Any, source: str | None) -> Iterator[Issue]:
             f"`{config.project_name}` {reason}; a run needs a folder of its own (e.g. `runs/my-model`), "
             "which --overwrite may empty",
         )
-    data_path = getattr(getattr(config, "data", None), "path", None)
-    if isinstance(data_path, str) and data_path.startswith(("/", "~")) and "\x00" not in data_path:
-        resolved = _resolve(data_path)
-        if resolved == Path(resolved.anchor) or str(resolved) in SYSTEM_FOLDERS or resolved == Path.home():
-            yield (
-                ("data", "path"),
-                f"`{data_path}` is a system or home folder, not a dataset; name the data's file or folder",
-            )
+    data = getattr(config, "data", None)
+    for field, data_path in data.paths() if hasattr(data, "paths") else ():
+        if isinstance(data_path, str) and data_path.startswith(("/", "~")) and "\x00" not in data_path:
+            resolved = _resolve(data_path)
+            if resolved == Path(resolved.anchor) or str(resolved) in SYSTEM_FOLDERS or resolved == Path.home():
+                yield (
+                    tuple(int(part) if part.isdigit() else part for part in field.split(".")),
+                    f"`{data_path}` is a system or home folder, not a dataset; name the data's file or folder",
+                )

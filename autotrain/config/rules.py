@@ -19,7 +19,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from autotrain.config.messages import OPTIMIZER_ARGS_ERROR, RULE_ERROR, plain
+from autotrain.config.messages import OPTIMIZER_ARGS_ERROR, RULE_ERROR, plain, without_members
 from autotrain.config.suggest import did_you_mean
 from autotrain.config.tasks import TASKS
 from autotrain.config.trainers import KERNEL_LOSSES, TRAINERS, trainer_fields, used_by
@@ -140,6 +140,25 @@ def _eval_steps(cfg) -> Iterator[Issue]:
         yield ("training_args", "eval_steps"), "`training_args.eval_strategy: steps` needs `training_args.eval_steps`"
 
 
+@rule("training_args.batch_size", "training_args.target_batch_size", "training_args.gradient_accumulation")
+def _batch_auto(cfg) -> Iterator[Issue]:
+    """`batch_size: auto` sets gradient_accumulation itself, to keep target_batch_size samples per step."""
+    args = cfg.training_args
+    if args.batch_size != "auto" and args.target_batch_size is not None:
+        yield (
+            ("training_args", "target_batch_size"),
+            "`training_args.target_batch_size` is read only with `training_args.batch_size: auto` (the samples per "
+            "optimizer step it keeps); with a number, set gradient_accumulation",
+        )
+    if args.batch_size == "auto" and "gradient_accumulation" in args.model_fields_set:
+        yield (
+            ("training_args", "gradient_accumulation"),
+            "with `training_args.batch_size: auto` the run sets gradient_accumulation (batch_size x "
+            "gradient_accumulation = target_batch_size); give the samples per optimizer step as "
+            "`training_args.target_batch_size` instead",
+        )
+
+
 def typed_optimizer_args(name: str, given: Any) -> BaseModel:
     """`optimizer_args` as the typed arguments of optimizer `name` (the optimizer table's model for it).
 
@@ -159,7 +178,7 @@ def typed_optimizer_args(name: str, given: Any) -> BaseModel:
 
 def _optimizer_args_issues(name: str, exc: ValidationError) -> Iterator[Issue]:
     spec = OPTIMIZERS[name]
-    errors = exc.errors()
+    errors = without_members(exc.errors(), spec.args)
     # A tuple given too few values fails once per absent item: report it once, at the tuple.
     absent = Counter(e["loc"][:-1] for e in errors if _absent_item(e))
     for err in errors:
@@ -265,6 +284,72 @@ def _peft_needs_lora(cfg) -> Iterator[Issue]:
         yield ("peft", "quantization"), "`peft.quantization` needs `peft.enabled: true` (QLoRA trains an adapter)"
     if peft.merge_adapter:
         yield ("peft", "merge_adapter"), "`peft.merge_adapter` needs `peft.enabled: true`"
+    for key in ("use_dora", "use_rslora", "pissa_niter", "loraplus_lr_ratio"):
+        if getattr(peft, key):
+            yield ("peft", key), f"`peft.{key}` needs `peft.enabled: true` (it is a setting of the LoRA adapter)"
+    if peft.init != "default":
+        yield ("peft", "init"), f"`peft.init: {peft.init}` needs `peft.enabled: true` (it starts the LoRA adapter)"
+
+
+# PiSSA and OLoRA move part of each base weight into the adapter (the base keeps the residual).
+RESIDUAL_INITS = ("pissa", "olora")
+
+
+@rule("peft", task=PEFT_TASKS)
+def _adapter_init(cfg) -> Iterator[Issue]:
+    peft = cfg.peft
+    if peft is None or not peft.enabled:
+        return
+    if peft.pissa_niter is not None and peft.init != "pissa":
+        yield (
+            ("peft", "pissa_niter"),
+            f"`peft.pissa_niter` sets PiSSA's fast SVD; it needs `peft.init: pissa` (got `peft.init: {peft.init}`)",
+        )
+    if peft.init not in RESIDUAL_INITS:
+        return
+    if peft.use_dora:
+        yield (
+            ("peft", "init"),
+            f"`peft.init: {peft.init}` cannot be combined with `peft.use_dora: true`: the trained adapter is saved "
+            "converted to a plain LoRA adapter on the unchanged base model, which has no place for DoRA's "
+            "magnitudes; use one of them",
+        )
+    if peft.quantization:
+        yield (
+            ("peft", "init"),
+            f"`peft.init: {peft.init}` cannot start from a `peft.quantization: {peft.quantization}` base model: it "
+            "decomposes the full-precision weights and keeps their residual in the base; train unquantized, or "
+            "use `peft.init: default`",
+        )
+
+
+@rule("peft", "distributed.strategy", task=PEFT_TASKS)
+def _residual_init_needs_whole_weights(cfg) -> Iterator[Issue]:
+    strategy = cfg.distributed.strategy
+    if cfg.uses_peft and cfg.peft.init in RESIDUAL_INITS and strategy in ("fsdp", "deepspeed"):
+        yield (
+            ("peft", "init"),
+            f"`peft.init: {cfg.peft.init}` cannot run under `distributed.strategy: {strategy}`: the adapter is "
+            "converted to plain LoRA against its initial value when saved, which needs whole weights on one "
+            "process; use `strategy: ddp`, or `peft.init: default`",
+        )
+
+
+# Optimizers that make their own parameter groups (low-rank projections, fused backward updates): LoRA+'s
+# groups (B matrices at a higher rate) cannot be handed to them.
+OWN_PARAM_GROUPS = ("galore_", "apollo_", "lomo", "adalomo")
+
+
+@rule("peft", "training_args.optimizer", task=PEFT_TASKS)
+def _loraplus_optimizer(cfg) -> Iterator[Issue]:
+    optimizer = cfg.training_args.optimizer
+    if cfg.uses_peft and cfg.peft.loraplus_lr_ratio is not None and optimizer.startswith(OWN_PARAM_GROUPS):
+        yield (
+            ("peft", "loraplus_lr_ratio"),
+            f"`peft.loraplus_lr_ratio` cannot run with `training_args.optimizer: {optimizer}`, which makes its own "
+            "parameter groups; use another optimizer (adamw_torch, came, fused_adam, ...), or remove "
+            "`peft.loraplus_lr_ratio`",
+        )
 
 
 # --- llm -------------------------------------------------------------------------------------------------
@@ -309,6 +394,24 @@ def _gguf_file(cfg) -> Iterator[Issue]:
         )
 
 
+@rule("trainer", "peft", "training_args.beta", task="llm")
+def _residual_init_reference(cfg) -> Iterator[Issue]:
+    """DPO, KTO and a sampling trainer with a KL term compare with the base model, which with LoRA is the model
+    with its adapter switched off: after PiSSA or OLoRA that is the residual, not the base model."""
+    if not cfg.uses_peft or cfg.peft.init not in RESIDUAL_INITS:
+        return
+    spec = TRAINERS[cfg.trainer]
+    kl = "rewards" in spec.fields and (cfg.training_args.beta or 0) > 0
+    if spec.reference_model or kl:
+        yield (
+            ("peft", "init"),
+            f"`peft.init: {cfg.peft.init}` cannot train `trainer: {cfg.trainer}`"
+            + (" with `training_args.beta` above 0" if kl else "")
+            + ": its reference is the model with the adapter switched off, which after "
+            f"{cfg.peft.init} is only the residual of the base weights; use `peft.init: default` or `gaussian`",
+        )
+
+
 # GRPO's built-in reward functions (autotrain/trainers/llm/rewards.py), each with the column it reads.
 BUILTIN_REWARDS = {"answer_match": "answer", "exact_match": "answer"}
 GRPO_DEFAULT_GENERATIONS = 8  # TRL's GRPOConfig default
@@ -329,11 +432,13 @@ def _trainer_fields(cfg) -> Iterator[Issue]:
     for key in spec.positive:
         if getattr(args, key) == 0:
             yield ("training_args", key), f"`training_args.{key}` must be above 0 for `trainer: {spec.name}`"
-    if args.batch_size < spec.min_batch_size:
+    smallest = args.samples_per_step if args.batch_size == "auto" else args.batch_size
+    if smallest < spec.min_batch_size:
+        which = "target_batch_size" if args.batch_size == "auto" else "batch_size"
         yield (
-            ("training_args", "batch_size"),
-            f"`trainer: {spec.name}` needs `training_args.batch_size` of at least {spec.min_batch_size} (per "
-            f"device; got {args.batch_size}): its loss compares the samples of each batch",
+            ("training_args", which),
+            f"`trainer: {spec.name}` needs `training_args.{which}` of at least {spec.min_batch_size} (per "
+            f"device; got {smallest}): its loss compares the samples of each batch",
         )
     if args.max_prompt_length is not None and args.max_prompt_length >= args.max_length:
         yield (
@@ -378,12 +483,17 @@ def _sampled_completions(cfg) -> Iterator[Issue]:
             "weight per reward",
         )
     generations = args.num_generations or GRPO_DEFAULT_GENERATIONS
-    per_step = args.batch_size * args.gradient_accumulation
+    per_step = args.samples_per_step
     if per_step % generations:
         fix = -(-per_step // generations) * generations
+        given = (
+            f"target_batch_size ({per_step})"
+            if args.batch_size == "auto"
+            else f"batch_size x gradient_accumulation ({args.batch_size} x {args.gradient_accumulation} = {per_step})"
+        )
         yield (
             ("training_args", "num_generations"),
-            f"batch_size x gradient_accumulation ({args.batch_size} x {args.gradient_accumulation} = {per_step}) "
+            f"{given} "
             f"must be a multiple of num_generations ({generations}): each prompt's {generations} completions are "
             f"scored against each other in one batch; e.g. make it {fix}, or lower num_generations",
         )

@@ -43,6 +43,7 @@ FOREIGN_KEYS = {
     "lora_target_modules": "peft.target_modules",
     "load_in_4bit": "peft.quantization",
     "load_in_8bit": "peft.quantization",
+    "init_lora_weights": "peft.init",  # peft's LoraConfig name
     "completion_only_loss": "training_args.train_on_inputs",  # inverted: true here trains the prompt too
     "assistant_only_loss": "training_args.train_on_inputs",
     # LLaMA-Factory
@@ -57,6 +58,8 @@ FOREIGN_KEYS = {
     "pref_beta": "training_args.beta",
     "val_size": "data.valid_size",
     "train_on_prompt": "training_args.train_on_inputs",
+    "pissa_init": "peft.init",
+    "pissa_iter": "peft.pissa_niter",
     # axolotl
     "datasets": "data.path",
     "sequence_len": "training_args.max_length",
@@ -64,6 +67,8 @@ FOREIGN_KEYS = {
     "num_epochs": "training_args.epochs",
     "lr_scheduler": "training_args.scheduler",
     "adapter": "peft.enabled",
+    "peft_use_dora": "peft.use_dora",
+    "peft_use_rslora": "peft.use_rslora",
     "sample_packing": "training_args.packing",
     "rl": "trainer",
     "val_set_size": "data.valid_size",

@@ -301,7 +301,9 @@ def missing_extra(task: str) -> str | None:
     missing = [name for name in spec.packages if importlib.util.find_spec(name) is None]
     if not missing:
         return None
-    return f"task `{task}` needs {', '.join(missing)}: pip install 'autotrain[{spec.extra}]'"
+    from autotrain.hints import install_hint
+
+    return f"task `{task}` needs {', '.join(missing)}: {install_hint(extra=spec.extra)}"
 
 
 def schema_of(task: str):

@@ -221,9 +221,11 @@ def _sentence_columns(cfg) -> Iterator[Issue]:
 def _in_batch_negatives(cfg) -> Iterator[Issue]:
     args = cfg.training_args
     loss = args.loss or SENTENCE_LOSSES[cfg.trainer][0]
-    if loss == "mnrl" and args.batch_size < 2:
+    auto = args.batch_size == "auto"
+    if loss == "mnrl" and (args.samples_per_step if auto else args.batch_size) < 2:
+        which = "target_batch_size" if auto else "batch_size"
         yield (
-            ("training_args", "batch_size"),
+            ("training_args", which),
             f"`trainer: {cfg.trainer}` trains with MultipleNegativesRankingLoss, whose negatives are the other rows "
-            "of a batch: `training_args.batch_size` must be at least 2",
+            f"of a batch: `training_args.{which}` must be at least 2",
         )

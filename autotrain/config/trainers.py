@@ -41,6 +41,9 @@ class TrainerSpec:
     reference_model: bool = False  # a frozen copy of the model beside it (without LoRA)
     chunked_head: bool = False  # TRL computes log-probabilities from the last hidden states in chunks
     kernel_losses: bool = False  # `cross_entropy` may name a CUDA kernel (KERNEL_LOSSES) for its loss
+    # autotrain prepares its data itself (autotrain.data.prepared): cached once for every process, streamed
+    # (`data.streaming`), mixed from several sources (`data.sources`)
+    prepared: bool = False
 
     @property
     def all_columns(self) -> tuple[str, ...]:
@@ -64,6 +67,7 @@ TRAINERS: dict[str, TrainerSpec] = {
             advanced=("sft",),
             chunked_head=True,
             kernel_losses=True,
+            prepared=True,
         ),
         TrainerSpec(
             "orpo",
@@ -148,6 +152,7 @@ TRAINERS: dict[str, TrainerSpec] = {
             fields=("cross_entropy",),
             advanced=("generic", "default"),
             kernel_losses=True,
+            prepared=True,
         ),
     )
 }

@@ -25,18 +25,23 @@ def render(tokenizer, messages: list[dict], reply: bool = False) -> str:
 
 def assistant_spans(tokenizer, messages: list[dict], first: int = 0) -> tuple[str, list[Span]]:
     """The rendered conversation and the characters of each assistant turn from message `first` on."""
-    full = render(tokenizer, messages)
+    try:
+        full = render(tokenizer, messages)
+    except Exception as exc:  # noqa: BLE001 - a template's own refusal (jinja raise_exception, ...)
+        raise UserInputError(
+            f"the chat template cannot render a conversation ({_first_line(exc)}): its roles "
+            f"{', '.join(str(m.get('role')) for m in messages)}"
+        ) from None
     spans = []
     for i in range(first, len(messages)):
         if messages[i].get("role") != "assistant":
             continue
         try:
             before = render(tokenizer, messages[:i], reply=True) if i else ""  # none renders no messages
-            through = render(tokenizer, messages[: i + 1])
+            through = full if i + 1 == len(messages) else render(tokenizer, messages[: i + 1])  # the last: full
         except Exception as exc:  # noqa: BLE001 - a template's own refusal (jinja raise_exception, ...)
-            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise UserInputError(
-                f"the chat template cannot render the conversation up to its assistant turn {i} ({first_line}), "
+                f"the chat template cannot render the conversation up to its assistant turn {i} ({_first_line(exc)}), "
                 "so the answers cannot be told apart; set `training_args.train_on_inputs: true` to train on "
                 "every token"
             ) from None
@@ -46,6 +51,10 @@ def assistant_spans(tokenizer, messages: list[dict], first: int = 0) -> tuple[st
         if end > start:
             spans.append((start, end, end == len(through)))
     return full, spans
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
 def _turn_start(tokenizer, earlier: list[dict], full: str) -> int:
@@ -82,12 +91,22 @@ def answer_tokens(tokenizer, messages: list[dict], first: int = 0) -> tuple[list
     full, spans = assistant_spans(tokenizer, messages, first)
     if not getattr(tokenizer, "is_fast", False):
         return _by_prefixes(tokenizer, full, spans)
+    import numpy as np
+
     encoded = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
-    mask = [
-        int(e > s and any(s < b and e > a and (own or e <= b) for a, b, own in spans))
-        for s, e in encoded["offset_mapping"]
-    ]
-    return encoded["input_ids"], mask
+    offsets = np.asarray(encoded["offset_mapping"], dtype=np.int64).reshape(-1, 2)
+    return encoded["input_ids"], span_mask(offsets[:, 0], offsets[:, 1], spans).astype(int).tolist()
+
+
+def span_mask(starts, ends, spans: list[Span]):
+    """Which tokens (character `starts` / `ends`, numpy arrays) belong to the assistant turns `spans`, as
+    `answer_tokens` counts them: a bool array."""
+    import numpy as np
+
+    mask = np.zeros(len(starts), dtype=bool)
+    for a, b, own in spans:
+        mask |= (starts < b) & (ends > a) & (own | (ends <= b))
+    return mask & (ends > starts)
 
 
 def _by_prefixes(tokenizer, full: str, spans: list[Span]) -> tuple[list[int], list[int]]:

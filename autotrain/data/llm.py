@@ -8,21 +8,36 @@ from autotrain.data.loading import load_split, require_columns
 from autotrain.errors import UserInputError
 
 
-def column_mapping(cfg: LLMConfig, dataset) -> dict[str, str]:
-    """Task column -> dataset column; without a mapping, the dataset's own names are used."""
-    if cfg.data.column_mapping:
-        return dict(cfg.data.column_mapping)
-    spec = TRAINERS[cfg.trainer]
-    groups = spec.columns
-    for group in groups:
-        if all(c in dataset.column_names for c in group):
+def mapping_for(trainer: str, given: dict[str, str], columns: list[str], name: str) -> dict[str, str]:
+    """Task column -> data column for `trainer`: `given`, or the first of the trainer's column groups that the
+    data (`columns`) has, by name; an error naming what it needs otherwise."""
+    if given:
+        return dict(given)
+    spec = TRAINERS[trainer]
+    for group in spec.columns:
+        if all(c in columns for c in group):
             mapping = {c: c for c in group}
-            mapping.update({c: c for c in spec.optional_columns if c in dataset.column_names})
+            mapping.update({c: c for c in spec.optional_columns if c in columns})
             return mapping
-    wanted = " or ".join("/".join(g) for g in groups)
+    wanted = " or ".join("/".join(g) for g in spec.columns)
     raise UserInputError(
-        f"{cfg.data.path}: `trainer: {cfg.trainer}` needs column(s) {wanted}; the data has: "
-        f"{', '.join(dataset.column_names)} (set `data.column_mapping`)"
+        f"{name}: `trainer: {trainer}` needs column(s) {wanted}; the data has: "
+        f"{', '.join(columns)} (set `data.column_mapping`)"
+    )
+
+
+def renamed(dataset, mapping: dict[str, str]):
+    """`dataset` with the task's columns only, named as the task names them (no copy of the rows unless two
+    task columns read one data column)."""
+    dataset = dataset.select_columns(list(dict.fromkeys(mapping.values())))
+    if len(set(mapping.values())) == len(mapping):
+        names = {src: task for task, src in mapping.items() if src != task}
+        return dataset.rename_columns(names) if names else dataset
+    return dataset.map(
+        lambda rows: {task: rows[src] for task, src in mapping.items()},
+        batched=True,
+        remove_columns=[c for c in dataset.column_names if c not in mapping],
+        desc=None,
     )
 
 
@@ -33,19 +48,18 @@ def _as_messages(value, role: str):
 
 
 def load_llm_split(cfg: LLMConfig, split: str, token: str | None = None):
-    """Load one split and rename/normalise it for the trainer (before any model is loaded)."""
-    dataset = load_split(cfg.data.path, split, token=token)
-    name = f"{cfg.data.path} [{split}]"
-    mapping = column_mapping(cfg, dataset)
+    """Load one split and rename/normalise it for the trainer (before any model is loaded). With several
+    `data.sources`, the first source's validation split, else its training split (what a finished run's
+    checks read prompts from)."""
+    path, given = cfg.data.path, cfg.data.column_mapping
+    if cfg.data.sources:
+        first = cfg.data.split_sources()[0]
+        path, given, split = first.path, first.column_mapping, first.valid_split or first.split
+    dataset = load_split(path, split, token=token)
+    name = f"{path} [{split}]"
+    mapping = mapping_for(cfg.trainer, given, dataset.column_names, path)
     require_columns(dataset, mapping, name)
-    dataset = dataset.select_columns(list(dict.fromkeys(mapping.values())))
-    # Rename dataset columns onto the task's names (two task columns may read one dataset column).
-    dataset = dataset.map(
-        lambda row: {task: row[src] for task, src in mapping.items()},
-        remove_columns=[c for c in dataset.column_names if c not in mapping],
-        desc=None,
-    )
-    return FORMATS[TRAINERS[cfg.trainer].data_format](dataset, cfg, name)
+    return FORMATS[TRAINERS[cfg.trainer].data_format](renamed(dataset, mapping), cfg, name)
 
 
 def _chat_format(dataset, cfg: LLMConfig, name: str):

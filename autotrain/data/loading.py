@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from autotrain.errors import UserInputError
@@ -29,9 +30,19 @@ def _load_file(file: Path, token: str | None = None):
     kwargs = {"encoding": "utf-8"} if builder == "csv" else {}
     if file.stat().st_size == 0:
         raise UserInputError(f"{file}: the split is empty (the file has no rows)")
+    with file_errors(file, builder):
+        return datasets.load_dataset(builder, data_files=str(file), split="train", **kwargs)
+
+
+@contextlib.contextmanager
+def file_errors(file: Path, builder: str) -> Iterator[None]:
+    """A file's rows read inside: a parser's failure becomes one UserInputError saying what is wrong with the
+    file (the line that is not JSON, the bytes that are not UTF-8, ...)."""
     try:
         with _quiet_parser():
-            return datasets.load_dataset(builder, data_files=str(file), split="train", **kwargs)
+            yield
+    except UserInputError:
+        raise
     except UnicodeDecodeError as exc:
         raise UserInputError(
             f"{file}: not valid UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8"
@@ -95,8 +106,25 @@ def _json_lines_problem(file: Path) -> str | None:
     return None
 
 
-def load_split(path: str, split: str, token: str | None = None, revision: str | None = None):
-    """One split as a `datasets.Dataset`.
+@dataclass(frozen=True)
+class Located:
+    """Where one split's rows are: a file (`builder`: json, csv or parquet), a folder written by datasets'
+    `save_to_disk` (`disk`), or a hub dataset (`hub`, with its `subset`)."""
+
+    kind: str  # "file", "disk" or "hub"
+    where: str  # the file, the folder, or the hub id
+    split: str
+    name: str  # how messages name it
+    subset: str | None = None
+    revision: str | None = None
+
+    @property
+    def builder(self) -> str:
+        return FORMATS[Path(self.where).suffix.lower()]
+
+
+def locate(path: str, split: str, revision: str | None = None) -> Located:
+    """Where `path` keeps `split`, or a UserInputError naming what is missing (nothing is read):
 
     - a file: the file itself is the train split; another split may name another file;
     - a folder: `SPLIT.jsonl|json|csv|parquet` (or `SPLIT-*.ext`) inside it, or a `save_to_disk` dataset;
@@ -107,30 +135,23 @@ def load_split(path: str, split: str, token: str | None = None, revision: str | 
     local = Path(path).expanduser()
     split_as_file = Path(split).expanduser()
     if split_as_file.suffix.lower() in FORMATS and split_as_file.is_file():
-        return _check_rows(_load_file(split_as_file), f"{split_as_file}")
+        return _file(split_as_file)
     subset, _, part = split.rpartition(":")
     if subset and part:  # `SUBSET:SPLIT`: a hub dataset's subset (config), or locally its folder PATH/SUBSET
         if local.is_dir():
-            return load_split(str(local / subset), part, token, revision)
+            return locate(str(local / subset), part, revision)
         if not local.exists():
-            return _check_rows(_load_hub(path, part, token, revision, subset), f"{path} [{split}]")
+            return Located("hub", path, part, f"{path} [{split}]", subset, revision)
     if local.is_file():
         if split != "train":
             raise UserInputError(
                 f"{path} is a single file: it is the train split; for `{split}` give a file path "
                 "as the split name or use a folder with one file per split"
             )
-        return _check_rows(_load_file(local), str(local))
+        return _file(local, str(local))
     if local.is_dir():
         if (local / "dataset_dict.json").is_file() or (local / "dataset_info.json").is_file():
-            import datasets
-
-            loaded = datasets.load_from_disk(str(local))
-            if isinstance(loaded, datasets.DatasetDict):
-                if split not in loaded:
-                    raise UserInputError(f"{path}: no split `{split}`; it has: {', '.join(loaded)}")
-                loaded = loaded[split]
-            return _check_rows(loaded, f"{path} [{split}]")
+            return Located("disk", str(local), split, f"{path} [{split}]")
         file = _split_file(local, split)
         if file is None:
             present = sorted(p.name for p in local.iterdir() if p.suffix.lower() in FORMATS)
@@ -138,13 +159,38 @@ def load_split(path: str, split: str, token: str | None = None, revision: str | 
                 f"{path}: no file for split `{split}` (looked for {split}.jsonl/.json/.csv/.parquet); "
                 f"files here: {', '.join(present) or 'none'}"
             )
-        return _check_rows(_load_file(file), str(file))
+        return _file(file)
     if path.startswith((".", "/", "~")) or path.count("/") > 1 or Path(path).suffix.lower() in FORMATS:
         raise UserInputError(f"data.path `{path}` does not exist")
-    return _check_rows(_load_hub(path, split, token, revision), f"{path} [{split}]")
+    return Located("hub", path, split, f"{path} [{split}]", None, revision)
 
 
-def _load_hub(path: str, split: str, token: str | None, revision: str | None, subset: str | None = None):
+def _file(file: Path, name: str | None = None) -> Located:
+    if FORMATS.get(file.suffix.lower()) is None:
+        raise UserInputError(f"{file}: unsupported file type `{file.suffix}`; use one of {', '.join(FORMATS)}")
+    if file.stat().st_size == 0:
+        raise UserInputError(f"{file}: the split is empty (the file has no rows)")
+    return Located("file", str(file), "train", name or str(file))
+
+
+def load_split(path: str, split: str, token: str | None = None, revision: str | None = None):
+    """One split as a `datasets.Dataset` (see `locate` for where it is looked for)."""
+    located = locate(path, split, revision)
+    if located.kind == "file":
+        return _check_rows(_load_file(Path(located.where)), located.name)
+    if located.kind == "disk":
+        import datasets
+
+        loaded = datasets.load_from_disk(located.where)
+        if isinstance(loaded, datasets.DatasetDict):
+            if located.split not in loaded:
+                raise UserInputError(f"{located.where}: no split `{located.split}`; it has: {', '.join(loaded)}")
+            loaded = loaded[located.split]
+        return _check_rows(loaded, located.name)
+    return _check_rows(load_hub(path, located.split, token, revision, located.subset), located.name)
+
+
+def load_hub(path: str, split: str, token: str | None, revision: str | None, subset: str | None = None):
     import datasets
 
     try:

@@ -45,6 +45,15 @@ PROBES: list[list[dict]] = [
     [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
 ]
 _MARK = "\x00SYSTEM\x00"
+# Ollama samples unless told not to (temperature 0.8, top_k 40, top_p 0.9, repeat_penalty 1.1): its answers
+# would not be the greedy ones the parity check compared. Temperature 0 takes the top token; a repeat penalty
+# of 1 leaves the logits as the model gives them.
+GREEDY = (
+    "# greedy decoding, as the parity check compared the export with the trained model; raise temperature for "
+    "varied answers",
+    "PARAMETER temperature 0",
+    "PARAMETER repeat_penalty 1",
+)
 
 
 @dataclass
@@ -100,6 +109,7 @@ def _default_system(template: str, probes, prefix: str) -> str | None:
 def modelfile_text(gguf_name: str, family: ChatFamily, system: str | None) -> str:
     lines = [f"FROM ./{gguf_name}", "", f'TEMPLATE """{family.template}"""', ""]
     lines += [f'PARAMETER stop "{stop}"' for stop in family.stops]
+    lines += ["", *GREEDY]
     system = system or family.default_system
     if system and takes_system(family.template):
         if '"""' in system:

@@ -2,7 +2,9 @@
 one, renamed into place at the end (a rename in one folder is atomic), so a crash, a full disk or a failed
 parity check never leaves a half-written export under the final name. Only folders autotrain wrote (they
 hold `export_report.json`) are ever replaced, and only with `--force`. One export at a time writes to an
-output: each holds a lock beside it (`.NAME.lock`) from its checks to its rename."""
+output: each holds a lock beside it (`.NAME.lock`, naming its pid and start time) from its checks to its
+rename, and removes it on every way out (an error, a full disk, SIGINT, SIGTERM); one left by an export that
+was killed (SIGKILL) is taken over by the next, which says so and removes it in turn."""
 
 from __future__ import annotations
 
@@ -10,10 +12,11 @@ import contextlib
 import errno
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from autotrain.errors import UserInputError
+from autotrain.hints import cannot_write_hint
 from autotrain.training.disk import is_disk_full, no_space
 from autotrain.training.lifetime import pid_alive
 
@@ -51,28 +54,31 @@ def check_output(out: Path, force: bool) -> None:
 
 
 @contextlib.contextmanager
-def locked(out: Path) -> Iterator[None]:
+def locked(out: Path, say: Callable[[str], None] | None = None) -> Iterator[None]:
     """Hold the output's lock while exporting to it; a second export to the same output is refused at once."""
     try:
-        import fcntl
+        import fcntl  # noqa: F401
     except ImportError:  # no advisory locks here: exports are not serialised
         yield
         return
+    from autotrain.training.locks import OwnedLock, describe
+
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(out.parent / f".{out.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    lock = OwnedLock(out.parent / f".{out.name}.lock", remove=True)
+    if not lock.acquire(wait=0):
+        raise UserInputError(
+            f"another export to `{out}` is under way ({describe(lock.holder)}); wait for it to end, "
+            "or choose another -o"
+        )
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
-            raise UserInputError(
-                f"another export to `{out}` is under way (pid {holder}); wait for it to end, or choose another -o"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        if lock.stale is not None and say is not None:
+            say(
+                f"note: `{lock.path.name}` was left by an export that ended without removing it "
+                f"({describe(lock.stale)}, killed); taken over"
+            )
         yield
     finally:
-        os.close(fd)  # drops the lock
+        lock.release()  # removes the file, then drops the lock
 
 
 def staging(out: Path) -> Path:
@@ -107,7 +113,7 @@ def writing_error(exc: BaseException, out: Path, needed: int | None = None) -> U
     if not isinstance(exc, OSError):
         return None
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return UserInputError(f"cannot write `{out}`: {exc.strerror}; choose another -o")
+        return UserInputError(f"cannot write `{out}`: {exc.strerror}; {cannot_write_hint(out, 'choose another -o')}")
     return UserInputError(f"writing `{out}` failed: {exc.strerror or exc}")
 
 

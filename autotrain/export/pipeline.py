@@ -58,13 +58,15 @@ def export_run(request: ExportRequest, say: Callable[[str], None] = print) -> Ex
         from autotrain.inference.tasks import require_extra
 
         require_extra(cfg.task)  # the task's packages: predict's code runs the parity check
-    with output.locked(out):  # from here to the rename, no other export writes to `out`
+    with output.locked(out, say):  # from here to the rename, no other export writes to `out`
         output.check_output(out, request.force)
         if request.format != "merged":
             import importlib.util
 
             if importlib.util.find_spec("gguf") is None:
-                raise UserInputError("GGUF export needs the gguf package: pip install 'autotrain[export]'")
+                from autotrain.hints import install_hint
+
+                raise UserInputError(f"GGUF export needs the gguf package: {install_hint(extra='export')}")
         return _export(request, cfg, quant, out, say)
 
 
@@ -86,13 +88,13 @@ def _export(request: ExportRequest, cfg, quant: str, out: Path, say: Callable[[s
         write_report(report, stage, source.folder)
         if family is not None:
             _write_modelfile(stage, files[0].name, family, report)
-    except BaseException as exc:
-        shutil.rmtree(stage, ignore_errors=True)
+        return _publish(stage, out, report, files, request.format)
+    except BaseException as exc:  # SIGINT and SIGTERM too (cli/inference.py): nothing half-written stays
+        shutil.rmtree(stage, ignore_errors=True)  # gone already once published
         explained = output.writing_error(exc, out, output.size_needed(source.model, quant))
         if explained is None:
             raise
         raise explained from None
-    return _publish(stage, out, report, files, request.format)
 
 
 def _check_exportable(source, fmt: str):

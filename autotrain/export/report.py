@@ -8,7 +8,7 @@ import platform
 from pathlib import Path
 
 from autotrain.export.output import REPORT
-from autotrain.export.parity import EXACT_QUANTS, GREEDY_TOKENS, LOGIT_TOLERANCE
+from autotrain.export.parity import EXACT_QUANTS, GREEDY_TOKENS, LOGIT_TOLERANCE, MIN_TOKEN_AGREEMENT, rule
 
 
 def build_report(source, fmt: str, quant: str, files: list[Path], seconds: float, summary, family, stage: Path):
@@ -38,6 +38,7 @@ def build_report(source, fmt: str, quant: str, files: list[Path], seconds: float
         from autotrain.export.checks import task_parity
 
         report["parity"] = task_parity(source, quant, stage)
+    report["rule"] = rule(report["task"], quant)
     report["failures"] = failures(report)
     report["passed"] = not report["failures"]
     return report
@@ -72,6 +73,7 @@ def failures(report: dict) -> list[str]:
                 else "rows get the trained model's predictions (text, labels, spans)"
             )
             found.append(f"{reader}: {trained['prompts_agreeing']} of {trained['prompts']} {what}")
+        found += _lossy(report, reader, trained)
     template = parity.get("chat_template")
     if template and (not template["same_template"] or template["renders_equal"] != template["conversations"]):
         found.append("the chat template read back from the export renders differently from the one trained with")
@@ -80,6 +82,20 @@ def failures(report: dict) -> list[str]:
         differ = tokenizer["texts"] - tokenizer["same_ids"]
         found.append(f"the tokenizer read back gives other ids on {differ} prompt(s)")
     return found
+
+
+def _lossy(report: dict, reader: str, trained: dict) -> list[str]:
+    """An LLM export at a type that changes answers by design, keeping too few of the trained model's tokens."""
+    quant, share = report["quant"], trained.get("token_agreement_pct")
+    if report["task"] != "llm" or quant not in MIN_TOKEN_AGREEMENT or share is None:
+        return []
+    if share >= MIN_TOKEN_AGREEMENT[quant]:
+        return []
+    return [
+        f"{reader}: {share:g}% of the trained model's greedy tokens are the export's top token "
+        f"({quant}: at least {MIN_TOKEN_AGREEMENT[quant]:g}% required; {trained['prompts_agreeing']} of "
+        f"{trained['prompts']} prompts give all {GREEDY_TOKENS})"
+    ]
 
 
 def write_json(path: Path, data: dict) -> None:
@@ -102,7 +118,7 @@ def card_section(report: dict) -> str:
         "",
         f"{files}, from a {report['kind']} run, written in {report['export_seconds']} s. "
         f"Parity check: {'passed' if report['passed'] else 'FAILED'} on {parity.get('prompts', '?')} prompts "
-        f"({parity.get('prompts_source', 'probe inputs')}).",
+        f"({parity.get('prompts_source', 'probe inputs')}); {report['rule']}.",
         "",
         "| reader | compared with | prompts agreeing | tokens agreeing | max logit diff |",
         "|---|---|---|---|---|",

@@ -6,13 +6,13 @@ QLoRA run's adapter merged into its base loaded unquantized. Tasks other than th
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from autotrain.config.base import TaskConfig
 from autotrain.errors import ConfigError, UserInputError
+from autotrain.training.folder import run_record
 from autotrain.training.verify import load_saved
 
 
@@ -37,25 +37,19 @@ def check_run(folder: Path, running_ok: bool = False) -> TaskConfig:
         raise UserInputError(f"`{folder}` is not a folder; give the project folder of a finished run")
     saved = folder / "autotrain.yaml"
     has_model = any((folder / name).is_file() for name in ("config.json", "adapter_config.json"))
-    status = _status(folder)
+    record = run_record(folder)  # a `running` record whose process is gone reads as `died`
+    status = record.get("status")
     if not saved.is_file() or not has_model or (status not in (None, "completed") and not running_ok):
-        said = f" (status: {status})" if status else ""
+        said = f" (status: {status}{': ' + record['how'] if status == 'died' else ''})" if status else ""
         raise UserInputError(
             f"`{folder}` holds no finished run{said}: export needs the project folder of a completed run"
         )
-    from autotrain.config.load import load_config
+    from autotrain.config.load import load_saved
 
     try:
-        return load_config(saved).config
+        return load_saved(saved)
     except ConfigError as exc:
         raise UserInputError(f"{saved}: not a valid autotrain config: {exc.issues[0].format()}") from None
-
-
-def _status(folder: Path) -> str | None:
-    try:
-        return json.loads((folder / "run.json").read_text(encoding="utf-8")).get("status")
-    except (OSError, ValueError, AttributeError):
-        return None
 
 
 def load_source(folder: Path, cfg: TaskConfig) -> Source:

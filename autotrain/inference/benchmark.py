@@ -17,9 +17,9 @@ from pathlib import Path
 from autotrain.config.benchmark import limit_argument
 from autotrain.config.suggest import nearest
 from autotrain.errors import UserInputError, debug_enabled
+from autotrain.hints import install_hint
 from autotrain.inference.load import FinishedRun
 
-EXTRA = "pip install 'autotrain[benchmark]'"
 CHUNK_BATCHES = 8  # requests sent to the model per progress update: this many batches
 LOCAL_SUFFIXES = (".yaml", ".yml")
 
@@ -53,7 +53,9 @@ def require_harness() -> None:
     try:
         import lm_eval  # noqa: F401 - light: its package imports no model code
     except ImportError as exc:
-        raise UserInputError(f"benchmarks need lm-evaluation-harness, an optional extra: {EXTRA} ({exc})") from None
+        raise UserInputError(
+            f"benchmarks need lm-evaluation-harness, an optional extra: {install_hint(extra='benchmark')} ({exc})"
+        ) from None
 
 
 def split_tasks(values: list[str]) -> list[str]:

@@ -128,7 +128,8 @@ def run_chat(
     `image`)."""
     from autotrain.inference.load import load_run, read_config
 
-    task = read_config(run_dir).task
+    cfg = read_config(run_dir)
+    task = cfg.task
     if task not in ("llm", "vlm"):
         raise UserInputError(f"`{run_dir}` holds a {task} run; chat needs a run that generates text (task: llm, vlm)")
     if (task == "vlm") != (image is not None):
@@ -143,12 +144,38 @@ def run_chat(
         from autotrain.data.images import check_images
 
         check_images(Dataset.from_dict({"image": [str(image)]}), "--image", "image")
-    run = load_run(run_dir, device)
     stdin = stdin or sys.stdin
+    lines = None if messages else _stdin_messages(stdin)
+    run = load_run(run_dir, device, cfg)
     if not messages and stdin.isatty():
         print(f"chatting with {run_dir} on {run.device}; /reset starts over, /exit (or Ctrl-D) ends", file=sys.stderr)
     if task == "vlm":
         from autotrain.inference.vlm import chat as about_image
 
-        return about_image(run, str(image), settings, messages or typed_lines(stdin))
-    return chat(run, settings, messages or typed_lines(stdin), system)
+        return about_image(run, str(image), settings, messages or lines)
+    return chat(run, settings, messages or lines, system)
+
+
+NOTHING_TO_SAY = (
+    "no message to answer: stdin is not a terminal and brought none. Give one with -m TEXT (repeatable), pipe "
+    "messages into stdin (one per line), or, in a container, start it with a terminal: docker run -it ..."
+)
+
+
+def _stdin_messages(stdin: TextIO | None) -> Iterator[str]:
+    """The messages stdin brings. A terminal is prompted as they come; a pipe or file that holds none (a
+    container started without -i reads an empty stdin, or none at all) is bad input, said before the model
+    loads: otherwise the command printed nothing and exited 0."""
+    import itertools
+
+    if stdin is None:  # the process was started with its stdin closed
+        raise UserInputError(NOTHING_TO_SAY)
+    lines = typed_lines(stdin)
+    if stdin.isatty():
+        return lines
+    blank = []
+    for line in lines:  # blank lines are skipped by the chat anyway; the first message is what counts
+        blank.append(line)
+        if line.strip():
+            return itertools.chain(blank, lines)
+    raise UserInputError(NOTHING_TO_SAY)

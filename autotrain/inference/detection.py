@@ -2,7 +2,8 @@
 in the image's own pixels), draw them, and evaluate COCO mAP / mAP@50 / mAR on a file with true boxes.
 
 Images go through what validation saw in training: the longer side resized to `image_square_size`, padded
-to a square, the image processor; the boxes come back to the image's own coordinates.
+to a square, the image processor; the boxes come back to the image's own coordinates (each axis by its own
+rounded scale), clipped to the image.
 """
 
 from __future__ import annotations
@@ -67,24 +68,38 @@ def detections(run, values: list, batch_size: int, advance, threshold: float = 0
     found = []
     for start in range(0, len(values), batch_size):
         images = [read_image(v) for v in values[start : start + batch_size]]
-        pixels = [square(image=np.asarray(image), bboxes=np.zeros((0, 4)), categories=[])["image"] for image in images]
-        batch = run.processor(images=pixels, return_tensors="pt").to(run.device)
+        # The whole image as a box goes through the same resize and pad: where it lands is the image's part
+        # of the square (its rounded size), which maps the predicted boxes back exactly.
+        squared = [square(image=np.asarray(image), bboxes=[[0, 0, *image.size]], categories=[0]) for image in images]
+        batch = run.processor(images=[s["image"] for s in squared], return_tensors="pt").to(run.device)
         with torch.inference_mode():
             output = run.model(**batch)
         sizes = [(side, side)] * len(images)
         results = run.processor.post_process_object_detection(output, threshold, sizes)
-        for image, result in zip(images, results, strict=True):
-            scale = max(image.size) / side  # the square's pixels back to the image's
+        for image, placed, result in zip(images, squared, results, strict=True):
             order = result["scores"].argsort(descending=True)
             found.append(
                 {
-                    "boxes": (result["boxes"][order].float().cpu() * scale).tolist(),
+                    "boxes": to_image(result["boxes"][order].float().cpu(), placed["bboxes"][0], image.size),
                     "scores": result["scores"][order].float().cpu().tolist(),
                     "labels": result["labels"][order].cpu().tolist(),
                 }
             )
         advance(len(images))
     return found
+
+
+def to_image(boxes, placed, size: tuple[int, int]) -> list[list[float]]:
+    """x1, y1, x2, y2 in the square's pixels -> in the image's, clipped to it (a box may reach into the
+    padding). `placed`: the image's own box in the square (COCO x, y, width, height)."""
+    import torch
+
+    x, y, w, h = (float(v) for v in placed)
+    width, height = size
+    scale = torch.tensor([width / w, height / h, width / w, height / h])
+    boxes = (boxes.reshape(-1, 4) - torch.tensor([x, y, x, y])) * scale
+    limit = torch.tensor([width, height, width, height], dtype=boxes.dtype)
+    return torch.minimum(boxes.clamp(min=0), limit).tolist()
 
 
 def predict(run, values: list, batch_size: int, advance) -> list[dict]:

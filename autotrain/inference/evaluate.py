@@ -210,13 +210,14 @@ def run_evaluate(
     from autotrain.inference.predict import batch_size_of
 
     check_output(output, force)
-    rows = read_rows(read_config(run_dir), input_path, labels=True)
+    cfg = read_config(run_dir)
+    rows = read_rows(cfg, input_path, labels=True)
     if rows.kind == "prompt" and any(row.get("completion") is None for row in rows.values):
         raise UserInputError(
             f"{input_path}: evaluating prompts needs their answers: a `completion` (or `chosen`) column, "
             "filled on every row"
         )
-    run = load_run(run_dir, device)
+    run = load_run(run_dir, device, cfg)
     results = evaluate_rows(run, rows, batch_size_of(run, batch_size))
     text = json.dumps(results, indent=2) + "\n"
     if output is not None:

@@ -5,7 +5,6 @@ of torch."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import pickle
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ from typing import Any
 
 from autotrain.config.base import TaskConfig
 from autotrain.errors import ConfigError, UserInputError
+from autotrain.training.plan import RunPlan
 from autotrain.training.verify import load_failure, load_saved
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -48,12 +48,35 @@ def read_config(folder: Path) -> TaskConfig:
     saved = folder / "autotrain.yaml"
     if not saved.is_file() or not _has_model(folder):
         raise UserInputError(_not_finished(folder))
-    from autotrain.config.load import load_config
+    from autotrain.config.load import load_saved
 
     try:
-        return load_config(saved).config
+        return load_saved(saved)
     except ConfigError as exc:
         raise UserInputError(f"{saved}: not a valid autotrain config: {exc.issues[0].format()}") from None
+
+
+def read_plan(folder: Path) -> RunPlan:
+    """The plan the run in `folder` trained with (run.json), as it was decided: what its model loads in. A
+    run without one, or with a record an older autotrain wrote, is bad input naming what is missing."""
+    from autotrain.training.plan_record import RecordError, plan_from_record
+
+    manifest = folder / "run.json"
+    try:
+        record = json.loads(manifest.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserInputError(
+            f"`{folder}` has no run.json, which records how its model was trained and loads (its plan); "
+            "give the project folder of a run autotrain trained"
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise UserInputError(f"`{manifest}`: not JSON ({exc})") from None
+    try:
+        return plan_from_record(record.get("plan") if isinstance(record, dict) else None)
+    except RecordError as exc:
+        raise UserInputError(
+            f"`{manifest}`: {exc} (written by an older autotrain: train the run again with this one)"
+        ) from None
 
 
 def _has_model(folder: Path) -> bool:
@@ -61,15 +84,15 @@ def _has_model(folder: Path) -> bool:
 
 
 def _not_finished(folder: Path) -> str:
-    from autotrain.training.folder import holds_run
+    from autotrain.training.folder import holds_run, run_record
 
     if not holds_run(folder):
         return f"`{folder}` holds no autotrain run; give the project folder (`project_name`) of a finished run"
+    record = run_record(folder)  # a `running` record whose process is gone reads as `died`
     status = "did not finish"
-    manifest = folder / "run.json"
-    if manifest.is_file():
-        with contextlib.suppress(ValueError, KeyError):
-            status = f"did not finish (status: {json.loads(manifest.read_text(encoding='utf-8'))['status']})"
+    if isinstance(record.get("status"), str):
+        how = f": {record['how']}" if record["status"] == "died" else ""
+        status = f"did not finish (status: {record['status']}{how})"
     return (
         f"the run in `{folder}` {status}: it has no final model; continue it with `--resume` "
         "(or give the folder of a finished run)"
@@ -89,9 +112,10 @@ def pick_device(requested: str = "auto") -> str:
     return requested
 
 
-def load_run(folder: Path, device: str = "auto") -> FinishedRun:
-    """Config, model and processor of the finished run in `folder`, ready for inference on `device`."""
-    cfg = read_config(folder)
+def load_run(folder: Path, device: str = "auto", cfg: TaskConfig | None = None) -> FinishedRun:
+    """Config, model and processor of the finished run in `folder`, ready for inference on `device`
+    (`cfg`: its config, when `read_config` has read it already)."""
+    cfg = cfg if cfg is not None else read_config(folder)
     device = pick_device(device)
     model, processor = load_model(folder, cfg, device)
     return finished_run(folder, cfg, model, processor, device)
@@ -157,29 +181,18 @@ def _load_classifier(folder: Path, cfg):
     return saved_model(folder, cfg, image, transformers.AutoImageProcessor, "image processor")
 
 
-def recorded_plan(folder: Path) -> dict:
-    """The plan the run in `folder` trained with (run.json), or {} for a run that recorded none."""
-    try:
-        plan = json.loads((folder / "run.json").read_text(encoding="utf-8")).get("plan")
-    except (OSError, ValueError, AttributeError):
-        return {}
-    return plan if isinstance(plan, dict) else {}
-
-
-def _llm_dtype(folder: Path, device: str):
-    """The dtype the run loaded its weights in (its recorded plan), so inference computes as training did.
-
-    Only what this device cannot run changes it: fp16 on a CPU (no fast kernels) loads in fp32, bf16 on a GPU
-    without it in fp16. A run recorded before the plan held the dtype loads in fp32.
-    """
+def _llm_dtype(plan: RunPlan, device: str):
+    """The dtype the run loaded its weights in (its plan), so inference computes as training did. Only what
+    this device cannot run changes it: fp16 on a CPU (no fast kernels) loads in fp32, bf16 on a GPU without
+    it in fp16."""
     import torch
 
-    name = recorded_plan(folder).get("load_dtype", "float32")
+    name = plan.load_dtype
     if name == "float16" and device == "cpu":
         name = "float32"
     elif name == "bfloat16" and device == "cuda" and not torch.cuda.is_bf16_supported():
         name = "float16"
-    return getattr(torch, name) if name in ("float32", "float16", "bfloat16") else torch.float32
+    return getattr(torch, name)
 
 
 def _check_llm(folder: Path, cfg, device: str) -> None:
@@ -207,19 +220,20 @@ def _load_llm(folder: Path, cfg, device: str):
     merged = folder / "merged"
     source = merged if (merged / "config.json").is_file() else folder
     tokenizer = load_saved(AutoTokenizer, source, "tokenizer", trust_remote_code=cfg.trust_remote_code)
-    kwargs = {"dtype": _llm_dtype(folder, device), "trust_remote_code": cfg.trust_remote_code}
+    plan = read_plan(folder)
+    kwargs = {"dtype": _llm_dtype(plan, device), "trust_remote_code": cfg.trust_remote_code}
     if (source / "config.json").is_file():
         return load_saved(AutoModelForCausalLM, source, "model", **kwargs), tokenizer
-    return _adapter_on_base(folder, cfg, device, kwargs), tokenizer
+    return _adapter_on_base(folder, cfg, plan, device, kwargs), tokenizer
 
 
-def _adapter_on_base(folder: Path, cfg, device: str, kwargs: dict):
+def _adapter_on_base(folder: Path, cfg, plan: RunPlan, device: str, kwargs: dict):
     """The LoRA adapter on the base model it was trained on, merged in unless the base is quantized."""
     from peft import PeftModel
 
     from autotrain.training.verify import weights_problem
 
-    base = _base_model(folder, cfg, device, kwargs)
+    base = _base_model(cfg, plan, device, kwargs)
     if weights_problem(folder):
         raise UserInputError(f"cannot load the LoRA adapter saved in `{folder}`: {weights_problem(folder)}")
     try:
@@ -229,7 +243,7 @@ def _adapter_on_base(folder: Path, cfg, device: str, kwargs: dict):
     return model if cfg.peft.quantization else model.merge_and_unload()
 
 
-def _base_model(folder: Path, cfg, device: str, kwargs: dict):
+def _base_model(cfg, plan: RunPlan, device: str, kwargs: dict):
     """`base_model` as the run loaded it before training: its dtype, and its quantization under QLoRA."""
     from transformers import AutoModelForCausalLM
 
@@ -239,9 +253,8 @@ def _base_model(folder: Path, cfg, device: str, kwargs: dict):
         from autotrain.trainers.llm.model import quantization_config
         from autotrain.training.precision import Precision
 
-        # The compute dtype training resolved (recorded in its plan), not a new decision.
-        resolved = recorded_plan(folder).get("mixed_precision", {}).get("resolved", "bf16")
-        kwargs["quantization_config"] = quantization_config(cfg, Precision(resolved, device))
+        # The compute dtype training resolved (its plan), not a new decision.
+        kwargs["quantization_config"] = quantization_config(cfg, Precision(plan.precision.mode, device))
     kwargs = {k: v for k, v in kwargs.items() if k != "trust_remote_code"}  # load_pretrained takes it from cfg
     return load_pretrained(AutoModelForCausalLM, cfg, "weights", None, **kwargs)
 
@@ -259,7 +272,8 @@ def load_base(folder: Path, device: str = "auto") -> FinishedRun:
     merged = folder / "merged"
     source = merged if (merged / "config.json").is_file() else folder
     tokenizer = load_saved(AutoTokenizer, source, "tokenizer", trust_remote_code=cfg.trust_remote_code)
-    model = _base_model(folder, cfg, device, {"dtype": _llm_dtype(folder, device)})
+    plan = read_plan(folder)
+    model = _base_model(cfg, plan, device, {"dtype": _llm_dtype(plan, device)})
     if not getattr(model, "is_loaded_in_4bit", False) and not getattr(model, "is_loaded_in_8bit", False):
         model.to(device)
     model.eval()

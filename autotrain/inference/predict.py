@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from autotrain.errors import UserInputError
+from autotrain.hints import cannot_write_hint
 from autotrain.inference.generate import GenerationSettings
 from autotrain.inference.inputs import Rows, prompt_of
 from autotrain.inference.tasks import task_module
@@ -33,7 +34,8 @@ def check_output(output: Path | None, force: bool) -> None:
     if not output.parent.is_dir():
         raise UserInputError(f"--output `{output}`: the folder `{output.parent}` does not exist")
     if not os.access(output.parent, os.W_OK | os.X_OK):
-        raise UserInputError(f"--output `{output}`: the folder `{output.parent}` is not writable")
+        remedy = cannot_write_hint(output.parent, "choose another --output")
+        raise UserInputError(f"--output `{output}`: the folder `{output.parent}` is not writable; {remedy}")
 
 
 @contextlib.contextmanager
@@ -235,7 +237,7 @@ def run_predict(
     cfg = read_config(run_dir)
     check_draw(draw, cfg.task)
     rows = read_rows(cfg, input_path)
-    run = load_run(run_dir, device)
+    run = load_run(run_dir, device, cfg)
     size = batch_size_of(run, batch_size)
     start = time.perf_counter()
     with jsonl_writer(output, force, len(rows)) as write:

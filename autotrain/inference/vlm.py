@@ -27,7 +27,7 @@ def load(folder: Path, cfg, device: str):
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from autotrain.errors import UserInputError
-    from autotrain.inference.load import recorded_plan
+    from autotrain.inference.load import read_plan
     from autotrain.training.verify import load_saved
 
     quantization = cfg.peft.quantization if cfg.uses_peft else None
@@ -39,8 +39,8 @@ def load(folder: Path, cfg, device: str):
     merged = folder / "merged"
     source = merged if (merged / "config.json").is_file() else folder
     processor = load_saved(AutoProcessor, source, "processor", trust_remote_code=cfg.trust_remote_code)
-    name = recorded_plan(folder).get("load_dtype", "float32")
-    dtype = torch.float32 if device == "cpu" else getattr(torch, name, torch.float32)
+    # fp32 on a CPU; elsewhere the dtype the run loaded its weights in (its plan)
+    dtype = torch.float32 if device == "cpu" else getattr(torch, read_plan(folder).load_dtype)
     if (source / "config.json").is_file():
         model = load_saved(
             AutoModelForImageTextToText, source, "model", dtype=dtype, trust_remote_code=cfg.trust_remote_code
@@ -56,7 +56,7 @@ def _adapter_on_base(folder: Path, cfg, device: str, dtype):
     from transformers import AutoModelForImageTextToText
 
     from autotrain.errors import UserInputError
-    from autotrain.inference.load import recorded_plan
+    from autotrain.inference.load import read_plan
     from autotrain.trainers.common import load_pretrained
     from autotrain.training.verify import load_failure
 
@@ -65,8 +65,8 @@ def _adapter_on_base(folder: Path, cfg, device: str, dtype):
         from autotrain.trainers.llm.model import quantization_config
         from autotrain.training.precision import Precision
 
-        resolved = recorded_plan(folder).get("mixed_precision", {}).get("resolved", "bf16")
-        kwargs["quantization_config"] = quantization_config(cfg, Precision(resolved, device))
+        # the compute dtype training resolved (its plan), not a new decision
+        kwargs["quantization_config"] = quantization_config(cfg, Precision(read_plan(folder).precision.mode, device))
     base = load_pretrained(AutoModelForImageTextToText, cfg, "weights", None, **kwargs)
     try:
         model = PeftModel.from_pretrained(base, str(folder))

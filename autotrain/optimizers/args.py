@@ -33,15 +33,14 @@ class CameArgs(_Args):
     compile: Bool | None = Field(
         None,
         description=(
-            "Compile the step of each group of same-shaped params with inductor (C++ on CPU, Triton on "
-            "CUDA), once per group shape: null (auto) compiles where that pays back within the run's "
-            "max_steps, on a thread while the first steps run eagerly (training never waits for it; with "
-            "several processes, before the first step): on the CPU groups of 2**20 elements or more, larger "
-            "ones in short runs (elements x max_steps >= 1e9); on CUDA every group in runs of 200 steps or "
-            "more, each keeping whichever of the compiled and eager steps measured faster in the run (with "
-            "several processes the ranks decide together); true compiles every group before its first step; "
-            "false never compiles. Where compiling or a compiled call fails, that group takes the eager step "
-            "from the state before it (one notice on stderr; run.json: optimizer_compile)."
+            "Compile the step of each group of same-shaped params with torch.compile (C++ on CPU, Triton on "
+            "CUDA), once per chunk layout: null (auto) compiles where that pays back within the run's max_steps, "
+            "on a thread while the first steps run eagerly (training never waits for it; with several "
+            "processes, before the first step): on the CPU groups of 2**20 elements or more, larger ones in "
+            "short runs (elements x max_steps >= 1e9); on CUDA every group in runs of 200 steps or more; true "
+            "compiles every group before its first step; false never compiles. 3-D+ params always step "
+            "eagerly. Where compiling fails, that step is the eager one from the state before it and the "
+            "optimizer keeps the eager step (one notice on stderr; run.json: optimizer_compile)."
         ),
     )
     master_weights: Bool = Field(

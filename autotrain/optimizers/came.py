@@ -9,7 +9,8 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from autotrain.optimizers import came_groups, came_math, came_policy
+from autotrain.optimizers import came_groups, came_math
+from autotrain.optimizers.came_compile import Compiler, mode
 from autotrain.optimizers.common import HALF, check_arg, closure_loss, restore_saved_dtypes, saved_states
 from autotrain.optimizers.sharding import local, shards_of
 
@@ -42,11 +43,11 @@ class CAME(Optimizer):
     ``skipped_tensors``; the step never synchronises with the host.
 
     A step: same-shaped params of a param group step together on stacked state, chunk by chunk
-    (``came_groups``), through the maths stated once (``came_math``), eagerly or compiled by inductor
-    (``came_compile``); ``came_policy.which_step`` says which. A compiled step that fails gives way to the
-    eager step from the state before it. Under FSDP2 each rank steps its dim-0 shard as one process steps the
-    whole tensor (all-reduces between the phases), and the state is laid out like the params (DTensors).
-    Details and figures: docs/came.md.
+    (``came_groups``), through the maths stated once (``came_math``), eagerly or through ``torch.compile``
+    (``came_compile``, this optimizer's own compiler). Compiling or a chunk's first compiled step that fails
+    gives way to the eager step from the state before it, recorded in ``compile_choices``. Under FSDP2 each
+    rank steps its dim-0 shard as one process steps the whole tensor (all-reduces between the phases), and the
+    state is laid out like the params (DTensors). Details and figures: docs/came.md.
 
     Args:
         params: parameters or param groups.
@@ -55,8 +56,11 @@ class CAME(Optimizer):
         clip_threshold: RMS threshold of the update.
         betas: (beta1, beta2, beta3) for the update, squared gradient and instability EMAs.
         weight_decay: decoupled weight decay.
-        compile: None (auto): compile where that pays back within ``total_steps``, on a worker thread while the
-            first steps run eagerly; True: every group from its first step; False: never.
+        compile: None (auto): compile the groups where that pays back within ``total_steps``
+            (``came_compile.compiles``), on a thread while their first steps run eagerly (with several
+            processes, before the first step, so that replicas take the same steps); True: every group before
+            its first step; False: never. 3-D+ params always take the eager step (torch 2.8's compiler
+            factors their slices wrong).
         capturable: keep the step free of host synchronisation so that it can be captured in a CUDA graph (it
             always is; this also lets ``lr`` be a tensor, read on the device each step).
         total_steps: the run's length in steps, if known: what auto weighs compiling against.
@@ -96,13 +100,13 @@ class CAME(Optimizer):
         self.total_steps = total_steps
         self.master_weights = master_weights
         super().__init__(params, defaults)
+        self._compiler = Compiler()
         self._reset_groups()
 
     def _reset_groups(self) -> None:
         self._groups: dict[int, tuple[list[int], list[came_groups.Group]]] = {}  # param ids, groups: by param group
         self._hyper: dict[tuple[int, torch.device], tuple[tuple, Tensor]] = {}
         self._skipped: dict[torch.device, Tensor] = {}
-        self._steps = came_policy.Steps(self)
 
     def __getstate__(self) -> dict[str, Any]:
         return {**super().__getstate__(), **{key: getattr(self, key) for key in self._FLAGS}}
@@ -111,6 +115,7 @@ class CAME(Optimizer):
         super().__setstate__(state)  # load_state_dict() goes through here too, without the flags
         for key, default in self._FLAGS.items():
             self.__dict__.setdefault(key, default)  # or pickled before the flag existed
+        self.__dict__.setdefault("_compiler", Compiler())  # an unpickled optimizer (load_state_dict keeps its own)
         self._reset_groups()
 
     @property
@@ -120,9 +125,19 @@ class CAME(Optimizer):
 
     @property
     def compile_choices(self) -> list[dict[str, Any]]:
-        """Per group where auto measured (CUDA) or the compiled step failed: local ``shape``, ``params``, the
-        median ``eager_ms`` and ``compiled_ms``, which was ``kept`` and any ``failure``."""
-        return [g.choice for _, groups in self._groups.values() for g in groups if g.choice is not None]
+        """Where compiling failed (then every step is eager), one record: the group's local ``shape``, its
+        ``params``, ``kept`` ("eager") and the ``failure``; [] otherwise (what the run records)."""
+        return [] if self._compiler.failure is None else [self._compiler.failure]
+
+    def _compiler_for(self, group: came_groups.Group, hp: Tensor, skipped: Tensor) -> Compiler | None:
+        """The compiler that steps ``group`` now, or None: the eager step (see ``compile``)."""
+        numel = sum(p.numel() for p in group.params)
+        kind = mode(self.compile, group.params[0].device.type, numel, self.total_steps, self.capturable)
+        if kind == "eager" or group.slices > 1 or self._compiler.failure is not None:
+            return None
+        if kind == "background" and not came_groups.warm_up(group, hp, skipped, self._compiler):
+            return None
+        return self._compiler
 
     def _moment_keys(self, p: Tensor) -> tuple[str, ...]:
         """The state keys of ``p``'s first moment (CAME8Bit: 8-bit codes for large matrices)."""
@@ -204,8 +219,9 @@ class CAME(Optimizer):
                 if device not in self._skipped:
                     self._skipped[device] = torch.zeros((), dtype=torch.int64, device=device)
                 hp = self._hyper_tensor(index, param_group, device)
-                self._steps.step_group(group, hp, self._skipped[device], scratch)
-        self._steps.step_done()
+                compiler = self._compiler_for(group, hp, self._skipped[device])
+                came_groups.step_group(group, hp, self._skipped[device], scratch, compiler)
+        self._compiler.start()  # what the step queued compiles while training goes on
         return loss
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

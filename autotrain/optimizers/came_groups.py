@@ -3,13 +3,12 @@ is stacked, and each step calls ``came_math``'s functions once per chunk of the 
 fixed number of operations whatever the number of params. ``optimizer.state[p][key]`` stays a view of row
 ``i`` of the stacked tensor, so ``state_dict()`` and checkpoints see per-parameter state. A chunk's weights
 and gradients are stacked in fp32 (unless they are one fp32 tensor, stepped in place), so its size bounds
-the step's scratch memory. A compiled call is guarded: whatever fails restores what it wrote, and the group
-takes the eager step. Figures: docs/came.md.
+the step's scratch memory. A chunk's first compiled step is guarded: a failure restores what it wrote and
+the eager step runs instead. Figures: docs/came.md.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -20,7 +19,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from autotrain.optimizers import came_compile, came_math
+from autotrain.optimizers import came_math
+from autotrain.optimizers.came_compile import Compiler, layout, tensors_of
 from autotrain.optimizers.sharding import DTensor, Shards, is_sharded, local, shards_of
 
 FACTORED_KEYS = ("exp_avg_sq_row", "exp_avg_sq_col", "exp_avg_res_row", "exp_avg_res_col")
@@ -40,27 +40,9 @@ class Group:
     stacked: dict[str, Tensor] = field(default_factory=dict)
     views: list[Tensor] = field(default_factory=list)  # state[p]["RMS"] of each param: the group's marker
     chunks: list[tuple[int, int]] = field(default_factory=list)  # [start, end) of the params stepped at once
-    compiled: bool = False  # Background: its chunk layouts were all compiled (one seen later compiles on use)
     chunk_state: dict = field(default_factory=dict)  # (start, end) -> _state_views of that chunk
-    sites: dict = field(default_factory=dict)  # (start, end) -> that chunk's compiled graphs (StepCompiler)
-    trial: list = field(default_factory=list)  # where auto measures: ("compiled"/"eager", Timing)s
-    choice: dict | None = None  # ... and what it measured and kept (came_policy), or why it failed
-    failure: str | None = None  # why its compiled step failed: it takes the eager step from then on
-
-    def fail(self, reason: str, say: bool = True) -> None:
-        """The compiled step failed: the eager step from now on, one line (``say``), and ``choice`` says why."""
-        if self.failure is not None:
-            return
-        self.failure = reason
-        self.choice = {"shape": list(self.local_shape), "params": len(self.params), **(self.choice or {})}
-        self.choice.update(kept="eager", failure=reason)
-        if say:
-            shape = "x".join(map(str, self.local_shape)) or "scalar"
-            print(
-                f"autotrain: CAME's compiled step failed for the group of {len(self.params)} {shape} "
-                f"parameter(s) ({reason}); it takes the eager step from the state before that step (same maths)",
-                file=sys.stderr,
-            )
+    sites: dict = field(default_factory=dict)  # (start, end) -> that chunk's graphs, and whether it ran them
+    warm: bool = False  # every chunk's layout was compiled on the warm-up thread
 
     @property
     def factored(self) -> bool:
@@ -141,111 +123,94 @@ def _like(original: Tensor, view: Tensor) -> Tensor:
 
 class Scratch:
     """Buffers a ``step()`` lends to each of its chunks in turn, and frees when it ends (a fresh buffer's page
-    faults are paid once a step): the stacked weights and gradients, and the copies a guarded call keeps."""
+    faults are paid once a step): the stacked weights and gradients."""
 
     def __init__(self) -> None:
         self._buffers: dict[tuple, Tensor] = {}
 
-    def take(self, size: int, device: torch.device, dtype: torch.dtype = torch.float32, slot: str = "p") -> Tensor:
-        """``size`` elements from the buffer of ``slot``, grown as needed."""
-        key = (device, dtype, slot)
-        buffer = self._buffers.get(key)
+    def take(self, size: int, device: torch.device, slot: str) -> Tensor:
+        """``size`` fp32 elements from the buffer of ``slot``, grown as needed."""
+        buffer = self._buffers.get((device, slot))
         if buffer is None or buffer.numel() < size:
-            self._buffers.pop(key, None)  # freed before the larger one is made
-            buffer = self._buffers[key] = torch.empty(size, dtype=dtype, device=device)
+            self._buffers.pop((device, slot), None)  # freed before the larger one is made
+            buffer = self._buffers[(device, slot)] = torch.empty(size, device=device)
         return buffer[:size]
 
-    def keep(self, tensors: list[Tensor]) -> Kept:
-        """Copies of ``tensors`` (one buffer per dtype, lent for this chunk), to restore them."""
-        by_dtype: dict[torch.dtype, list[Tensor]] = {}
-        for t in tensors:
-            by_dtype.setdefault(t.dtype, []).append(t)
-        kept = Kept([], [])
-        for dtype, group in by_dtype.items():
-            buffer, start = self.take(sum(t.numel() for t in group), group[0].device, dtype, "kept"), 0
-            for t in group:
-                kept.originals.append(t)
-                kept.copies.append(buffer[start : start + t.numel()].view(t.shape))
-                start += t.numel()
-        if kept.originals:
-            torch._foreach_copy_(kept.copies, kept.originals)
-        return kept
 
-
-@dataclass
-class Kept:
-    """What a chunk's compiled step writes in place, as it was before the step (``Scratch.keep``)."""
-
-    originals: list[Tensor]
-    copies: list[Tensor]
-
-    def restore(self, among: Any = None) -> None:
-        """Write the copies back: all of them, or those of the tensors in ``among`` (a phase's arguments)."""
-        pairs = list(zip(self.originals, self.copies, strict=True))
-        if among is not None:
-            found: list[Tensor] = []
-            came_compile._tensors(among, found)
-            pairs = [(t, copy) for t, copy in pairs if any(t is f for f in found)]
-        if pairs:
-            torch._foreach_copy_([t for t, _ in pairs], [copy for _, copy in pairs])
-
-
-def step_group(
-    group: Group, hp: Tensor, skipped: Tensor, compiler: came_compile.StepCompiler | None, scratch: Scratch | None
-) -> None:
-    """One step of ``group``, chunk by chunk: eager (``compiler`` None, or the group's compiled step failed) or
-    compiled."""
-    scratch = scratch or Scratch()
-    if compiler is not None and group.failure is None:
-        if compiler.failure is not None:  # recorded; the compiler said why, once
-            group.fail(compiler.failure, say=False)
-        elif group.slices > 1 and not came_compile.slices_compile_right(group.params[0].device):
-            group.fail(came_compile.SLICES_WRONG)
+def step_group(group: Group, hp: Tensor, skipped: Tensor, scratch: Scratch, compiler: Compiler | None) -> None:
+    """One step of ``group``, chunk by chunk: eager (``compiler`` None) or compiled."""
     for start, end in group.chunks:
         args, locals_ = chunk_args(group, start, end, hp, skipped, scratch)
-        site = group.sites.setdefault((start, end), {})  # the chunk's graphs
-        if compiler is None or group.failure is not None:
-            eager_chunk(*args)
-        elif not _compiled_or_restored(group, args, locals_, compiler, scratch, site):
-            args, locals_ = chunk_args(group, start, end, hp, skipped, scratch)  # gathered again: the call wrote there
-            eager_chunk(*args)
+        if compiler is None or compiler.failure is not None:
+            chunk_maths(came_math.eager, *args)
+        else:
+            _compiled_chunk(group, group.sites.setdefault((start, end), {}), args, compiler)
         if locals_ is not None:  # the params were gathered: copied back
             torch._foreach_copy_(locals_, list(args[0].view(len(locals_), *group.local_shape).unbind(0)))
 
 
-def _compiled_or_restored(group: Group, args: tuple, locals_, compiler, scratch: Scratch, site: dict) -> bool:
-    """The chunk's compiled step, guarded: what it writes in place (state; params stepped in place; a stack is
-    gathered again) is kept first, and whatever fails at any call (compiling, autotuning, a launch, memory)
-    restores it and fails the group; False: the caller takes the eager step. Nothing is kept where the chunk's
-    graphs all ran before and fail, if at all, before they write (``writes_once``). A shard's phases have
-    all-reduces between them that every rank makes once: there the failed phase alone runs again eagerly."""
-    p, _, state, moment, _, _, reduce = args
-    p_in_place = locals_ is None or reduce is not None or "master_param" in group.stacked
-    proven = site and all(getattr(graph, "writes_once", False) for graph in site.values())
-    if proven and (reduce is not None or len(site) == 1):
-        kept = Kept([], [])
-    else:
-        kept = scratch.keep([*([p] if p_in_place else []), *state, *moment])
-    if reduce is None:
-        try:
-            chunk_maths(partial(compiler, site=site), *args)
-            return True
-        except Exception as exc:  # the eager step goes on
-            kept.restore()
-            group.fail(came_compile.describe(exc), say=compiler.failure is None)
-            return False
+def _compiled_chunk(group: Group, site: dict, args: tuple, compiler: Compiler) -> None:
+    """The chunk's compiled step. Its first one (where graphs compile, load and first run) is guarded: what it
+    writes is copied first, and a failure restores the failed call's part of it, records the failure and
+    runs that call and the rest eagerly: the eager step, exactly. A shard's calls have all-reduces between
+    them that every rank makes once, so only the failed call runs again. A later failure cannot be undone (its
+    kernels may have written): it stops the step with the reason."""
+    p, _, state, moment, _, _, _ = args
+    kept = None if site.get("proven") else [(t, t.clone()) for t in (p, *state, *moment)]
 
     def run(fn: Callable, *phase: Any) -> Any:
-        if group.failure is None:
+        if compiler.failure is None:
             try:
-                return compiler(fn, *phase, site=site)
-            except Exception as exc:  # this phase, eagerly
-                kept.restore(among=phase)
-                group.fail(came_compile.describe(exc), say=compiler.failure is None)
+                return compiler(site, fn, *phase)
+            except Exception as exc:
+                compiler.fail(exc, tuple(group.local_shape), len(group.params))
+                if kept is None:
+                    raise RuntimeError(
+                        f"CAME's compiled step failed after it had run ({compiler.failure['failure']}); the optimizer "
+                        "state may be partly updated: resume from the last checkpoint (compile: false never "
+                        "compiles)"
+                    ) from exc
+                among = tensors_of(phase)
+                for t, copy in kept:
+                    if any(t is a for a in among):
+                        t.copy_(copy)
         return fn(*phase)
 
     chunk_maths(run, *args)
-    return True
+    site["proven"] = compiler.failure is None
+
+
+def warm_up(group: Group, hp: Tensor, skipped: Tensor, compiler: Compiler) -> bool:
+    """Whether every chunk layout of ``group`` is compiled; those that are not are queued for ``compiler``'s
+    thread, which compiles each by a step on scratch tensors of its layout (they cost its memory while it
+    runs; the real tensors are never touched)."""
+    if not group.warm:
+        device, who = group.params[0].device, (tuple(group.local_shape), len(group.params))
+        ready = True
+        for start, end in group.chunks:
+            args, _ = chunk_args(group, start, end, hp, skipped, None)
+            key = (layout(args[:-1]), args[-1] is None)  # (a shard's reducer is a closure of its own)
+            ready &= compiler.warmed(key, partial(_scratch, args, device), _warm_step, who)
+        group.warm = ready
+    return group.warm
+
+
+def _scratch(value: Any, device: torch.device) -> Any:
+    """``value`` with each tensor replaced by an uninitialised one of its layout on ``device``."""
+    if isinstance(value, Tensor):
+        return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=device)
+    if type(value) in (tuple, list):
+        return type(value)(_scratch(v, device) for v in value)
+    return value
+
+
+def _warm_step(run: Callable, p: Tensor, g: Tensor, state: tuple, moment: tuple, hp: Tensor, dims, reduce) -> None:
+    """A chunk's step on scratch tensors: a shard's calls as they are made, with no all-reduce between them."""
+    chunk_maths(run, p, g, state, moment, hp, dims, None if reduce is None else _no_reduce)
+
+
+def _no_reduce(kind: str, tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+    return tensors
 
 
 def _in_place(tensors: list[Tensor]) -> bool:
@@ -260,14 +225,14 @@ def _stacked(tensors: list[Tensor], lead: tuple[int, ...], scratch: Scratch | No
         return tensors[0].detach().view(lead)
     if scratch is None:
         return torch.empty(lead, device="meta")
-    into = scratch.take(prod(lead), tensors[0].device, slot=slot)
+    into = scratch.take(prod(lead), tensors[0].device, slot)
     return torch.stack(tensors, out=into.view(len(tensors), *tensors[0].shape)).view(lead)
 
 
 def chunk_args(group: Group, start: int, end: int, hp: Tensor, skipped: Tensor, scratch: Scratch | None):
     """``chunk_maths``'s arguments for params ``[start, end)``, and the params' local tensors that ``p`` (their
     stack or master weights) is copied to after the step (None: ``p`` is the param). ``scratch`` None: only
-    the layouts (``Background``), nothing gathered."""
+    the layouts (``warm_up``), nothing gathered."""
     locals_ = [local(p) for p in group.params[start:end]]
     shape = group.local_shape
     lead = (len(locals_), *((prod(shape[:-2]), *shape[-2:]) if group.factored else (prod(shape),)))
@@ -303,20 +268,14 @@ def _state_views(group: Group, start: int, end: int, lead: tuple[int, ...]) -> t
 
 
 def chunk_maths(run: Callable, p: Tensor, g: Tensor, state: tuple, moment: tuple, hp: Tensor, dims, reduce):
-    """came_math's step of one chunk, each function through ``run`` (``eager`` or a compiler); a shard's phases
-    one by one, the all-reduces (``reduce``) between them."""
-    if reduce is not None:
-        if moment:
-            came_math.factored_step(p, g, (*state, *moment), hp, dims, reduce, run)
-        else:
-            came_math.plain_step(p, g, state, hp, dims, reduce, run)
-    elif not moment:  # 1-D params
-        run(came_math.plain_step, p, g, state, hp, dims, reduce)
-    elif moment[0].dim() == 3:  # 8-bit codes in blocks that cut rows: the new moment made once, then encoded
-        m_new, ok = run(came_math.factored_update, p, g, (*state, *moment), hp, dims, reduce)
-        run(came_math.write_moment, moment, m_new, ok, dims)
+    """came_math's step of one chunk through ``run`` (``eager`` or a compiler): a whole chunk's as one call,
+    a shard's as its phases, the all-reduces (``reduce``) between them."""
+    if reduce is None:
+        run(came_math.step, p, g, state, moment, hp, dims)
+    elif moment:
+        came_math.factored_step(p, g, (*state, *moment), hp, dims, reduce, run)
     else:
-        run(came_math.factored_step, p, g, (*state, *moment), hp, dims, reduce)
+        came_math.plain_step(p, g, state, hp, dims, reduce, run)
 
 
 def _reducer(shards: Shards) -> Callable:
@@ -328,8 +287,3 @@ def _reducer(shards: Shards) -> Callable:
         return tuple(shards.all_sum(*tensors)) if needed else tensors
 
     return reduce
-
-
-def eager_chunk(*args: Any) -> None:
-    """A chunk's step, eager."""
-    chunk_maths(came_math.eager, *args)

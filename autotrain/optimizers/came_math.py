@@ -115,6 +115,15 @@ def _whole(kind: str, tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
     return tensors  # a whole tensor's sums span no other rank
 
 
+def step(p: Tensor, g: Tensor, state: tuple[Tensor, ...], moment: tuple[Tensor, ...], hp: Tensor, dims: Dims) -> None:
+    """One CAME step of a whole (unsharded) group: factored params with their first ``moment``, or 1-D params
+    (no ``moment``: it is in ``state``). What the compiled step compiles as one graph."""
+    if moment:
+        factored_step(p, g, (*state, *moment), hp, dims)
+    else:
+        plain_step(p, g, state, hp, dims)
+
+
 def factored_step(
     p: Tensor, g: Tensor, state: tuple[Tensor, ...], hp: Tensor, dims: Dims, reduce: Reduce = None, run: Run = eager
 ):
@@ -177,7 +186,7 @@ def factored_moment(g: Tensor, moment: tuple, rf: Tensor, cf: Tensor, update_sq:
     rf = _realized(rf / _per_param(_clip(update_sq, hp, dims.numel), rf))
     u = (g * rf.unsqueeze(-1)).mul_(_realized(cf).unsqueeze(-2))
     m_new = (moment_value(moment, g.shape, dims) * hp[BETA1]).add_(u * hp[BETA1_C])
-    if g.numel() <= STORED_MOMENT:
+    if g.numel() <= STORED_MOMENT or (len(moment) == 2 and moment[0].dim() == 3):  # (blocks that cut rows)
         m_new = _realized(m_new)
     res = u.sub_(m_new).square_()  # u is not needed again
     res_row_new = _ema(res_row, _row_sum(res, dims) / res.shape[-1] + hp[EPS2], hp, BETA3)

@@ -28,7 +28,7 @@ class _StateView(Mapping):
         for opt in self._owner.optimizers:
             if param in opt.state:
                 return opt.state[param]
-        return self._owner._optimizer_of(param).state[param]
+        return self._owner.optimizer_of(param).state[param]
 
     def items(self) -> list[tuple[Tensor, Any]]:  # type: ignore[override]
         return [item for opt in self._owner.optimizers for item in opt.state.items()]
@@ -103,10 +103,11 @@ class CAME8BitFusedAdam(Optimizer):
 
     @property
     def compile_choices(self) -> list[dict]:
-        """CAME8Bit's measured choices between its compiled and eager steps (see CAME)."""
+        """CAME8Bit's record of a failed compilation, if any (see CAME)."""
         return [] if self.came is None else self.came.compile_choices
 
-    def _optimizer_of(self, param: Tensor) -> Optimizer:
+    def optimizer_of(self, param: Tensor) -> Optimizer:
+        """The inner optimizer that steps `param` (KeyError for a param it does not hold)."""
         for opt in self.optimizers:
             if any(param is p for group in opt.param_groups for p in group["params"]):
                 return opt

@@ -9,7 +9,10 @@ from typing import Any
 import torch
 from torch import Tensor
 from torch.optim import Optimizer
+from torch.optim.adam import adam
+from torch.optim.adamw import adamw
 
+from autotrain.compat.torch import foreach_add_, foreach_copy_
 from autotrain.optimizers.common import HALF, check_arg, closure_loss, restore_saved_dtypes
 from autotrain.optimizers.sharding import local
 
@@ -41,27 +44,28 @@ def adam_multi_tensor_(
     bias_correction: bool,
     no_bias_step: Tensor,
 ) -> None:
-    """One fused Adam(W) step over a bucket; the kernel reads each step count after increment."""
-    torch._foreach_add_(bucket.steps, 1)
-    steps = bucket.steps if bias_correction else [no_bias_step] * len(bucket.steps)
-    kernel = torch._fused_adamw_ if adam_w_mode else torch._fused_adam_
-    kernel(
+    """One fused Adam(W) step over a bucket, through torch's functional Adam(W) with `fused=True`: it adds
+    one to each step count, then runs torch's fused multi-tensor kernel (the one `AdamW(fused=True)` runs)."""
+    if not bias_correction:  # the kernel is handed the 1e30 step; the real counts still count
+        foreach_add_(bucket.steps, 1)
+    (adamw if adam_w_mode else adam)(
         bucket.params,
         bucket.grads,
         bucket.exp_avgs,
         bucket.exp_avg_sqs,
         [],
-        steps,
-        lr=lr,
+        bucket.steps if bias_correction else [no_bias_step] * len(bucket.steps),
+        fused=True,
+        amsgrad=False,
         beta1=betas[0],
         beta2=betas[1],
+        lr=lr,
         weight_decay=weight_decay,
         eps=eps,
-        amsgrad=False,
         maximize=False,
     )
     if bucket.model_params:
-        torch._foreach_copy_(bucket.model_params, bucket.params)
+        foreach_copy_(bucket.model_params, bucket.params)
 
 
 class FusedAdam(Optimizer):
@@ -76,13 +80,13 @@ class FusedAdam(Optimizer):
     * ``adam_w_mode=True`` (AdamW): :math:`p \leftarrow p - \eta\lambda p`
     * :math:`p \leftarrow p - \eta\, \hat m / (\sqrt{\hat v} + \epsilon)`
 
-    Params are bucketed by (device, dtype) and each bucket is one call of torch's fused
-    multi-tensor kernel (``torch._fused_adamw_`` / ``torch._fused_adam_``, CPU and CUDA), the
+    Params are bucketed by (device, dtype) and each bucket is one call of torch's functional
+    ``adamw`` / ``adam`` with ``fused=True``: torch's fused multi-tensor kernel (CPU and CUDA), the
     same one ``torch.optim.AdamW(fused=True)`` runs. How each Apex flag maps onto it:
 
-    * ``bias_correction=False``: the kernel always corrects, so it is handed a step of 1e30,
-      where :math:`\beta^t` is exactly 0 and both corrections exactly 1 (``state["step"]`` still
-      counts real steps).
+    * ``bias_correction=False``: the kernel always corrects, so it is handed a step of 1e30
+      (adding one leaves it there), where :math:`\beta^t` is exactly 0 and both corrections exactly
+      1 (``state["step"]`` still counts real steps).
     * ``master_weights=True`` (the default here; Apex's is False): fp16/bf16 params get an fp32
       copy (``state["master_param"]``, 4 bytes per parameter) and fp32 moments; the kernel updates
       the copy from the grad cast to fp32, and the param is refreshed from it. With False, moments

@@ -35,10 +35,19 @@ class OptimizerSpec:
     module: str | None = None  # the package's import name, when it differs from `package`
     as_optim_args: bool = False  # transformers takes its arguments as the `optim_args` string
     summary: str = ""
+    # A combination of optimizers of this table: (its argument holding a part's arguments, that part's name)
+    parts: tuple[tuple[str, str], ...] = ()
 
     @property
     def import_name(self) -> str | None:
         return self.module or self.package
+
+    def part_kwargs(self, kwargs: dict) -> list[tuple[str, dict]]:
+        """(optimizer name, its own keyword arguments) of each optimizer `kwargs` (this one's) configure:
+        each part's, or this optimizer's own when it is no combination."""
+        if not self.parts:
+            return [(self.name, kwargs)]
+        return [(part, kwargs.get(argument, {})) for argument, part in self.parts]
 
     def load_class(self) -> type:
         """The optimizer class of a bundled entry (imports torch)."""
@@ -113,6 +122,7 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
             state_bytes=1.0,
             state_quantized=True,
             summary="CAME8Bit on large matrices, FusedAdam on the rest",
+            parts=(("came", "came_8bit"), ("adam", "fused_adam")),
         ),
         # The rest of transformers' `OptimizerNames`, written out so that this table needs neither torch nor
         # transformers (tests/test_optimizers_registry.py compares it with the installed transformers).

@@ -19,6 +19,7 @@ from autotrain.config.load import LoadedConfig
 COMPLETE = ".autotrain-complete"
 K8S_CONFIG_DIR = "/etc/autotrain"
 K8S_WORKDIR = "/workspace"
+CPUS_PER_PROCESS = 4  # cores a training process gets besides its data-loading workers (one each)
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,15 @@ class Spec:
         """One process per GPU when the machines have GPUs; else the config's own count (CPU runs)."""
         gpus = self.cfg.cluster.gpus_per_node
         return str(gpus) if gpus else None
+
+    def cpus_per_machine(self) -> int:
+        """CPU cores for one machine's processes: `cluster.cpus_per_process` (by default the rank itself, its
+        CUDA / NCCL threads and the tokenizer: 4, and one per data-loading worker) times the processes."""
+        per_process = (
+            self.cfg.cluster.cpus_per_process or CPUS_PER_PROCESS + self.cfg.training_args.dataloader_num_workers
+        )
+        own = self.cfg.distributed.num_processes
+        return per_process * int(self.processes() or (own if isinstance(own, int) else 1))
 
     def node_command(
         self, rank: str, address: str, port: str | None = None, resume: str = "", extra: Sequence[str] = ()
@@ -115,6 +125,8 @@ def slurm(spec: Spec) -> str:
         f"#SBATCH --job-name={job_name(cfg)}",
         f"#SBATCH --nodes={spec.nodes}",
         "#SBATCH --ntasks-per-node=1",
+        # the one task runs every process of its machine: Slurm's default is one core for all of them
+        f"#SBATCH --cpus-per-task={spec.cpus_per_machine()}",
     ]
     if cluster.gpus_per_node:
         kind = f"{cluster.gpu_type.lower()}:" if cluster.gpu_type else ""
@@ -136,7 +148,9 @@ def slurm(spec: Spec) -> str:
         spec.resume_test(),
         "export MAIN_PROCESS_IP RESUME",
         "",
-        f"srun --nodes={spec.nodes} --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c {quoted('exec ' + command)}",
+        # srun is given the cores again: Slurm 22.05 stopped passing sbatch's --cpus-per-task on to it
+        f"srun --nodes={spec.nodes} --ntasks-per-node=1 --cpus-per-task={spec.cpus_per_machine()} "
+        f"--kill-on-bad-exit=1 bash -c {quoted('exec ' + command)}",
         "code=$?",
         "# 143: stopped by the signal before the time limit, with a checkpoint saved: queue the rest of the run.",
         'if [ "$code" -eq 143 ]; then scontrol requeue "$SLURM_JOB_ID"; fi',

@@ -46,14 +46,16 @@ def decoder_layer_classes(base_model: str, revision: str | None = None) -> list[
         return None
     import transformers
 
+    from autotrain.compat.transformers import no_split_modules
+
     for name in architectures:
         try:
             cls = getattr(transformers, name)
         except AttributeError:  # remote-code architecture
             continue
-        layers = getattr(cls, "_no_split_modules", None)
+        layers = no_split_modules(cls)
         if layers:
-            return list(layers)
+            return layers
     return None
 
 
@@ -165,7 +167,10 @@ def hardware_problems(cfg: TaskConfig, gpus: int, per_machine: int, why_no_gpu: 
         import importlib.util
 
         if importlib.util.find_spec("deepspeed") is None:
-            problems.append("distributed.strategy: deepspeed needs the `deepspeed` package (pip install deepspeed)")
+            from autotrain.hints import install_hint
+
+            hint = install_hint("deepspeed")
+            problems.append(f"distributed.strategy: deepspeed needs the `deepspeed` package ({hint})")
         ds = dist.deepspeed or DeepSpeedConfig()
         if ds.config_file and not Path(ds.config_file).is_file():
             problems.append(f"distributed.deepspeed.config_file `{ds.config_file}` does not exist")

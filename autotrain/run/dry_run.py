@@ -22,15 +22,15 @@ def print_plan(
     from autotrain.config.interpolate import redact
 
     cfg = loaded.config
-    args = cfg.training_args
     print(f"# resolved config ({loaded.source}); secrets shown as ***")
     print(yaml.safe_dump(loaded.redacted(), sort_keys=False, default_flow_style=False), end="")
     print("# plan")
     what = cfg.task + (f" / trainer {cfg.trainer}" if getattr(cfg, "trainer", None) else "")
     print(f"task: {what}")
     print(
-        f"effective batch size: {plan.effective_batch_size} = batch_size {args.batch_size} x gradient_accumulation "
-        f"{args.gradient_accumulation} x processes {plan.world_size}"
+        f"effective batch size: {plan.effective_batch_size} = batch_size {plan.batch_size} x gradient_accumulation "
+        f"{plan.gradient_accumulation} x processes {plan.world_size}"
+        + (" (batch_size: auto, chosen by the memory estimate: see below)" if plan.batch_choice else "")
     )
     print(
         f"processes: {plan.processes_per_machine} per machine x {plan.num_machines} machine(s)"
@@ -42,12 +42,17 @@ def print_plan(
     settings = optimizer.get("kwargs") or optimizer.get("training_arguments") or {}
     if settings:
         print("optimizer arguments: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
+    if plan.adapter is not None:
+        print(f"adapter: {plan.adapter.summary()}")
     if plan.attn_implementation:  # an LLM
         asked = "" if cfg.attn_implementation == plan.attn_implementation else f" (asked: {cfg.attn_implementation})"
         rows = f"; padding-free batches: {plan.padding_free}" if plan.padding_free else ""
         print(f"attention: {plan.attn_implementation}{asked}{rows}")
     if plan.cross_entropy:  # an LLM trainer computing its own next-token loss
         print(f"loss: cross_entropy {plan.cross_entropy}")
+    if plan.data.get("sources"):  # data autotrain prepares: each source's share of an epoch, or a stream
+        shares = ", ".join(f"{s['path']} [{s['split']}] {s['share']:.0%}" for s in plan.data["sources"])
+        print(redact(f"data: {'streamed; ' if plan.data.get('streaming') else ''}{shares}", loaded.secrets))
     print(f"output folder: {loaded.redacted()['project_name']}")
     if plan.world_size > 1:
         from autotrain.run.launch import display_command

@@ -68,8 +68,29 @@ def _shown(value: Any) -> str:
 
 
 def fingerprint(loaded: LoadedConfig) -> dict:
-    """{"base_model", "settings"} of the config (the data's fingerprint is run.json's `data`)."""
-    return {"base_model": base_model_record(loaded.config), "settings": settings(loaded.redacted())}
+    """{"base_model", "settings", "defaulted"} of the config (the data's fingerprint is run.json's `data`);
+    `defaulted`: the settings the config leaves at their default."""
+    found = settings(loaded.redacted())
+    left = defaulted(loaded.config)
+    return {
+        "base_model": base_model_record(loaded.config),
+        "settings": found,
+        "defaulted": sorted(k for k in found if any(k == d or k.startswith(d + ".") for d in left)),
+    }
+
+
+def defaulted(model: Any, prefix: str = "") -> set[str]:
+    """Dotted names of the fields of a validated config that it does not set (their default applies)."""
+    from pydantic import BaseModel
+
+    out: set[str] = set()
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        if name not in model.model_fields_set:
+            out.add(prefix + name)
+        elif isinstance(value, BaseModel):
+            out |= defaulted(value, f"{prefix}{name}.")
+    return out
 
 
 def settings(config: dict, prefix: str = "") -> dict[str, Any]:
@@ -111,7 +132,11 @@ def _sampled(path: Path) -> dict:
 def differences(recorded: dict, recorded_data: dict | None, now: dict, data_now: dict | None) -> list[Difference]:
     """Every difference between the run's record and the config now, settings first."""
     old, new = recorded.get("settings", {}), now.get("settings", {})
-    found = [Difference(k, old.get(k), new.get(k)) for k in sorted({*old, *new}) if old.get(k) != new.get(k)]
+    # A setting the record lacks (autotrain gained it after the run was recorded) and the config leaves at its
+    # default is the run's own behaviour, not a change.
+    added = {k for k in now.get("defaulted", ()) if k not in old}
+    keys = sorted({*old, *new} - added)
+    found = [Difference(k, old.get(k), new.get(k)) for k in keys if old.get(k) != new.get(k)]
     found += _model_differences(recorded.get("base_model") or {}, now.get("base_model") or {})
     if recorded_data is not None and data_now is not None and _contents(recorded_data) != _contents(data_now):
         found.append(Difference("data", _data_summary(recorded_data), _data_summary(data_now)))
@@ -133,13 +158,17 @@ def _model_differences(old: dict, new: dict) -> list[Difference]:
 
 
 def _contents(data: dict) -> list:
-    """What the data files hold, whatever their paths: their hashes (or the hub dataset's name)."""
+    """What the data files hold, whatever their paths: their hashes (or the hub dataset's name); of each source."""
+    if "sources" in data:
+        return [_contents(source) for source in data["sources"]]
     if "hub" in data:
         return ["hub", data["hub"]]
     return sorted(v["sha256"] for v in data.values() if isinstance(v, dict) and "sha256" in v)
 
 
 def _data_summary(data: dict) -> str:
+    if "sources" in data:
+        return "; ".join(_data_summary(source) for source in data["sources"])
     if "hub" in data:
         return f"hub dataset {data['hub']}"
     files = [(k, v) for k, v in data.items() if isinstance(v, dict) and "sha256" in v]
@@ -177,8 +206,11 @@ def data_files(path: Path) -> tuple[list[Path], bool]:
 
 def data_fingerprint(cfg) -> dict:
     """The config's data: its local files' sizes and SHA-256 (see `data_files` for which), or the hub name."""
-    path = Path(cfg.data.path).expanduser()
-    return files_fingerprint(path) if path.exists() else {"hub": cfg.data.path}
+    prints = []
+    for _, value in cfg.data.paths():
+        path = Path(value).expanduser()
+        prints.append(files_fingerprint(path) if path.exists() else {"hub": value})
+    return prints[0] if len(prints) == 1 else {"sources": prints}  # several `data.sources`: each, in order
 
 
 def files_fingerprint(path: Path) -> dict:

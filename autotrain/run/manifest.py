@@ -22,6 +22,7 @@ from pathlib import Path
 from autotrain.config.interpolate import redact
 from autotrain.config.load import LoadedConfig
 from autotrain.run.fingerprint import data_fingerprint, differences, fingerprint
+from autotrain.training.folder import write_record
 from autotrain.training.plan import RunPlan
 
 PACKAGES = ("autotrain", "torch", "transformers", "trl", "peft", "accelerate", "datasets", "bitsandbytes")
@@ -67,19 +68,6 @@ def _git_commit() -> str | None:
 # A resume ending so, without a step trained past the checkpoint it resumed, keeps the record it found.
 FAILED = ("failed", "bad input", "diverged")
 _SUMMARY = ("status", "started", "ended", "exit_code", "how", "error", "last_checkpoint")
-
-
-def write_record(path: Path, data: dict) -> None:
-    """`data` as `path`, atomically: a reader sees the old record or the new one, never half of one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(data, indent=2) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def settle(folder: Path, exit_code: int, how: str | None) -> bool:

@@ -41,7 +41,7 @@ def write_model_card(
         "",
         f"Fine-tuned from `{cfg.base_model}` with autotrain: {what}.",
         "",
-        f"- data: `{cfg.data.path}` (split `{cfg.data.train_split}`)",
+        *_data_lines(loaded),
         *_training_lines(cfg, plan, state),
     ]
     shown = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
@@ -63,17 +63,18 @@ def add_memory_to_card(folder: Path, memory: dict) -> None:
     if "measured" not in memory or not card.is_file():
         return
     measured = memory["measured"]
-    what = "max_memory_allocated" if "max_memory_allocated" in measured else "peak_above_baseline"
+    what = "max_memory_allocated" if "max_memory_allocated" in measured else "peak_rss"
+    shown = {"max_memory_allocated": "max memory allocated", "peak_rss": "peak resident memory of the process"}
     lines = [
         "## Memory",
         "",
         "| | per device |",
         "|---|---|",
         f"| estimated before the run | {gib(memory['bytes_per_device'])} |",
-        f"| measured ({what.replace('_', ' ')}) | {gib(measured[what])} |",
+        f"| measured ({shown[what]}) | {gib(measured[what])} |",
     ]
-    if what == "peak_above_baseline":
-        lines.append(f"| process before the model loaded (left out above) | {gib(measured['rss_before_model'])} |")
+    if what == "peak_rss":
+        lines.append(f"| resident as training started | {gib(measured['rss_at_start'])} |")
     text = card.read_text(encoding="utf-8")
     marker = "The full resolved config is in"
     block = "\n".join(lines) + "\n\n"
@@ -92,10 +93,13 @@ def _training_lines(cfg, plan: RunPlan | None, state) -> list[str]:
         lines = [f"- asked: {bound}"]
     if plan is not None:
         lines.append(
-            f"- batch per step: {plan.effective_batch_size} = batch_size {args.batch_size} x gradient_accumulation "
-            f"{args.gradient_accumulation} x {plan.world_size} process(es)"
+            f"- batch per step: {plan.effective_batch_size} = batch_size {plan.batch_size} x gradient_accumulation "
+            f"{plan.gradient_accumulation} x {plan.world_size} process(es)"
+            + (" (batch_size: auto)" if plan.batch_choice else "")
         )
     lines.append(f"- learning rate: {args.lr}, optimizer: {plan.optimizer.name if plan else args.optimizer}")
+    if plan is not None and plan.adapter is not None:
+        lines.append(f"- adapter: {plan.adapter.summary()}")
     if plan is not None:
         mode = "fp32" if plan.precision.mode == "no" else plan.precision.mode
         lines.append(f"- precision: {mode} on {plan.precision.device} (asked: {plan.asked_precision})")
@@ -110,6 +114,10 @@ def save_final(trainer, loaded: LoadedConfig, plan: RunPlan, metrics: dict) -> N
     cfg = loaded.config
     folder = Path(cfg.project_name)
     trainer.save_model(str(folder))
+    if plan.adapter is not None and plan.adapter.converts and trainer.is_world_process_zero():
+        from autotrain.training.adapter import save_converted_adapter
+
+        save_converted_adapter(trainer.model, folder)  # PiSSA / OLoRA: a plain LoRA adapter on the base model
     processor = getattr(trainer, "processing_class", None)
     if processor is not None and trainer.is_world_process_zero():
         processor.save_pretrained(str(folder))
@@ -192,3 +200,15 @@ def push_to_hub(loaded: LoadedConfig, extra_files: list[Path] = ()) -> str:
         repo_id = cfg.hub.repo_id
         api.upload_file(path_or_fileobj=str(path), path_in_repo=path.name, repo_id=repo_id, commit_message=message)
     return str(repo)
+
+
+def _data_lines(loaded: LoadedConfig) -> list[str]:
+    """The model card's data line (secrets redacted): the path and split, or each source of a mixture with its
+    share."""
+    cfg, data = loaded.config, loaded.redacted()["data"]
+    if not data.get("sources"):
+        return [f"- data: `{data.get('path')}` (split `{data.get('train_split', 'train')}`)"]
+    mixed = zip(data["sources"], cfg.data.shares(), strict=True)
+    return [
+        "- data: a mixture of " + ", ".join(f"`{s['path']}` [{s.get('split', 'train')}] ({x:.0%})" for s, x in mixed)
+    ]

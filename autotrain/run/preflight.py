@@ -20,6 +20,7 @@ import os
 from dataclasses import dataclass, field
 
 from autotrain.config.base import TaskConfig
+from autotrain.hints import compiler_hint, install_hint
 from autotrain.training.plan import RunPlan
 
 
@@ -120,11 +121,11 @@ def _package_problems(cfg: TaskConfig) -> list[str]:
 
     problems = [p for p in [missing_extra(cfg.task)] if p]
     if cfg.log != "none" and _missing(cfg.log):
-        problems.append(f"log: {cfg.log} needs the `{cfg.log}` package: pip install {cfg.log} (or set `log: none`)")
+        problems.append(f"log: {cfg.log} needs the `{cfg.log}` package: {install_hint(cfg.log)} (or set `log: none`)")
     if getattr(cfg, "gguf", None) is not None and _missing("gguf"):
-        problems.append("base_model: loading a GGUF file needs the gguf package: pip install gguf")
+        problems.append(f"base_model: loading a GGUF file needs the gguf package: {install_hint('gguf')}")
     if cfg.distributed.backend == "ray" and _missing("ray"):
-        problems.append("distributed.backend: ray needs Ray Train: pip install 'autotrain[ray]'")
+        problems.append(f"distributed.backend: ray needs Ray Train: {install_hint(extra='ray')}")
     return problems
 
 
@@ -136,7 +137,7 @@ def _optimizer_problems(name: str, device: str, why: str) -> list[str]:
     instead = "or use `came_8bit`: it needs nothing extra and runs everywhere"
     if spec.package and _missing(spec.import_name):
         problems.append(
-            f"training_args.optimizer: {name} needs {spec.package}: pip install {spec.package} (or {instead})"
+            f"training_args.optimizer: {name} needs {spec.package}: {install_hint(spec.package)} (or {instead})"
         )
     if spec.cuda_only and device != "cuda":
         problems.append(f"training_args.optimizer: {name} needs a CUDA GPU and none is visible{_aside(why, instead)}")
@@ -156,7 +157,7 @@ def _quantization_problems(cfg: TaskConfig, plan: RunPlan, why: str) -> list[str
         )
     if _missing("bitsandbytes"):
         problems.append(
-            f"peft.quantization: {quantization} loads through the bitsandbytes package: pip install bitsandbytes"
+            f"peft.quantization: {quantization} loads through the bitsandbytes package: {install_hint('bitsandbytes')}"
         )
     return problems
 
@@ -169,14 +170,14 @@ def _attention_problems(cfg: TaskConfig, plan: RunPlan, why: str) -> list[str]:
     if plan.precision.device != "cuda":
         return [f"{asked} needs a CUDA GPU and none is visible{_aside(why, instead)}"]
     if _missing("flash_attn"):
-        return [f"{asked} needs the flash-attn package: pip install flash-attn{_aside(instead)}"]
+        return [f"{asked} needs the flash-attn package: {install_hint('flash-attn')}{_aside(instead)}"]
     try:  # the usual failure: a wheel built against another torch or CUDA, found but not importable
         import flash_attn  # noqa: F401
     except Exception as exc:  # noqa: BLE001 - whatever the import raises, the model load would raise it too
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return [
             f"{asked}: the flash-attn package does not import ({first}); reinstall it for this torch: "
-            f"pip install flash-attn --no-build-isolation{_aside(instead)}"
+            f"{install_hint('flash-attn --no-build-isolation')}{_aside(instead)}"
         ]
     return []
 
@@ -207,20 +208,23 @@ def _loss_problems(plan: RunPlan, why: str) -> list[str]:
 
 def _compiler_note(plan: RunPlan) -> str | None:
     """A note where CAME would compile its step (compile: true, or auto in a run where compiling pays) and no
-    C compiler runs here: it then takes the eager step (came_compile.StepCompiler: same maths, slower)."""
-    kwargs = plan.optimizer.kwargs
-    came = kwargs.get("came", kwargs)
-    if "compile" not in came or came["compile"] is False:
-        return None
-    device = plan.precision.device
-    if came["compile"] is None:
-        from autotrain.optimizers.came_policy import CPU_MIN_NUMEL, compiles
+    C compiler runs here: it then takes the eager step (came_compile.Compiler: same maths, slower)."""
+    from autotrain.optimizers.table import OPTIMIZERS
 
-        if not compiles(device, CPU_MIN_NUMEL, came.get("total_steps")):
+    parts = OPTIMIZERS[plan.optimizer.name].part_kwargs(plan.optimizer.kwargs)
+    compiling = [kwargs for _, kwargs in parts if kwargs.get("compile", False) is not False]
+    if not compiling:
+        return None
+    step = compiling[0]
+    device = plan.precision.device
+    if step["compile"] is None:
+        from autotrain.optimizers.came_compile import CPU_MIN_NUMEL, compiles
+
+        if not compiles(device, CPU_MIN_NUMEL, step.get("total_steps")):
             return None  # auto compiles nothing in a run this short
     if device == "cuda":  # Triton builds its launchers with a C compiler
         wanted, candidates = "a C compiler for Triton (CC, gcc or clang)", _c_compilers()
-    elif device == "cpu":  # inductor's C++ kernels (torch._inductor.config.cpp.cxx)
+    elif device == "cpu":  # inductor's C++ kernels (its config's cpp.cxx)
         wanted, candidates = "a C++ compiler (CXX, or g++)", [os.environ.get("CXX", "g++")]
     else:
         return None
@@ -228,7 +232,7 @@ def _compiler_note(plan: RunPlan) -> str | None:
         return None
     return (
         f"optimizer: CAME compiles its step here, and {wanted} was not found or does not run: it will take the "
-        "eager step (the same maths, slower); install one (apt-get install build-essential) to compile it"
+        f"eager step (the same maths, slower); to compile it, {compiler_hint()}"
     )
 
 

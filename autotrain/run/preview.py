@@ -55,7 +55,7 @@ def preview_lines(record: dict[str, Any]) -> list[str]:
     if kind in ("tokens", "blocks"):
         lines.append(f"  {NO_LOSS[0]}text in these marks{NO_LOSS[1]} carries no loss; the rest is trained")
     for i, example in enumerate(record["examples"]):
-        lines.append(f"--- example {i}")
+        lines.append(f"--- example {i}" + (f" from {example['source']}" if "source" in example else ""))
         lines += _example_lines(kind, example)
     lines.append("--- summary")
     lines += [f"  {key}: {value}" for key, value in record["summary"].items()]
@@ -88,4 +88,5 @@ def _short(text: str) -> str:
 
 def local_data(cfg) -> bool:
     """Whether the dry run may read the data: it is on this machine (a dry run downloads no dataset)."""
-    return Path(cfg.data.path).expanduser().exists()
+    paths = cfg.data.paths()
+    return bool(paths) and all(Path(path).expanduser().exists() for _, path in paths)

@@ -21,6 +21,8 @@ ACCELERATE_LAUNCHED = "1"
 RAY_LAUNCHED = "ray"
 # The parent's identity (training/lifetime.py), for the ranks it starts: they end with it, and run.json names it.
 PARENT_ENV = "AUTOTRAIN_PARENT"
+# `batch_size: auto` as the parent decided it (run/fit.py), for the ranks: each deciding alone could differ.
+BATCH_ENV = "AUTOTRAIN_BATCH_CHOICE"
 
 
 def launched() -> str | None:
@@ -56,6 +58,7 @@ class Run:
         self.trainer = None  # once built
         self.writing = None  # what is being written outside the Trainer's checkpoints, for a full disk's message
         self.stop = None  # the GracefulStop of this process
+        self.optimizer_watch = None  # whether the optimizer is inside its step (autotrain.run.oom reads it)
 
     def say(self, message: str, every_rank: bool = False) -> None:
         """Progress messages come from the main process only; errors from every rank that has one."""

@@ -3,7 +3,9 @@
 - A folder autotrain writes a run into gets a marker file (`.autotrain-run`). `--overwrite` empties a
   folder only when the marker is there: a folder autotrain did not make is never deleted.
 - One run per folder at a time: an exclusive lock on `.autotrain.lock` (released by the OS when the
-  process ends, however it ends), with the holder's pid inside so the second run can name it. The ranks a
+  process ends, however it ends), naming its holder (pid, start time, host) so the second run can name it;
+  a clean end empties it, so a holder still named in a free lock ended without releasing it (SIGKILL, a
+  stopped machine or container), and the next claim says so as it takes the lock over. The ranks a
   launcher starts hold a shared lock on `.autotrain-ranks.lock` while they train, and a claim needs that one
   free too: the folder is never free while any process of a run may still write to it.
 - A run refused before training (bad data, a missing column, ...) takes back what it created, so the
@@ -20,11 +22,10 @@ from pathlib import Path
 
 from autotrain.config.paths import RUN_MARKER, why_not_a_run_folder
 from autotrain.errors import UserInputError
-from autotrain.training.folder import holds_run
+from autotrain.hints import cannot_write_hint
+from autotrain.training.folder import LOCK, RANKS_LOCK, holds_run
 
 MARKER = RUN_MARKER
-LOCK = ".autotrain.lock"
-RANKS_LOCK = ".autotrain-ranks.lock"
 # What autotrain writes before training starts; it does not make a folder a run.
 OWN_FILES = {MARKER, LOCK, RANKS_LOCK, "logs"}
 
@@ -36,7 +37,8 @@ class ProjectFolder:
         self.folder = folder
         self.created = False  # this run made the folder
         self.fresh = False  # the folder held no run when this one started
-        self._lock_fd: int | None = None
+        self._lock = None  # training.locks.OwnedLock, while held
+        self.took_over: dict | None = None  # the holder an earlier run left named in the lock (it was killed)
         self._lock_made = False  # this run made the lock files (so it takes them away on abandon)
         self._ranks_made = False
 
@@ -47,9 +49,9 @@ class ProjectFolder:
             if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
                 raise
             where = exc.filename or self.folder
+            remedy = cannot_write_hint(where, "choose a project_name in a folder you can write to")
             raise UserInputError(
-                f"project folder `{self.folder}`: cannot write to `{where}` ({exc.strerror}); "
-                "choose a project_name in a folder you can write to"
+                f"project folder `{self.folder}`: cannot write to `{where}` ({exc.strerror}); {remedy}"
             ) from None
 
     def _claim(self, resume: str | None, overwrite: bool) -> ProjectFolder:
@@ -67,7 +69,7 @@ class ProjectFolder:
         except FileExistsError:  # there already, or made a moment ago by a run started at the same time
             pass
         try:
-            self._lock()
+            self._take_lock()
             self._check(resume, overwrite)
         except BaseException:
             self.abandon()
@@ -75,22 +77,20 @@ class ProjectFolder:
         (folder / MARKER).write_text("made by autotrain; --overwrite may empty this folder\n", encoding="utf-8")
         return self
 
-    def _lock(self) -> None:
+    def _take_lock(self) -> None:
         try:
             import fcntl
         except ImportError:  # no advisory locks on this platform: runs are not serialised
             return
-        fd, self._lock_made, locked = _exclusive(fcntl, self.folder / LOCK)
-        if not locked:
-            holder = _holder_pid(fd)
-            os.close(fd)
+        from autotrain.training.locks import OwnedLock, describe
+
+        lock = OwnedLock(self.folder / LOCK)
+        if not lock.acquire():
             raise UserInputError(
-                f"project folder `{self.folder}` is in use by another run (pid {holder}); wait for it to end "
-                "or choose another project_name"
+                f"project folder `{self.folder}` is in use by another run ({describe(lock.holder)}); wait for it "
+                "to end or choose another project_name"
             )
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._lock_fd = fd
+        self._lock, self._lock_made, self.took_over = lock, lock.made, lock.stale
         self._no_ranks_left(fcntl)
 
     def _no_ranks_left(self, fcntl) -> None:
@@ -142,10 +142,9 @@ class ProjectFolder:
                 entry.unlink()
 
     def release(self) -> None:
-        if self._lock_fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._lock_fd)  # closing the descriptor drops the lock
-            self._lock_fd = None
+        if self._lock is not None:
+            self._lock.release()  # empties the file (no holder named) and drops the lock
+            self._lock = None
 
     def abandon(self) -> None:
         """Take back what this run wrote before training started: the folder is as if never used."""
@@ -157,7 +156,7 @@ class ProjectFolder:
                 logs = self.folder / "logs"
                 with contextlib.suppress(OSError):
                     logs.rmdir()  # only if empty: an error log of a crash stays
-            if self._lock_made and self._lock_fd is not None:
+            if self._lock_made and self._lock is not None:
                 with contextlib.suppress(OSError):
                     (self.folder / LOCK).unlink()
                 if self._ranks_made:
@@ -193,16 +192,3 @@ def _exclusive(fcntl, path: Path) -> tuple[int, bool, bool]:
     except BlockingIOError:
         return fd, made, False
     return fd, made, True
-
-
-def _holder_pid(fd: int, wait: float = 2.0) -> str:
-    """The pid the holder wrote into the lock file. It writes it just after taking the lock, so a run that
-    lost the race by microseconds may find the file still empty: look again for a moment before giving up."""
-    import time
-
-    deadline = time.monotonic() + wait
-    while True:
-        text = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
-        if text or time.monotonic() >= deadline:
-            return text or "unknown"
-        time.sleep(0.02)

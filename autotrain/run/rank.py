@@ -4,7 +4,8 @@ while it lives, and trains as a one-process run does (run/train.py); it never cl
 has) and never launches. `failure_code` maps what ended a run to its exit code, for the parent too.
 
 Exit codes: 0 done, 1 failure during training (traceback in project_name/logs/), 2 bad input (a full disk
-too), 3 diverged (non-finite loss), 130 / 143 interrupted by SIGINT / SIGTERM after saving a checkpoint.
+too), 3 diverged (non-finite loss), 5 out of memory (run/oom.py), 130 / 143 interrupted by SIGINT / SIGTERM
+after saving a checkpoint.
 """
 
 from __future__ import annotations
@@ -61,10 +62,17 @@ def failure_code(this: Run, exc: BaseException) -> int:
 
     if is_disk_full(exc):  # checked first: a full disk may also be behind a UserInputError (DiskFull)
         return _disk_full(this, exc)
+    from autotrain.training.out_of_memory import is_out_of_memory
+
+    if isinstance(exc, Exception) and is_out_of_memory(exc):
+        from autotrain.run.oom import out_of_memory
+
+        return out_of_memory(this, exc)
     if isinstance(exc, UserInputError):
         if debug_enabled():
             traceback.print_exc()
-        this.say(f"error: {exc}", every_rank=True)
+        for line in exc.lines:  # several problems found at once: one line each
+            this.say(f"error: {line}", every_rank=True)
         return this.finish("bad input", EXIT_BAD_INPUT, None, error=str(exc))
     if not isinstance(exc, Exception):  # SystemExit, KeyboardInterrupt: not ours to map
         raise exc

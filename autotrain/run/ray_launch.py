@@ -21,6 +21,7 @@ from typing import Any
 
 from autotrain.config.load import LoadedConfig
 from autotrain.errors import EXIT_FAILURE, EXIT_SIGINT, EXIT_SIGTERM, UserInputError, eprint
+from autotrain.run.process import BATCH_ENV
 
 STOP_FILE = ".autotrain-stop"
 EXIT_CODES = {signal.SIGINT: EXIT_SIGINT, signal.SIGTERM: EXIT_SIGTERM}
@@ -32,7 +33,9 @@ def run_on_ray(loaded: LoadedConfig, plan, resume: str | None = None, argv_sets=
         import ray
         from ray.train.torch import TorchTrainer  # noqa: F401
     except ImportError:
-        raise UserInputError("distributed.backend: ray needs Ray Train: pip install 'autotrain[ray]'") from None
+        from autotrain.hints import install_hint
+
+        raise UserInputError(f"distributed.backend: ray needs Ray Train: {install_hint(extra='ray')}") from None
     cfg = loaded.config
     folder = Path(cfg.project_name).resolve()
     stop_file = folder / STOP_FILE
@@ -118,6 +121,7 @@ def worker_payload(loaded: LoadedConfig, argv_sets: list[str], resume: str | Non
         "cwd": os.getcwd(),  # relative paths in the config mean the same in every worker (shared or local disk)
         "stop_file": str(stop_file),
         "parent": to_env(identity()),  # the driver: run.json names it as the run's process
+        "batch": os.environ.get(BATCH_ENV),  # `batch_size: auto` as the driver decided it (run/fit.py)
     }
 
 
@@ -140,6 +144,8 @@ def _worker(payload: dict[str, Any]) -> None:
     os.environ[LAUNCHED_ENV] = RAY_LAUNCHED
     os.environ[PARENT_ENV] = payload["parent"]
     os.environ[STOP_FILE_ENV] = payload["stop_file"]
+    if payload.get("batch"):
+        os.environ[BATCH_ENV] = payload["batch"]
     loaded = worker_config(payload)
     code = run_rank(loaded, resume=payload["resume"], argv_sets=payload["sets"])
     # Ray Train keeps only metrics that come with a checkpoint: rank 0 sends a one-line one (its exit code).

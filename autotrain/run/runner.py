@@ -2,10 +2,13 @@
 launch the ranks (accelerate, Ray) and wait for them. What a rank does is in run/rank.py; a process started
 as a rank goes straight there.
 
-Exit codes: those of run/rank.py (0 done, 1 failure, 2 bad input, 3 diverged, 130 / 143 interrupted).
+Exit codes: those of run/rank.py (0 done, 1 failure, 2 bad input, 3 diverged, 5 out of memory, 130 / 143
+interrupted).
 """
 
 from __future__ import annotations
+
+import os
 
 from autotrain.config.load import LoadedConfig
 from autotrain.errors import EXIT_BAD_INPUT, EXIT_OK, UserInputError
@@ -34,6 +37,7 @@ def run(
 
             # Claimed before the training stack is imported: a refusal here takes a fraction of a second.
             project = ProjectFolder(this.folder).claim(resume, overwrite)
+            _note_taken_over(this, project)
             if resume and _finished(this):
                 return EXIT_OK
             if resume:
@@ -46,7 +50,7 @@ def run(
         stop.install()
         # The preflight before the check-in: a machine that lacks a package says so and leaves, and the
         # others' check-in names it as missing within rendezvous_timeout, instead of waiting in the launcher.
-        this.plan = resolve(this)
+        this.plan = resolve(this, resume)
         ray = this.cfg.distributed.backend == "ray"  # Ray places the workers: no machines to check in
         if this.cfg.distributed.num_machines > 1 and not ray:  # before the model loads: fail in seconds
             from autotrain.run.rendezvous import check_in
@@ -70,8 +74,10 @@ def run(
 def _launch(this: Run, resume: str | None, ray: bool) -> int:
     """Start the ranks (Ray or accelerate), wait for them, and settle the record of a run they left `running`
     (a rank killed before it could write how the run ended)."""
+    from autotrain.run.fit import batch_env
     from autotrain.run.manifest import settle
 
+    os.environ.update(batch_env(this.plan))  # `batch_size: auto`: the ranks take the batch decided here
     if ray:
         from autotrain.run.ray_launch import run_on_ray
 
@@ -84,6 +90,23 @@ def _launch(this: Run, resume: str | None, ray: bool) -> int:
     if this.cfg.distributed.machine_rank == 0:
         settle(this.folder, code, how)
     return code
+
+
+def _note_taken_over(this: Run, project) -> None:
+    """The folder was left locked by a process that ended without releasing it (killed): say so, and settle
+    the record it left `running` (this process holds the folder now, so that process is surely gone)."""
+    from autotrain.training.folder import settle
+    from autotrain.training.locks import describe
+
+    if project.took_over is not None:
+        this.say(
+            f"note: the lock of {this.folder} named {describe(project.took_over)}, which ended without releasing "
+            "it (killed, or its machine or container stopped); taken over"
+        )
+    settled = settle(this.folder, claimed=True)
+    if settled is not None:
+        where = settled["last_checkpoint"] or "no complete checkpoint"
+        this.say(f"note: run.json said `running`, but {settled['how']}; recorded as `died` ({where})")
 
 
 def _check_changes(this: Run, accept: bool) -> None:

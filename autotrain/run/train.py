@@ -10,21 +10,21 @@ import os
 import sys
 from pathlib import Path
 
-from autotrain.errors import EXIT_OK, UserInputError
+from autotrain.errors import EXIT_OK, UserInputError, UserInputErrors
 from autotrain.run.process import ACCELERATE_LAUNCHED, PARENT_ENV, Run, last_checkpoint, launched, resume_command
 from autotrain.training.quiet import quiet_libraries
 
 
-def resolve(this: Run):
+def resolve(this: Run, resume: str | None = None):
     """The plan, decided once in this process, and the checks that need no weights (one error for all ranks);
     the preflight's notes are said once, by the process the user started."""
+    from autotrain.run.fit import planned
     from autotrain.run.preflight import preflight
-    from autotrain.training.plan import resolve_plan
 
-    plan = resolve_plan(this.cfg)
+    plan = planned(this.cfg, this.cfg.hub.token, this.folder if resume else None)
     found = preflight(this.cfg, plan)
     if found.problems:
-        raise UserInputError("; ".join(found.problems))
+        raise UserInputErrors(found.problems)
     if not launched():
         for note in found.notes:
             this.say(f"note: {note}")
@@ -44,7 +44,9 @@ def train(this: Run, resume: str | None, stop) -> int:
     done = _schedule_done(checkpoint, this.cfg) if checkpoint else None
     if done is not None:  # killed during the final save: train no step past the schedule, save again
         this.say(f"{checkpoint} is at step {done}, the end of the schedule: no step left to train; saving the model")
-        _load_trained(trainer, checkpoint)
+        from autotrain.training.checkpoints import load_finished_schedule
+
+        load_finished_schedule(trainer, checkpoint)
         stop.finishing = True
         code = _completed(this, trainer, {}, trained=False)
         _leave_process_group()
@@ -70,14 +72,19 @@ def _build(this: Run, checkpoint: str | None, stop, resume: str | None):
     from autotrain.trainers import build_trainer
     from autotrain.training.checkpoints import AtomicCheckpoints, ResumedSchedule
     from autotrain.training.guards import install_loss_hooks
-    from autotrain.training.memory import current_anon, mark_baseline
+    from autotrain.training.memory import current_rss, mark_baseline
     from autotrain.training.metrics_log import MetricsLog
+    from autotrain.training.out_of_memory import optimizer_step_watch
     from autotrain.training.progress import ProgressCallback
 
     cfg, folder = this.cfg, this.folder
     quiet_libraries()
+    if this.plan.precision.device == "cpu":
+        from autotrain.training.allocator import return_freed_blocks
+
+        return_freed_blocks()  # resident memory follows the tensors alive (what the estimate counts)
     memory = _memory_estimate(this)
-    before_model = current_anon()
+    before_model = current_rss()
     progress = ProgressCallback()
     # The builder returns the plan it ran: the resolved one, or one it refined (recorded as such).
     trainer, this.plan = build_trainer(cfg, this.plan, [progress, stop], token=cfg.hub.token)
@@ -88,8 +95,12 @@ def _build(this: Run, checkpoint: str | None, stop, resume: str | None):
     trainer.remove_callback(PrinterCallback)  # our progress display replaces its raw dict lines
     if checkpoint:
         _check_fits(this, checkpoint, trainer.model)
-        trainer.add_callback(ResumedSchedule(cfg.training_args.lr, this.say))  # the schedule as the config says
+        loraplus = this.plan.adapter.loraplus_lr_ratio if this.plan.adapter is not None else None
+        # the schedule as the config says (LoRA+'s B matrices keep their ratio)
+        trainer.add_callback(ResumedSchedule(cfg.training_args.lr, this.say, loraplus or 1.0))
     install_loss_hooks(trainer, cfg.training_args.nan_policy)
+    this.optimizer_watch = optimizer_step_watch()
+    trainer.add_callback(this.optimizer_watch)
     AtomicCheckpoints(folder, cfg.training_args.save_total_limit, [checkpoint] if checkpoint else []).attach(trainer)
     progress.trainer = trainer
     trainer.add_callback(MetricsLog(folder, trainer))  # logs/metrics.jsonl: live charts in `autotrain app`
@@ -114,14 +125,6 @@ def _schedule_done(checkpoint: str, cfg) -> int | None:
     if args.max_steps is not None:
         return step if step >= args.max_steps else None
     return step if epoch >= args.epochs - 1e-6 else None
-
-
-def _load_trained(trainer, checkpoint: str) -> None:
-    """The checkpoint's weights and state into `trainer`, as `train(resume_from_checkpoint=...)` loads them."""
-    from transformers import TrainerState
-
-    trainer._load_from_checkpoint(checkpoint)
-    trainer.state = TrainerState.load_from_json(str(Path(checkpoint) / "trainer_state.json"))
 
 
 def _check_fits(this: Run, checkpoint: str, model) -> None:
@@ -192,19 +195,15 @@ def _record_memory(this: Run) -> None:
 
 
 def _record_compile_choices(this: Run, trainer) -> None:
-    """What CAME's auto compile measured (on CUDA), in run.json and one line."""
+    """Where CAME's compiled step failed and it took the eager step: in run.json and one line."""
     from autotrain.training.guards import compile_choices
 
     choices = compile_choices(getattr(trainer, "optimizer", None))
     if not choices:
         return
-    kept = sum(choice["kept"] == "compiled" for choice in choices)
-    failed = sum("failure" in choice for choice in choices)
+    failures = "; ".join(choice["failure"] for choice in choices)
     this.say(
-        f"optimizer: the compiled step measured faster and kept for {kept} of {len(choices)} groups of "
-        "same-shaped parameters"
-        + (f"; {failed} took the eager step after it failed" if failed else "")
-        + " (run.json: optimizer_compile)"
+        f"optimizer: CAME's compiled step failed ({failures}); it took the eager step (run.json: optimizer_compile)"
     )
     if this.manifest is not None:
         this.manifest.data["optimizer_compile"] = choices

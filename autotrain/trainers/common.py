@@ -65,15 +65,43 @@ def make_trainer(trainer_cls, plan: RunPlan, **kwargs: Any) -> tuple[Any, RunPla
     every builder returns (a builder that refines the plan returns `plan.refine(...)` instead).
 
     It goes in as `optimizer_cls_and_kwargs`, so the Trainer still builds the param groups (no weight
-    decay on biases and norms) and the LR scheduler. TRL's DPO and ORPO trainers do not take that
-    argument; for them the same public attribute is set right after construction, before any optimizer
-    exists.
+    decay on biases and norms) and the LR scheduler. TRL's DPO, KTO, GRPO and ORPO trainers do not take
+    that argument; for them `with_planned_optimizer` names a subclass that takes it. With LoRA+
+    (`plan.adapter.loraplus_lr_ratio`) the trainer's `create_optimizer` makes LoRA+'s groups for that same
+    optimizer instead (autotrain.trainers.loraplus).
     """
+    ratio = plan.adapter.loraplus_lr_ratio if plan.adapter is not None else None
+    if ratio is not None:
+        from autotrain.trainers.loraplus import with_loraplus
+
+        trainer_cls = with_loraplus(trainer_cls, ratio)
     chosen = plan.optimizer.cls_and_kwargs
-    takes_it = "optimizer_cls_and_kwargs" in inspect.signature(trainer_cls.__init__).parameters
-    if chosen is not None and takes_it:
+    if chosen is not None:
+        if "optimizer_cls_and_kwargs" not in inspect.signature(trainer_cls.__init__).parameters:
+            trainer_cls = with_planned_optimizer(trainer_cls)
         kwargs["optimizer_cls_and_kwargs"] = chosen
     trainer = trainer_cls(**kwargs)
-    if chosen is not None and not takes_it:
-        trainer.optimizer_cls_and_kwargs = chosen
+    if plan.adapter is not None and plan.adapter.converts:  # PiSSA / OLoRA: the start the final save subtracts
+        from autotrain.training.adapter import save_initial_adapter
+
+        save_initial_adapter(trainer)
     return trainer, plan
+
+
+class _PlannedOptimizer:
+    """Takes `optimizer_cls_and_kwargs` for a Trainer class that does not, and answers the Trainer's own
+    `create_optimizer` with it where it asks which optimizer to build (`get_optimizer_cls_and_kwargs`, the
+    public hook): the decay / no-decay param groups are still the Trainer's."""
+
+    def __init__(self, *args: Any, optimizer_cls_and_kwargs: tuple[type, dict[str, Any]], **kwargs: Any) -> None:
+        self.planned_optimizer = optimizer_cls_and_kwargs
+        super().__init__(*args, **kwargs)
+
+    def get_optimizer_cls_and_kwargs(self, args, model=None) -> tuple[type, dict[str, Any]]:
+        cls, kwargs = self.planned_optimizer
+        return cls, dict(kwargs)
+
+
+def with_planned_optimizer(trainer_cls: type) -> type:
+    """`trainer_cls` taking `optimizer_cls_and_kwargs` (a subclass named after it: DPOTrainerWithOptimizer)."""
+    return type(f"{trainer_cls.__name__}WithOptimizer", (_PlannedOptimizer, trainer_cls), {})

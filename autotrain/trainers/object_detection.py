@@ -29,10 +29,13 @@ GREY = (128, 128, 128)
 
 
 def build_processor(cfg, token: str | None = None, source=None):
-    """The checkpoint's image processor, PIL backend (no torchvision), resizing left to the transforms."""
+    """The checkpoint's image processor, PIL backend (no torchvision), resizing left to the transforms.
+    Boxes always leave it as the model's loss and `_corners` read them: centre x, y, width, height as
+    fractions of the image. A processor saved with `do_convert_annotations: false` (older transformers tied it
+    to `do_normalize`) would hand the model pixel corners, which its sigmoid boxes can never reach."""
     from transformers import AutoImageProcessor
 
-    kwargs = {"backend": "pil", "do_resize": False, "do_pad": True}
+    kwargs = {"backend": "pil", "do_resize": False, "do_pad": True, "do_convert_annotations": True}
     if source is not None:
         return AutoImageProcessor.from_pretrained(source, **kwargs)
     return load_pretrained(AutoImageProcessor, cfg, "image processor", token, **kwargs)

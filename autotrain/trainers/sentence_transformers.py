@@ -47,7 +47,9 @@ def sequence_length(model, asked: int) -> int:
     positions = getattr(limit, "max_position_embeddings", None)
     length = min(asked, positions) if positions else asked
     if length < asked:
-        eprint(f"note: training_args.max_length {asked} is more than base_model takes; using {length}")
+        from autotrain.training.model_shape import capped_length_note
+
+        eprint(f"note: {capped_length_note(asked, length)}")
     return length
 
 

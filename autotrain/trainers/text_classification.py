@@ -24,10 +24,9 @@ def max_tokens(cfg: TextClassificationConfig, tokenizer, config) -> int:
         limits.append(tokenizer.model_max_length)
     length = min(limits)
     if length < cfg.training_args.max_length:
-        eprint(
-            f"note: training_args.max_length {cfg.training_args.max_length} is more than base_model takes; "
-            f"using {length}"
-        )
+        from autotrain.training.model_shape import capped_length_note
+
+        eprint(f"note: {capped_length_note(cfg.training_args.max_length, length)}")
     return length
 
 

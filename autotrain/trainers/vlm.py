@@ -146,9 +146,9 @@ def answer_scores(predicted: list[str], references: list[str]) -> dict[str, floa
     return squad_scores(predicted, [{"text": [answer], "answer_start": [0]} for answer in references])
 
 
-def answer_scorer(conversation: Conversation, rows: list[dict], args):
+def answer_scorer(conversation: Conversation, rows: list[dict], args, plan: RunPlan):
     """model -> SQuAD scores of its greedy answers to `rows` (the validation rows), what each evaluation adds."""
-    batch_size = args.eval_batch_size or args.batch_size
+    batch_size = args.eval_batch_size or plan.batch_size
 
     def answering(model) -> dict[str, float]:
         predicted = generate_answers(model, conversation, rows, batch_size, args.max_new_tokens)
@@ -210,7 +210,7 @@ def build_trainer(cfg, plan: RunPlan, callbacks: list, token: str | None = None)
     conversation = conversation_of(cfg, processor, model.config)
     scoring = {
         "trainer_cls": _answering_trainer(),
-        "answering": answer_scorer(conversation, list(splits.valid), cfg.training_args),
+        "answering": answer_scorer(conversation, list(splits.valid), cfg.training_args, plan),
         # The Trainer would drop the image and text columns (no model argument has their names).
         "args": {"remove_unused_columns": False},
     }

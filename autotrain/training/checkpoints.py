@@ -150,6 +150,17 @@ class AtomicCheckpoints(TrainerCallback):
         self.trainer.accelerator.wait_for_everyone()
 
 
+def save_checkpoint_now(trainer) -> None:
+    """A checkpoint of the trainer's state as it is, outside the training loop (after an allocation failed
+    mid-step, the weights and optimizer state are those of the last completed step), marked complete and
+    rotated as the loop's own are: what the loop runs (transformers has no public call for it:
+    autotrain.compat.transformers), then the callbacks' `on_save` (AtomicCheckpoints marks the folder complete)."""
+    from autotrain.compat.transformers import save_checkpoint
+
+    save_checkpoint(trainer)
+    trainer.control = trainer.callback_handler.on_save(trainer.args, trainer.state, trainer.control)
+
+
 def _rotate(project: Path, limit: int | None, keep: set[Path]) -> None:
     if not limit:
         return
@@ -167,25 +178,56 @@ class ResumedSchedule(TrainerCallback):
     the resume would run at the old schedule's rate. Here the base rate becomes the config's (groups at a
     fraction of it keep their fraction) and the rate of the resumed step is taken from the schedule as now
     defined (a longer `max_steps` stretches it): the same rates a run with this config has at those steps.
+    `highest`: the fastest group's rate over `lr` (LoRA+'s B matrices: its ratio; otherwise 1).
     """
 
-    def __init__(self, lr: float, say=print):
+    def __init__(self, lr: float, say=print, highest: float = 1.0):
         self.lr = lr
         self.say = say
+        self.highest = highest
 
     def on_train_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
+        from torch.optim.lr_scheduler import LambdaLR
+
         scheduler = getattr(lr_scheduler, "scheduler", lr_scheduler)  # under accelerate's wrapper, if any
-        bases = getattr(scheduler, "base_lrs", None)
-        if not state.global_step or optimizer is None or not bases or not hasattr(scheduler, "lr_lambdas"):
-            return
-        ratio = self.lr / max(bases) if max(bases) else 1.0
+        if not state.global_step or optimizer is None or not isinstance(scheduler, LambdaLR):
+            return  # transformers' schedules are LambdaLR: each rate a function of the step alone
+        bases = scheduler.base_lrs
+        old = max(bases) / self.highest
+        ratio = self.lr / old if old else 1.0
         if abs(ratio - 1) > 1e-9:
             scheduler.base_lrs = [base * ratio for base in bases]
             for group in optimizer.param_groups:
                 group["initial_lr"] = group.get("initial_lr", group["lr"]) * ratio
-            self.say(f"learning rate: {max(bases):g} -> {self.lr:g} from step {state.global_step} on")
-        step = scheduler.last_epoch
-        rates = [base * rule(step) for rule, base in zip(scheduler.lr_lambdas, scheduler.base_lrs, strict=True)]
-        for group, rate in zip(optimizer.param_groups, rates, strict=True):
-            group["lr"] = rate
-        scheduler._last_lr = rates  # what get_last_lr() (the logged rate) reads
+            self.say(f"learning rate: {old:g} -> {self.lr:g} from step {state.global_step} on")
+        # The resumed step's rates as the schedule now defines them: a step from the one before sets each
+        # group's rate and the last rate (what get_last_lr(), the logged rate, reads) from the step alone.
+        scheduler.last_epoch -= 1
+        scheduler.step()
+
+
+class _ScheduleDone(Exception):
+    """`train(resume_from_checkpoint=...)` has loaded the checkpoint, and no step of the schedule is left."""
+
+
+class _LoadOnly(TrainerCallback):
+    """The first callback of the Trainer: ends `train()` when training would begin, after the Trainer has
+    loaded the checkpoint's weights, optimizer and state, before any step or any other callback."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        raise _ScheduleDone
+
+
+def load_finished_schedule(trainer, checkpoint: str) -> None:
+    """The weights and state of `checkpoint`, which holds the whole schedule (a run killed during its final
+    save), into `trainer`, loaded by `train(resume_from_checkpoint=...)` itself, which would otherwise train
+    one step past it."""
+    stop = _LoadOnly()
+    trainer.callback_handler.callbacks.insert(0, stop)
+    try:
+        trainer.train(resume_from_checkpoint=checkpoint)
+    except _ScheduleDone:
+        pass
+    finally:
+        trainer.remove_callback(stop)
+    trainer.is_in_train = False  # as a finished train() leaves it

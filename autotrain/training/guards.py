@@ -34,8 +34,7 @@ def skipped_tensors(optimizer) -> int | None:
 
 
 def compile_choices(optimizer) -> list[dict]:
-    """Where CAME's auto compile measured its compiled step against the eager one: per group of
-    same-shaped params, both times and which it kept (CAME.compile_choices); [] for other optimizers."""
+    """Where CAME's compiled step failed and it took the eager step (CAME.compile_choices); [] otherwise."""
     optimizer = _unwrapped(optimizer, "compile_choices")
     return [] if optimizer is None else optimizer.compile_choices
 

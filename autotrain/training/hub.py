@@ -9,41 +9,22 @@ do. `AUTOTRAIN_SKIP_HUB_CHECK=1` skips the check (a proxy that serves downloads 
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 from autotrain.config.base import TaskConfig
+from autotrain.config.paths import hub_id, missing_local_paths
 
 TIMEOUT_S = 5.0
 SKIP_ENV = "AUTOTRAIN_SKIP_HUB_CHECK"
-# `name` or `owner/name`: what a hub repository id looks like (a local path has other characters or exists).
-_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+_UNREACHED: list[str] = []  # why the hub was out of reach, once this process has found it so
 _TRUE = ("1", "true", "yes", "on")
 
 
-def hub_id(value: str | None) -> str | None:
-    """`value` when it names a hub repository rather than a local file or folder, else None."""
-    if not value or not _REPO_ID.fullmatch(value) or Path(value).expanduser().exists():
-        return None
-    if value.endswith((".gguf", ".json", ".jsonl", ".csv", ".parquet", ".txt")):
-        return None  # a local file that is not there: reported by the loader
-    return value
-
-
 def missing_paths(cfg: TaskConfig) -> list[str]:
-    """One line per `base_model` / `data.path` that only a path here can be (`./x`, `a/b/c`, `x.jsonl`) and
-    that is not on this machine: said before anything loads, not as the loader's complaint about hub ids."""
-    problems = []
-    for field, value in (("base_model", cfg.base_model), ("data.path", cfg.data.path)):
-        if not value or "\x00" in value or hub_id(value) is not None or Path(value).expanduser().exists():
-            continue
-        where = (
-            ""
-            if value.startswith(("/", "~"))
-            else f" (a relative path starts from the folder you run from, {Path.cwd()})"
-        )
-        problems.append(f"{field} `{value}` does not exist on this machine{where}, and it cannot be a hub id")
-    return problems
+    """One line per `base_model` / `data.path` that only a path here can be and that is not on this machine
+    (`data.path `x` does not exist ...`): said before anything loads, not as the loader's complaint about hub
+    ids."""
+    return [f"{'.'.join(path)} {message}" for path, message in missing_local_paths(cfg)]
 
 
 def offline() -> bool:
@@ -58,7 +39,7 @@ def hub_problems(cfg: TaskConfig) -> list[str]:
         (field, repo, kind, revision)
         for field, repo, kind, revision in (
             ("base_model", hub_id(cfg.base_model), "model", cfg.revision),
-            ("data.path", hub_id(cfg.data.path), "dataset", None),
+            *((field, hub_id(path), "dataset", None) for field, path in cfg.data.paths()),
         )
         if repo is not None
     ]
@@ -71,6 +52,7 @@ def hub_problems(cfg: TaskConfig) -> list[str]:
     for field, repo, kind, revision in wanted:
         problem, reachable = _ask_hub(field, repo, kind, revision, token)
         if not reachable:
+            _UNREACHED.append(problem)
             names = " and ".join(f"{f} `{r}`" for f, r, _, _ in wanted)
             return [
                 f"cannot reach the Hugging Face Hub for {names} ({problem}). Without network, set HF_HUB_OFFLINE=1 "
@@ -79,6 +61,12 @@ def hub_problems(cfg: TaskConfig) -> list[str]:
         if problem:
             problems.append(problem)
     return problems
+
+
+def found_unreachable() -> bool:
+    """Whether this process has found the hub out of reach (`hub_problems`): then nothing asks it again (a
+    dry run goes on to its estimate, which would ask, download and retry)."""
+    return bool(_UNREACHED)
 
 
 def _ask_hub(field: str, repo: str, kind: str, revision: str | None, token: str | None) -> tuple[str | None, bool]:

@@ -27,10 +27,15 @@ def identity(pid: int | None = None) -> dict:
 
 
 def _start_time(pid: int) -> float | None:
+    """When process `pid` started; None when there is none, or only a zombie (it has ended, and waits for
+    its parent, or an init that does not reap, to read its exit status)."""
     import psutil
 
     try:
-        return round(psutil.Process(pid).create_time(), 2)
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return round(process.create_time(), 2)
     except (psutil.Error, OSError, ValueError):
         return None
 

@@ -1,20 +1,26 @@
 """Will it fit? The memory one device needs to train a config, estimated before any weight is loaded,
 and the peak measured at the end of a run to set beside it.
 
-The model's size and the activations it keeps per token come from its `config.json`, built and run
-forward on the meta device (autotrain.training.model_shape); everything else is arithmetic here, without
-torch: bytes per parameter for weights, gradients and optimizer state (the optimizer table's
-`state_bytes`), and what a sharding strategy divides by the number of processes.
+The model's size, the activations it keeps per token and what one decoder layer's backward adds come from
+its `config.json`, built and run forward and backward on the meta device (autotrain.training.model_shape);
+everything else is arithmetic here, without torch: bytes per parameter for weights, gradients and optimizer
+state (the optimizer table's `state_bytes`), the loss step (autotrain.training.loss_memory), and what a
+sharding strategy divides by the number of processes.
 
-Figures are bytes on one device: GPU memory (`torch.cuda.max_memory_allocated`), or on the CPU the growth
-of the process's anonymous resident memory over what it holds besides the model when training starts (the
-Python process, torch, the data, the tokenizer, the Trainer: measured, and left out of both sides; see
-`mark_baseline`). Pages of files mapped into the process (torch's 400 MB of shared libraries, mostly) are
-left out: they can be dropped and read again, and how many of them count as resident depends on the page
-cache (a freshly installed library maps in larger pieces: 78 MB more at import, 25 MB more during a tiny
-model's step), not on the run. glibc's malloc keeps blocks a step freed for the next one (its mmap
-threshold grows with the blocks freed), so on the CPU the resident peak can run above the live peak
-estimated here; `MALLOC_MMAP_THRESHOLD_=131072` returns large blocks to the system and keeps the two close.
+A training step does not hold all of it at once. The estimate follows one step through the moments where
+memory is highest and takes the largest: the loss's forward and backward (every layer's activations kept),
+the last decoder layer's backward (recomputed, with gradient checkpointing), the input embedding's
+gradient at the end of backward, the optimizer step, and on the CPU the loading of weights stored in another
+dtype. Gradients are freed after each optimizer step (the Trainer sets them to None), so with one micro-batch
+per step they exist only as backward forms them; with gradient accumulation they persist through the next
+micro-batch.
+
+What the figure covers: on a GPU, the tensors on the device (`torch.cuda.max_memory_allocated` measures the
+same). On the CPU, the process's resident memory (its peak: `VmHWM`): the tensors plus the runtime's own
+baseline, what a fresh process holds before its model (the interpreter, the libraries' code and heap, the
+tokenizer), measured once per machine and environment by autotrain.run.runtime. glibc's malloc keeps
+freed blocks unless its mmap threshold is fixed, which a CPU run does (autotrain.training.allocator); where
+it cannot, the estimate says it could be low.
 """
 
 from __future__ import annotations
@@ -22,27 +28,23 @@ from __future__ import annotations
 import dataclasses
 import os
 import resource
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from autotrain.config.tasks import TASKS
+from autotrain.training.loss_memory import Head, LossStep, chunked_available, loss_step
 
 GIB = 1024**3
 # A bitsandbytes NF4 weight with double quantization: 4 bits plus one 8-bit scale per 64 weights and one
 # fp32 scale per 256 blocks; int8 (LLM.int8): one byte plus a scale per row (negligible).
 QUANTIZED_BYTES = {"int4": 0.5 + 1 / 64 + 4 / (64 * 256), "int8": 1.0}
-# The loss head. A model's own loss keeps its fp32 logits for backward (in the trace), and while the loss's
-# gradient is formed two more fp32 values per token and vocabulary entry exist. TRL's SFT, DPO and GRPO
-# trainers compute log-probabilities from the last hidden states in chunks of up to 32768 tokens and keep
-# no logits; forming a chunk's logits again in backward, with their gradient, costs about as much.
-# Measured on the CPU with benchmarks/memory_estimate.py (SmolLM2-135M: 1.7 and 1.9 values; 2 is used).
-LOGITS_TRANSIENT = 2 * 4
-CHUNK_TOKENS = 32768
-# While a decoder layer runs backward, the gradients of what it kept exist beside what the others keep: one
-# more layer's worth without gradient checkpointing. With it, none measurable: the recomputed layer's own
-# activations (counted as kept) are freed as its backward goes, and its gradients fit in what they leave.
-# Fitted on the tiny Llama, where the layers dominate, against anonymous resident memory.
-LAYER_GRADIENTS = {False: 1.0, True: 0.0}
+# The collated batch: input_ids, attention_mask, labels and one more mask or position column, int64
+BATCH_COLUMNS = 4
+INT64 = 8
+# What a run holds beyond the runtime's baseline before its first step and that the probe does not load:
+# the tokenized data's tables and the Trainer, accelerate's state and the callbacks' objects. Measured
+# with benchmarks/memory_estimate.py --phases (18-21 MiB for tiny-llama and SmolLM2-135M on 64 rows).
+RUN_OBJECTS = 24 * 2**20
 
 
 def trainer_spec(setup):
@@ -65,8 +67,14 @@ class ModelShape:
     hidden: int
     vocab: int  # causal LMs: the logits' width
     layer_bytes_per_token: float  # kept for backward by one decoder layer
-    rest_bytes_per_token: float  # outside the layers: embeddings, final norm, logits, loss
+    rest_bytes_per_token: float  # outside the layers: embeddings, final norm (a head and loss traced inside)
     activation_bytes: int  # bytes of one activation value (4 fp32, 2 bf16 / fp16)
+    dora_scratch: int = 0  # bytes of DoRA's weight-norm temporaries in its largest adapted layer (`dora_terms`)
+    # what the last decoder layer's backward adds over what was alive as it began (None: not traced)
+    layer_backward_bytes_per_token: float | None = None
+    head_params: int = 0  # the output head's weight (vocabulary x hidden)
+    tied: bool = False  # the input embedding is the head's weight
+    stored_bytes: int = 0  # bytes per parameter in the checkpoint, as its config.json says (0: unknown)
 
 
 @dataclass(frozen=True)
@@ -80,7 +88,7 @@ class Setup:
     optimizer: str
     precision: str  # no | bf16 | fp16
     device: str
-    lora: tuple[int, Any, float] | None  # (r, target modules, dropout)
+    lora: tuple[int, Any, float] | tuple[int, Any, float, bool] | None  # (r, target modules, dropout[, DoRA])
     quantization: str | None
     world_size: int = 1
     strategy: str = "ddp"
@@ -88,6 +96,11 @@ class Setup:
     offload: bool = False  # fsdp cpu_offload / deepspeed offload_optimizer
     zero_stage: int = 2
     gradient_accumulation: int = 1
+    loss: str = ""  # fused | full | chunked | model (see autotrain.training.loss_memory); "": the trainer's
+    runtime: int = 0  # CPU: the runtime's resident baseline (autotrain.run.runtime); 0 on a GPU
+    malloc: str = "returning"  # CPU: autotrain.training.allocator.mode()
+    low: tuple[str, ...] = ()  # what the config does that the estimate may count short (said with it)
+    notes: tuple[str, ...] = ()  # what it counts by a bound rather than as it runs
 
     @property
     def activation_dtype(self) -> str:
@@ -104,32 +117,75 @@ class Setup:
             return 2
         return 4
 
+    @property
+    def loss_path(self) -> str:
+        if self.loss:
+            return self.loss
+        if self.trainer in TASKS:  # a task's model computes its own loss in the traced forward pass
+            return "model"
+        return "fused" if trainer_spec(self).chunked_head else "full"
+
 
 @dataclass(frozen=True)
 class Estimate:
-    parts: dict[str, int]  # weights, gradients, optimizer, activations, ...: at the peak, on one device
+    parts: dict[str, int]  # runtime, weights, gradients, optimizer state, activations, ...: at the peak
     peak: int
-    phase: str  # when the peak comes: "backward", "optimizer step" or "loading"
+    phase: str  # when the peak comes: "loss backward", "optimizer step", "loading", ...
     notes: tuple[str, ...] = ()
+    phases: dict[str, int] = field(default_factory=dict)  # every moment's total
+    low: tuple[str, ...] = ()  # why the figure could be below what the run reaches
+    moments: dict[str, dict[str, int]] = field(default_factory=dict)  # every moment's parts
 
     def record(self) -> dict[str, Any]:
-        notes = list(self.notes)
-        return {"bytes_per_device": self.peak, "peak_during": self.phase, "parts": self.parts, "notes": notes}
+        return {
+            "bytes_per_device": self.peak,
+            "peak_during": self.phase,
+            "parts": self.parts,
+            "phases": self.phases,
+            "notes": list(self.notes),
+            "could_be_low": list(self.low),
+        }
+
+
+@dataclass(frozen=True)
+class _Terms:
+    """Every term of one step, in bytes on one device."""
+
+    runtime: int
+    weights: float
+    gradients: float
+    head_gradient: float  # the output head's share of `gradients` (trained head only)
+    state: float
+    activations: float
+    loss: LossStep
+    layer: float  # the last decoder layer's backward: its recomputation (checkpointing) and what it adds
+    embedding: float  # the input embedding's dense gradient, formed at the end of backward
+    scratch: float
+    batch: float
+    loading: float  # the checkpoint's pages read while weights are converted to another dtype (CPU)
+    extra: dict[str, float]
 
 
 def estimate(shape: ModelShape, setup: Setup) -> Estimate:
-    """Bytes one device holds at the peak of a training step."""
+    """Bytes one device holds at the peak of a training step (see the module's docstring)."""
+    notes: list[str] = list(setup.notes)
+    terms = _terms(shape, setup, notes)
+    moments = {
+        moment: {name: int(value) for name, value in parts.items() if value}
+        for moment, parts in _moments(terms, setup).items()
+    }
+    phase = max(moments, key=lambda name: sum(moments[name].values()))
+    totals = {name: sum(parts.values()) for name, parts in moments.items()}
+    low = _could_be_low(shape, setup)
+    return Estimate(moments[phase], totals[phase], phase, tuple(notes), totals, low, moments)
+
+
+def _terms(shape: ModelShape, setup: Setup, notes: list[str]) -> _Terms:
     from autotrain.optimizers.table import OPTIMIZERS
 
     spec = OPTIMIZERS[setup.optimizer]
     w = setup.weight_bytes
     quantized = setup.quantization if setup.lora else None
-    notes = []
-    if setup.device == "cpu" and "MALLOC_MMAP_THRESHOLD_" not in os.environ:
-        notes.append(
-            "CPU: this is live memory; glibc's allocator keeps freed blocks, so resident memory can run up to "
-            "about 2x it on a short run (MALLOC_MMAP_THRESHOLD_=131072 returns them, at some speed)"
-        )
     if quantized:  # the rest (embeddings, norms, output layer) is cast to fp32 by prepare_model_for_kbit_training
         weights = shape.linear_params * QUANTIZED_BYTES[quantized] + (shape.params - shape.linear_params) * 4
     else:
@@ -147,45 +203,98 @@ def estimate(shape: ModelShape, setup: Setup) -> Estimate:
     if setup.precision != "no" and w == 4 and not quantized:
         # autocast keeps a half copy of each fp32 weight a matmul used until backward has used it
         extra["autocast weight copies"] = (shape.linear_params if setup.lora else shape.params) * 2
-    acts, logits = _activations(shape, setup)
+    extra.update(dora_terms(shape, setup))
     weights, grads, state, gathered = _sharded(shape, setup, weights, grads, state, notes)
     if gathered:
         extra["gathered layers"] = gathered
     if setup.strategy == "ddp" and setup.world_size > 1:
         extra["gradient buckets"] = grads  # DDP's reduction buffers: a copy of the gradients
-    scratch = step_scratch(shape, setup, trained, tw)
-    backward = weights + grads + state + acts + logits + sum(extra.values())
-    step = weights + grads + state + scratch + extra.get("reference model", 0) + extra.get("gradient buckets", 0)
-    parts = {"weights": weights, "gradients": grads, "optimizer state": state, "activations": acts}
-    if logits:
-        parts["backward transients (logits, a layer's gradients)"] = logits
-    parts.update(extra)
-    if step > backward:
-        parts = {
-            k: v
-            for k, v in parts.items()
-            if k not in ("activations", "backward transients (logits, a layer's gradients)")
-        }
-        parts["optimizer step scratch"] = scratch
-    parts = {k: int(v) for k, v in parts.items()}
-    return Estimate(parts, sum(parts.values()), "optimizer step" if step > backward else "backward", tuple(notes))
-
-
-def _activations(shape: ModelShape, setup: Setup) -> tuple[float, float]:
-    """(kept for backward, transient while the loss's gradient is formed) for one micro-batch."""
+    head_trained = not setup.lora and shape.head_params > 0
     sequences = setup.batch_size * trainer_spec(setup).sequences_per_row
+    activations, layer = _activations(shape, setup, sequences, notes)
+    sizes = sequences, setup.length, shape.vocab, shape.hidden, shape.activation_bytes, w
+    head = Head(*sizes, head_trained, setup.device)
+    loss = loss_step(setup.loss_path, head)
+    return _Terms(
+        runtime=setup.runtime + (RUN_OBJECTS if setup.runtime else 0),
+        weights=weights,
+        gradients=grads,
+        head_gradient=shape.head_params * tw if head_trained else 0,
+        state=state,
+        activations=activations,
+        loss=loss,
+        layer=layer,
+        embedding=shape.head_params * tw if head_trained else 0,  # tied or not: vocabulary x hidden
+        scratch=step_scratch(shape, setup, trained, tw),
+        batch=sequences * setup.length * BATCH_COLUMNS * INT64 if shape.vocab or shape.layers else 0,
+        loading=_loading(shape, setup, w),
+        extra=extra,
+    )
+
+
+def _moments(t: _Terms, setup: Setup) -> dict[str, dict[str, float]]:
+    """The parts alive at each moment of a step where memory is highest (see the module's docstring)."""
+    base = {"runtime": t.runtime, "weights": t.weights, "optimizer state": t.state, "batch": t.batch, **t.extra}
+    during = t.gradients if setup.gradient_accumulation > 1 else 0  # kept from the previous micro-batch
+    kept = {**base, "activations": t.activations + t.loss.kept}
+    moments = {
+        "loss forward": {**kept, "gradients": during, "loss step": t.loss.forward},
+        "loss backward": {**kept, "gradients": during, "loss step": t.loss.backward},
+        "layer backward": {**kept, "gradients": during or t.head_gradient, "layer backward": t.layer},
+        "optimizer step": {**base, "gradients": t.gradients, "optimizer step scratch": t.scratch},
+    }
+    if t.embedding:
+        moments["embedding backward"] = {**base, "gradients": t.gradients, "embedding gradient": t.embedding}
+    if t.loading:
+        moments["loading"] = {"runtime": t.runtime, "weights": t.weights, "checkpoint being converted": t.loading}
+    if setup.device == "cuda":  # device memory only: the process's own is not on the GPU
+        for parts in moments.values():
+            parts.pop("runtime", None)
+    return moments
+
+
+def _activations(shape: ModelShape, setup: Setup, sequences: int, notes: list[str]) -> tuple[float, float]:
+    """(kept for backward through the step, the last layer's backward) for one micro-batch."""
     tokens = sequences * (setup.length if shape.vocab or shape.layers else 1)
     if shape.vocab == 0 and shape.hidden and setup.length == 1:
         tokens = sequences
-    layers = shape.layers * shape.layer_bytes_per_token
+    one_layer = tokens * shape.layer_bytes_per_token
+    backward = shape.layer_backward_bytes_per_token
+    if backward is None:
+        # not traced: the gradients of everything the layer kept, at most once each (an upper bound)
+        notes.append("a decoder layer's backward was not traced for this model: counted as its activations again")
+        backward = shape.layer_bytes_per_token
     if setup.gradient_checkpointing and shape.layers:
-        # each layer keeps only its input; backward recomputes one layer at a time
-        layers = shape.layers * shape.hidden * shape.activation_bytes + shape.layer_bytes_per_token
-    kept = tokens * (layers + shape.rest_bytes_per_token)
-    head = min(tokens, CHUNK_TOKENS) if trainer_spec(setup).chunked_head else tokens
-    transient = head * shape.vocab * LOGITS_TRANSIENT
-    transient += tokens * shape.layer_bytes_per_token * LAYER_GRADIENTS[setup.gradient_checkpointing]
-    return kept, transient
+        # each layer keeps only its input; its backward recomputes the layer first
+        layers = shape.layers * shape.hidden * shape.activation_bytes * tokens
+        return layers + tokens * shape.rest_bytes_per_token, one_layer + tokens * backward
+    return shape.layers * one_layer + tokens * shape.rest_bytes_per_token, tokens * backward
+
+
+def _loading(shape: ModelShape, setup: Setup, w: int) -> float:
+    """CPU: weights stored in another dtype than they are loaded in are converted while the checkpoint's
+    pages are read, which stay resident until loading ends; weights stored as loaded are mapped, not copied."""
+    if setup.device != "cpu" or not shape.stored_bytes or shape.stored_bytes == w:
+        return 0
+    return shape.params * shape.stored_bytes
+
+
+def _could_be_low(shape: ModelShape, setup: Setup) -> tuple[str, ...]:
+    low = list(setup.low)
+    if setup.device == "cpu" and setup.malloc != "returning":
+        low.append(
+            "CPU: malloc keeps freed blocks (MALLOC_MMAP_THRESHOLD_ / GLIBC_TUNABLES set, AUTOTRAIN_MALLOC=system, or "
+            "not glibc): resident memory can run up to about 2x the tensors"
+        )
+    if setup.device == "cpu" and not setup.runtime:
+        low.append("CPU: the runtime's own memory (python, libraries, tokenizer) could not be measured: left out")
+    if not shape.layers:
+        low.append("no stack of decoder layers found in this model: a layer's backward is not counted")
+    if setup.loss_path == "model" and shape.vocab:
+        low.append("the loss inside the model's forward: its backward's gradient of the logits is not counted")
+    if setup.world_size > 1:
+        low.append("several processes: the collectives' own buffers are not counted")
+    return tuple(low)
 
 
 def step_scratch(shape: ModelShape, setup: Setup, trained: int, tw: int) -> float:
@@ -236,35 +345,93 @@ def _sharded(shape: ModelShape, setup: Setup, weights, grads, state, notes: list
     return weights, grads, state, gathered
 
 
+# --- DoRA (peft `use_dora`) ---------------------------------------------------------------------------
+
+
+def dora_terms(shape: ModelShape, setup: Setup) -> dict[str, int]:
+    """What DoRA adds that the trace does not measure. Its magnitude vectors (one value per output of each adapted
+    layer) are in `shape.lora_params`, trained like the rest of the adapter; the activations its forward keeps
+    (the base output and the adapter's, scaled by magnitude / norm) are traced. Not traced: each adapted layer
+    builds its whole adapted weight W + s B A (through an identity matrix of its input width) to take its norm,
+    in every forward and, with gradient checkpointing, again in backward's recomputation: one layer's at a time,
+    the largest counted here."""
+    dora = setup.lora is not None and len(setup.lora) > 3 and setup.lora[3]
+    return {"DoRA weight-norm scratch (largest layer)": shape.dora_scratch} if dora and shape.dora_scratch else {}
+
+
 # --- from a config ----------------------------------------------------------------------------------
 
 
 def setup_of(cfg, plan) -> Setup:
-    """The estimate's settings for a validated config and its plan."""
+    """The estimate's settings for a validated config and its plan (the batch is the plan's: `auto`
+    resolved)."""
+    from autotrain.training.allocator import mode
+
     args = cfg.training_args
     uses_peft = getattr(cfg, "uses_peft", False)
     dist = cfg.distributed
     length = getattr(args, "max_length", None) or getattr(cfg.data, "max_length", None) or 128
     if TASKS[cfg.task].auto_model in ("AutoModelForImageClassification", "AutoModelForObjectDetection"):
         length = 1  # one image per sample: the trace measures a whole image
-
+    loss, notes, low = _loss_path(cfg)
+    if getattr(cfg, "gguf", None) is not None and plan.precision.device == "cpu":
+        low += ("a GGUF base model is de-quantized while it loads: that moment is not counted",)
     return Setup(
         trainer=cfg.trainer if cfg.task == "llm" else cfg.task,
-        batch_size=args.batch_size,
+        batch_size=plan.batch_size,
         length=length,
         gradient_checkpointing=args.gradient_checkpointing,
         optimizer=args.optimizer,
         precision=plan.precision.mode,
         device=plan.precision.device,
-        lora=(cfg.peft.r, _targets(cfg.peft.target_modules), cfg.peft.dropout) if uses_peft else None,
+        lora=(cfg.peft.r, _targets(cfg.peft.target_modules), cfg.peft.dropout, cfg.peft.use_dora)
+        if uses_peft
+        else None,
         quantization=cfg.peft.quantization if uses_peft else None,
         world_size=plan.world_size,
         strategy=dist.strategy,
         reshard=dist.fsdp.reshard_after_forward if dist.fsdp else True,
         offload=bool((dist.fsdp and dist.fsdp.cpu_offload) or (dist.deepspeed and dist.deepspeed.offload_optimizer)),
         zero_stage=dist.deepspeed.stage if dist.deepspeed else 2,
-        gradient_accumulation=args.gradient_accumulation,
+        gradient_accumulation=plan.gradient_accumulation,
+        loss=loss,
+        malloc=mode(),
+        low=low,
+        notes=notes,
     )
+
+
+def _reads_cross_entropy(name: str) -> bool:
+    """Whether trainer `name` computes its loss as `training_args.cross_entropy` says: the trainers whose
+    table entry lists the field, or, while none does, those training one sequence per row on its tokens
+    (not a scorer, not one sampling completions for rewards)."""
+    from autotrain.config.trainers import TRAINERS
+
+    if any("cross_entropy" in spec.fields for spec in TRAINERS.values()):
+        return "cross_entropy" in TRAINERS[name].fields
+    spec = TRAINERS[name]
+    return spec.sequences_per_row == 1 and spec.generates and "rewards" not in spec.fields
+
+
+def _loss_path(cfg) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """(the loss path, notes, could-be-low reasons). Without a `cross_entropy` field in the config, the
+    trainer table says: TRL's fused head or the model's own loss."""
+    from autotrain.config.trainers import TRAINERS
+
+    if cfg.task != "llm":
+        return "", (), ()
+    if not TRAINERS[cfg.trainer].generates:  # a scorer: its loss is on one value per sequence
+        return "model", (), ()
+    asked = getattr(cfg.training_args, "cross_entropy", None)
+    if asked is None or not _reads_cross_entropy(cfg.trainer):
+        return "", (), ()
+    if asked == "chunked":
+        if chunked_available():
+            return "chunked", (), ()
+        return "full", (), ("cross_entropy: chunked: its memory figures were not found; counted as the full loss",)
+    if asked in ("liger", "cut_cross_entropy"):
+        return "full", (f"cross_entropy: {asked}: its kernel is counted as the full loss (an upper bound)",), ()
+    return "full", (), ()
 
 
 def _targets(value):
@@ -363,7 +530,7 @@ def proc_status() -> dict[str, int]:
 
 
 def current_anon() -> int:
-    """This process's resident memory now that is not a mapped file (see the module's docstring)."""
+    """This process's resident memory now that is not a mapped file: what it would give back by ending."""
     status = proc_status()
     if "RssAnon" in status:
         return status["RssAnon"] + status.get("RssShmem", 0)
@@ -371,16 +538,15 @@ def current_anon() -> int:
 
 
 def mark_baseline(model, before_model: int = 0) -> None:
-    """Called as training starts: what the process holds besides the model is left out of the measured peak.
-
-    That is the larger of two lower bounds: its anonymous resident memory now less the model's parameters
-    and buffers (python, torch, the code loading imported, the data, the tokenizer, the Trainer), and
-    `before_model`, the same before the model was loaded (`current_anon()`; the weights of a memory-mapped
-    checkpoint become resident only as they are first read, so the first bound can fall short)."""
+    """Called as training starts: what the process holds then, for run.json (the runtime's baseline as this
+    run measured it; `before_model`: resident memory before the model was loaded), and the start of the
+    GPU's peak statistics."""
     import sys
 
-    held = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
-    _BASELINE["rss"] = max(current_anon() - held, before_model)
+    status = proc_status()
+    _BASELINE["rss_at_start"] = status.get("VmRSS", current_rss())
+    _BASELINE["files_at_start"] = status.get("RssFile", 0)  # of it, pages of mapped files (code, weights)
+    _BASELINE["rss_before_model"] = before_model
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
@@ -399,25 +565,21 @@ def peak_rss() -> int:
 
 
 def measured_peak(device: str) -> dict[str, int] | None:
-    """The peak a run reached, on the terms of the estimate (see the module's docstring).
-
-    On the CPU: the resident high-water mark less the mapped files resident now. Those only grow while a
-    process runs (code is read in as it is first used and rarely dropped), so what is left is at most the
-    anonymous memory at the peak, and close to it."""
+    """The peak a run reached, on the terms of the estimate: the GPU's allocated memory since training
+    started; on the CPU the process's resident high-water mark (what it held at training start and before
+    its model beside it)."""
     if device == "cuda":
         import torch
 
         return {"max_memory_allocated": int(torch.cuda.max_memory_allocated())}
-    if "rss" not in _BASELINE:
+    if "rss_at_start" not in _BASELINE:
         return None
-    peak = peak_rss()
-    files = proc_status().get("RssFile", 0)
-    return {
-        "peak_rss": peak,
-        "mapped_files_at_end": files,
-        "rss_before_model": _BASELINE["rss"],
-        "peak_above_baseline": peak - files - _BASELINE["rss"],
-    }
+    return {"peak_rss": peak_rss(), **_BASELINE}
+
+
+def measured_value(measured: dict[str, int]) -> int:
+    """The one figure of `measured_peak` the estimate is set beside."""
+    return measured.get("max_memory_allocated", measured.get("peak_rss", 0))
 
 
 def gib(value: float) -> str:

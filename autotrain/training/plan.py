@@ -15,6 +15,8 @@ from typing import Any
 from autotrain.config.base import TaskConfig
 from autotrain.config.tasks import TASKS
 from autotrain.errors import UserInputError
+from autotrain.hints import install_hint
+from autotrain.training.adapter import AdapterPlan, resolve_adapter
 from autotrain.training.precision import Precision, resolve_precision
 
 
@@ -43,22 +45,43 @@ class OptimizerPlan:
     applies); any other name becomes TrainingArguments settings (`optim`, betas, ...)."""
 
     name: str
-    cls: type | None = None
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    kwargs: dict[str, Any] = field(default_factory=dict)  # a bundled optimizer's constructor arguments
     hf_settings: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def cls(self) -> type | None:
+        """A bundled optimizer's class (the optimizer table names it; importing it imports torch)."""
+        from autotrain.optimizers.table import OPTIMIZERS
+
+        spec = OPTIMIZERS[self.name]
+        return spec.load_class() if spec.bundled else None
+
+    @property
     def cls_and_kwargs(self) -> tuple[type, dict[str, Any]] | None:
-        return (self.cls, dict(self.kwargs)) if self.cls is not None else None
+        cls = self.cls
+        return (cls, dict(self.kwargs)) if cls is not None else None
 
     def record(self) -> dict[str, Any]:
-        shown = {"name": self.name}
-        if self.cls is not None:
-            shown["class"] = f"{self.cls.__module__}.{self.cls.__qualname__}"
+        from autotrain.optimizers.table import OPTIMIZERS
+
+        spec = OPTIMIZERS[self.name]
+        shown: dict[str, Any] = {"name": self.name}
+        if spec.bundled:
+            shown["class"] = spec.target.replace(":", ".")
             shown["kwargs"] = self.kwargs
         else:
             shown["training_arguments"] = self.hf_settings
         return shown
+
+
+@dataclass(frozen=True)
+class BatchChoice:
+    """`training_args.batch_size: auto` decided: the per-device batch, the accumulation that keeps the
+    samples per optimizer step asked for, and why (autotrain.training.batch_size.choose_batch)."""
+
+    batch_size: int
+    gradient_accumulation: int
+    why: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -80,6 +103,12 @@ class RunPlan:
     dtypes: dict[str, str] = field(default_factory=dict)  # of trained weights, gradients, state (`tensor_dtypes`)
     # (field, planned, used, why): what a builder changed once the model was loaded (see `refine`)
     refined: tuple[tuple[str, Any, Any, str], ...] = ()
+    adapter: AdapterPlan | None = None  # the LoRA adapter (method, scale, init, LoRA+); None: full fine-tune
+    batch_size: int = 1  # per device and forward pass (`batch_size: auto` resolved)
+    gradient_accumulation: int = 1
+    batch_choice: dict[str, Any] = field(default_factory=dict)  # how `batch_size: auto` was decided
+    # The data's sources and their shares of an epoch (see `data_plan`); once prepared, rows of each too.
+    data: dict[str, Any] = field(default_factory=dict)
 
     @property
     def world_size(self) -> int:
@@ -108,6 +137,9 @@ class RunPlan:
             "world_size": self.world_size,
             "processes_per_machine": self.processes_per_machine,
             "effective_batch_size": self.effective_batch_size,
+            "batch_size": self.batch_size,
+            "gradient_accumulation": self.gradient_accumulation,
+            **({"batch_size_auto": self.batch_choice} if self.batch_choice else {}),
             "optimizer": self.optimizer.record(),
             "training_arguments": {k: v for k, v in self.training_args.items() if k != "output_dir"},
             "length_grouped_batches": self.length_grouped,
@@ -117,17 +149,21 @@ class RunPlan:
             "cross_entropy": self.cross_entropy,
             "notes": list(self.notes),
             "dtypes": self.dtypes,
+            "adapter": self.adapter.record() if self.adapter is not None else None,
             "refined_after_loading": [
                 {"field": key, "planned": planned, "used": used, "why": why} for key, planned, used, why in self.refined
             ],
+            **({"data": self.data} if self.data else {}),
         }
 
 
-def resolve_plan(cfg: TaskConfig, device: str | None = None) -> RunPlan:
+def resolve_plan(cfg: TaskConfig, device: str | None = None, batch: BatchChoice | None = None) -> RunPlan:
     """Decide precision, topology, optimizer and TrainingArguments for `cfg` on this machine.
 
     What this machine cannot do as asked (fp16 without CUDA, ...) is kept in `problems` (the plan then
     falls back to fp32), so that the preflight (autotrain.run.preflight) reports it with every other problem at once.
+    `batch`: what `training_args.batch_size: auto` became (the memory estimate decides it, in the run layer:
+    autotrain.run.fit.planned); without it an `auto` batch is planned as one sample per forward pass.
     """
     args = cfg.training_args
     problems: tuple[str, ...] = ()
@@ -138,24 +174,70 @@ def resolve_plan(cfg: TaskConfig, device: str | None = None) -> RunPlan:
     per_machine = processes_per_machine(cfg.distributed.num_processes)
     optimizer = resolve_optimizer(args.optimizer, args.optimizer_args, args.lr, args.max_steps)
     attn, batching, notes = attention(cfg, precision)
-    loss, loss_notes = cross_entropy(cfg, per_machine * cfg.distributed.num_machines)
+    batch = batch or fixed_batch(cfg)
+    machines = cfg.distributed.num_machines
+    loss, loss_notes = cross_entropy(cfg, per_machine * machines)
     return RunPlan(
         precision=precision,
         asked_precision=args.mixed_precision,
         processes_per_machine=per_machine,
         num_machines=cfg.distributed.num_machines,
-        effective_batch_size=args.batch_size * args.gradient_accumulation * per_machine * cfg.distributed.num_machines,
+        effective_batch_size=batch.batch_size * batch.gradient_accumulation * per_machine * machines,
         optimizer=optimizer,
-        training_args=training_arguments(cfg, precision, optimizer),
+        training_args=training_arguments(cfg, precision, optimizer, batch),
         problems=problems,
         length_grouped=groups_by_length(cfg),
         padding_free=batching,
         load_dtype=load_dtype(cfg, precision),
         attn_implementation=attn,
         cross_entropy=loss,
-        notes=notes + loss_notes,
+        notes=notes + loss_notes + data_notes(cfg),
         dtypes=tensor_dtypes(cfg, optimizer, load_dtype(cfg, precision)),
+        adapter=resolve_adapter(cfg),
+        batch_size=batch.batch_size,
+        gradient_accumulation=batch.gradient_accumulation,
+        batch_choice=batch.why,
+        data=data_plan(cfg),
     )
+
+
+def _prepared(cfg: TaskConfig) -> bool:
+    """The LLM trainers whose data autotrain prepares and caches itself (autotrain.data.prepared)."""
+    from autotrain.config.llm import PREPARED
+
+    return cfg.task == "llm" and cfg.trainer in PREPARED
+
+
+def data_plan(cfg: TaskConfig) -> dict[str, Any]:
+    """LLM data that autotrain prepares itself: each source and its share of an epoch's rows, and whether the
+    rows are streamed (the builder adds the rows of each source once they are prepared)."""
+    if not _prepared(cfg):
+        return {}
+    sources = cfg.data.split_sources()
+    shares = cfg.data.shares()
+    listed = [{"path": s.path, "split": s.split, "share": round(x, 6)} for s, x in zip(sources, shares, strict=True)]
+    return {"streaming": cfg.data.streaming, "sources": listed}
+
+
+def data_notes(cfg: TaskConfig) -> tuple[str, ...]:
+    """What a streaming run cannot offer, said before it starts."""
+    if cfg.task != "llm" or not getattr(cfg.data, "streaming", False):
+        return ()
+    return (
+        "data.streaming: rows are prepared as training reads them, so the rows that max_length leaves without "
+        "a trained token are left out as they come, not counted before training (`--preview` counts them in "
+        "the first rows); the rows are shuffled in a buffer of 1,000, not over the whole data; nothing is "
+        "cached for the next run",
+    )
+
+
+def fixed_batch(cfg: TaskConfig) -> BatchChoice:
+    """The batch a config gives as a number; `auto` not yet decided: one sample per forward pass, with as many
+    passes per step as the samples per step asked for (`target_batch_size`)."""
+    args = cfg.training_args
+    if args.batch_size == "auto":
+        return BatchChoice(1, args.samples_per_step)
+    return BatchChoice(args.batch_size, args.gradient_accumulation)
 
 
 def tensor_dtypes(cfg: TaskConfig, optimizer: OptimizerPlan, loaded: str) -> dict[str, str]:
@@ -170,11 +252,7 @@ def tensor_dtypes(cfg: TaskConfig, optimizer: OptimizerPlan, loaded: str) -> dic
     state = trained if not spec.bundled else "float32"
     state = "8-bit moments, float32 statistics" if spec.state_quantized else state
     dtypes = {"weights": trained, "gradients": trained, "optimizer_state": state}
-    parts = (
-        [optimizer.kwargs.get(key, {}) for key in ("came", "adam")]
-        if "adam" in optimizer.kwargs
-        else [optimizer.kwargs]
-    )
+    parts = [kwargs for _, kwargs in spec.part_kwargs(optimizer.kwargs)]
     if spec.bundled and trained != "float32" and all(part.get("master_weights", True) for part in parts):
         dtypes["master_weights"] = "float32"
     return dtypes
@@ -203,10 +281,11 @@ def resolve_optimizer(name: str, optimizer_args, lr: float, max_steps: int | Non
     from autotrain.optimizers.table import OPTIMIZERS
 
     if OPTIMIZERS[name].bundled:
-        cls, kwargs = optimizer_cls_and_kwargs(name, optimizer_args)
-        _give_run_length(kwargs.get("came", kwargs), max_steps)
+        _, kwargs = optimizer_cls_and_kwargs(name, optimizer_args)
+        for _, part in OPTIMIZERS[name].part_kwargs(kwargs):
+            _give_run_length(part, max_steps)
         # The Trainer passes param groups (with weight_decay) but not lr on this path.
-        return OptimizerPlan(name, cls=cls, kwargs={**kwargs, "lr": lr})
+        return OptimizerPlan(name, kwargs={**kwargs, "lr": lr})
     return OptimizerPlan(name, hf_settings=hf_optimizer_settings(name, optimizer_args))
 
 
@@ -221,20 +300,23 @@ def _give_run_length(kwargs: dict[str, Any], max_steps: int | None) -> None:
 
 def has_eval(cfg: TaskConfig) -> bool:
     """Classifiers always hold out a validation split (`valid_split` or `valid_size`); LLMs only when asked."""
-    return cfg.task != "llm" or cfg.data.valid_split is not None
+    return cfg.task != "llm" or cfg.data.has_valid
 
 
-def training_arguments(cfg: TaskConfig, precision: Precision, optimizer: OptimizerPlan) -> dict[str, Any]:
+def training_arguments(
+    cfg: TaskConfig, precision: Precision, optimizer: OptimizerPlan, batch: BatchChoice | None = None
+) -> dict[str, Any]:
     """The TrainingArguments fields autotrain controls, for any Trainer/TRL config class."""
     args = cfg.training_args
+    batch = batch or fixed_batch(cfg)
     eval_strategy = args.eval_strategy if has_eval(cfg) else "no"
     kwargs: dict[str, Any] = {
         "output_dir": cfg.project_name,
         "num_train_epochs": args.epochs,
         "max_steps": args.max_steps or -1,
-        "per_device_train_batch_size": args.batch_size,
-        "per_device_eval_batch_size": args.eval_batch_size or args.batch_size,
-        "gradient_accumulation_steps": args.gradient_accumulation,
+        "per_device_train_batch_size": batch.batch_size,
+        "per_device_eval_batch_size": args.eval_batch_size or batch.batch_size,
+        "gradient_accumulation_steps": batch.gradient_accumulation,
         "learning_rate": args.lr,
         "warmup_steps": args.warmup_ratio,  # transformers >= 5: a float below 1 is a ratio of the total steps
         "weight_decay": args.weight_decay,
@@ -263,6 +345,8 @@ def training_arguments(cfg: TaskConfig, precision: Precision, optimizer: Optimiz
         kwargs["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
     if cfg.task != "llm":
         _keep_best_model(cfg, kwargs)
+    elif _prepared(cfg):  # autotrain prepared the rows: what the model takes, read through a transform
+        kwargs["remove_unused_columns"] = False
     return kwargs
 
 
@@ -321,8 +405,8 @@ def attention(cfg: TaskConfig, precision: Precision) -> tuple[str, str, tuple[st
         "rows",
         (
             f"attn_implementation: flash_attention_2 cannot run here ({why}): attention runs sdpa and the "
-            "padding-free batches pack rows instead of one sequence (the same samples and loss); pip install "
-            "flash-attn on a CUDA machine for one sequence",
+            "padding-free batches pack rows instead of one sequence (the same samples and loss); for one sequence, "
+            f"on a CUDA machine: {install_hint('flash-attn')}",
         ),
     )
 

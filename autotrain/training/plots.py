@@ -32,8 +32,10 @@ def write_plots(folder: str | Path, log_history: list[dict], task: str) -> list[
         from matplotlib.figure import Figure
     except ImportError:
         from autotrain.errors import eprint
+        from autotrain.hints import install_hint
 
-        eprint("note: plots skipped: matplotlib is not installed (a dependency of autotrain: pip install matplotlib)")
+        hint = install_hint("matplotlib")
+        eprint(f"note: plots skipped: matplotlib is not installed (a dependency of autotrain: {hint})")
         return []
     out = Path(folder) / "plots"
     written = []

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 from typing import Any
 
-from autotrain.config.llm import LLMConfig
+from autotrain.config.llm import PREPARED, LLMConfig
 from autotrain.data.llm import load_llm_split
 from autotrain.trainers.common import make_trainer
 from autotrain.trainers.llm.model import build_lora_config, build_model, build_tokenizer
@@ -20,11 +21,26 @@ class Prepared:
     valid: Any | None
 
 
+@dataclass
+class SplitPlan:
+    """A split that the builder prepares itself (the trainers the trainer table marks `prepared`:
+    autotrain.trainers.llm.prepared_splits), in place of loaded rows; `records` gets what was prepared of each
+    source (rows, kept, share), for the plan."""
+
+    which: str  # "train" or "valid"
+    token: str | None = None
+    records: list = field(default_factory=list)
+    mixture: Any = None  # the draws of several sources (autotrain.data.mixture.Mixture): told each epoch
+
+
 def prepare(cfg: LLMConfig, plan: RunPlan, token: str | None = None) -> Prepared:
     from transformers import set_seed
 
     set_seed(cfg.training_args.seed)
     tokenizer = build_tokenizer(cfg, token)
+    if cfg.trainer in PREPARED:  # read, tokenized and cached by the builder, for every process at once
+        valid = SplitPlan("valid", token) if cfg.data.has_valid else None
+        return Prepared(tokenizer, SplitPlan("train", token), valid)
     train = load_llm_split(cfg, cfg.data.train_split, token)
     valid = load_llm_split(cfg, cfg.data.valid_split, token) if cfg.data.valid_split else None
     return Prepared(tokenizer, train, valid)
@@ -40,6 +56,7 @@ def llm_trainer(trainer_cls, args_cls, cfg: LLMConfig, plan: RunPlan, ready: Pre
     kwargs.setdefault("train_dataset", ready.train)
     kwargs.setdefault("eval_dataset", ready.valid)
     kwargs.setdefault("peft_config", build_lora_config(cfg))
+    callbacks, plan = with_data(ready, callbacks, plan)
     return make_trainer(
         trainer_cls,
         plan,
@@ -90,6 +107,20 @@ def _say_once(message: str) -> None:
 
     if os.environ.get("RANK", "0") == "0":  # every rank decided the same; one says so
         eprint(message)
+
+
+def with_data(ready: Prepared, callbacks: list, plan: RunPlan) -> tuple[list, RunPlan]:
+    """The callbacks and plan of a run on the data `ready` holds: a mixture of sources is told each epoch (it
+    draws its rows again), and the plan records what was prepared of each source (run.json)."""
+    from autotrain.data.mixture import mixture_epochs
+
+    mixture = getattr(ready.train, "mixture", None)
+    if mixture is not None:
+        callbacks = [*callbacks, mixture_epochs()(mixture)]
+    records = getattr(ready.train, "records", None)
+    if records:
+        plan = dataclasses.replace(plan, data={**plan.data, "sources": records})
+    return callbacks, plan
 
 
 def prompt_trainer(

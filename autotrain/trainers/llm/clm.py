@@ -7,7 +7,7 @@ from transformers import Trainer
 
 from autotrain.config.llm import LLMConfig
 from autotrain.trainers.common import make_trainer
-from autotrain.trainers.llm.base import loss_for_model, on_training_device, prepare
+from autotrain.trainers.llm.base import loss_for_model, on_training_device, prepare, with_data
 from autotrain.trainers.llm.model import build_lora_config, build_model
 from autotrain.training.lm_loss import causal_lm_loss, language_model
 from autotrain.training.plan import RunPlan
@@ -41,42 +41,46 @@ class AutotrainCLMTrainer(Trainer):
             self.loss_only = False
 
 
-def group_texts(dataset, tokenizer, block: int):
-    """Tokenize, append EOS to every document, concatenate and split into full blocks of `block` tokens."""
-    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+def group_texts(cfg: LLMConfig, tokenizer, train, valid):
+    """(training blocks, validation blocks or None): each split's documents tokenized with EOS appended, laid end
+    to end and cut into full blocks of `max_length` tokens, a batch of 1,000 documents at a time (what is left
+    of a batch is dropped; autotrain.data.blocks). Prepared once and cached like SFT data (or streamed, with
+    `data.streaming`), for every source of a mixture."""
+    from autotrain.trainers.llm.prepared_splits import prepared_splits, streamed_splits
 
-    def tokenize(batch):
-        return {"input_ids": [ids + eos for ids in tokenizer(batch["text"], add_special_tokens=True)["input_ids"]]}
+    if cfg.data.streaming:
+        return streamed_splits(cfg, tokenizer, valid is not None, _blocks_job)
+    return prepared_splits(cfg, tokenizer, train, valid, _blocks_job, _blocks_inputs, _no_blocks)
 
-    def chunk(batch):
-        flat = [t for ids in batch["input_ids"] for t in ids]
-        usable = len(flat) // block * block
-        blocks = [flat[i : i + block] for i in range(0, usable, block)]
-        return {
-            "input_ids": blocks,
-            "labels": [list(b) for b in blocks],
-            "attention_mask": [[1] * block for _ in blocks],
-        }
 
-    tokens = dataset.map(tokenize, batched=True, remove_columns=dataset.column_names)
-    grouped = tokens.map(chunk, batched=True, batch_size=1000, remove_columns=tokens.column_names)
-    if len(grouped) == 0:
+def _blocks_job(cfg: LLMConfig, tokenizer, chat_template: str | None = None):
+    from autotrain.data.blocks import BlockJob
+
+    return BlockJob(tokenizer, cfg.training_args.max_length, trainer=cfg.trainer)
+
+
+def _blocks_inputs(cfg: LLMConfig, tokenizer, job) -> dict:
+    from autotrain.data.tokenizer_key import tokenizer_key
+
+    return {"trainer": cfg.trainer, "tokenizer": tokenizer_key(tokenizer), "block": job.block}
+
+
+def _no_blocks(cfg: LLMConfig, name: str, record: dict) -> None:
+    if record["written"] == 0:
         from autotrain.errors import UserInputError
 
         raise UserInputError(
-            f"the text is shorter than one block of training_args.max_length={block} tokens; "
-            "lower max_length or add data"
+            f"the {name} text is shorter than one block of training_args.max_length={cfg.training_args.max_length} "
+            "tokens; lower max_length or add data"
         )
-    return grouped
 
 
 def build_trainer(cfg: LLMConfig, plan: RunPlan, callbacks: list, token: str | None = None):
     from transformers import TrainingArguments, default_data_collator
 
     ready = prepare(cfg, plan, token)
-    block = cfg.training_args.max_length
-    train = group_texts(ready.train, ready.tokenizer, block)
-    valid = group_texts(ready.valid, ready.tokenizer, block) if ready.valid is not None else None
+    train, valid = group_texts(cfg, ready.tokenizer, ready.train, ready.valid)
+    callbacks, plan = with_data(ready, callbacks, plan)  # a mixture's epochs; rows per source
     model = build_model(cfg, plan, token)
     args = TrainingArguments(**plan.training_args)  # sets up this process's device and process group
     on_training_device(model, cfg, plan, args)

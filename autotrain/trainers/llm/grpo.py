@@ -34,7 +34,7 @@ def build_trainer(cfg: LLMConfig, plan: RunPlan, callbacks: list, token: str | N
     reward_funcs = rewards.resolve(args.rewards or list(GRPO_DEFAULT_REWARDS), ready.train.column_names)
     extra = {grpo: getattr(args, ours) for ours, grpo in GRPO_FIELDS.items() if getattr(args, ours) is not None}
     if args.eval_batch_size is None:  # an evaluation batch holds whole groups of completions too
-        extra["per_device_eval_batch_size"] = eval_batch_size(args.batch_size, args.num_generations)
+        extra["per_device_eval_batch_size"] = eval_batch_size(plan.batch_size, args.num_generations)
     return prompt_trainer(
         GRPOTrainer, GRPOConfig, cfg, plan, ready, callbacks, token, reward_funcs=reward_funcs, args=extra
     )

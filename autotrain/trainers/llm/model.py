@@ -84,9 +84,13 @@ def build_model(cfg: LLMConfig, plan: RunPlan, token: str | None = None, scorer:
 
 
 def build_lora_config(cfg: LLMConfig, task_type: str = "CAUSAL_LM"):
+    """peft's LoraConfig for the config's `peft:` section (None without LoRA); `target_modules: all-linear` goes
+    to peft as its own `all-linear` (every Linear layer but the output layer)."""
     if not cfg.uses_peft:
         return None
     from peft import LoraConfig
+
+    from autotrain.training.adapter import init_lora_weights
 
     return LoraConfig(
         r=cfg.peft.r,
@@ -95,4 +99,7 @@ def build_lora_config(cfg: LLMConfig, task_type: str = "CAUSAL_LM"):
         target_modules=cfg.peft.target_modules,
         task_type=task_type,
         bias="none",
+        use_dora=cfg.peft.use_dora,
+        use_rslora=cfg.peft.use_rslora,
+        init_lora_weights=init_lora_weights(cfg.peft),
     )

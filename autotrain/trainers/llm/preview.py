@@ -1,19 +1,19 @@
 """The training data as the trainer will see it, before any weight is loaded: the first examples after the
 chat template and truncation, each token marked as carrying loss or not.
 
-Chat-format examples go through the builder's own preparation (autotrain.trainers.llm.sft_data: the answers of
-chat messages labelled there, the other formats by TRL's `SFTTrainer._prepare_dataset`) and TRL's collator
+SFT examples go through the builder's own labelling (autotrain.trainers.llm.sft_data) and TRL's collator
 (padding), so the marks are the labels the trainer trains on (tests/test_preview.py compares them with a built
-trainer's). Preference pairs show the prompt
-(no loss) and each answer (loss) after the chat template; prompt-only trainers show the prompts they will
-generate from; block trainers the blocks they cut. Needs the tokenizer and the data, not the model.
+trainer's). Preference pairs show the prompt (no loss) and each answer (loss) after the chat template;
+prompt-only trainers show the prompts they will generate from; block trainers the blocks they cut. Needs the
+tokenizer and the data, not the model. SFT and block data are read as a stream: the first rows only, however
+large the file; with several `data.sources`, the first examples of each.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from autotrain.config.llm import LLMConfig
+from autotrain.config.llm import PREPARED, LLMConfig
 from autotrain.config.trainers import TRAINERS
 from autotrain.trainers.llm.model import use_chat_template
 from autotrain.training.plan import RunPlan
@@ -24,27 +24,73 @@ SHOWN_ROWS = 5  # dropped rows named by number
 
 def preview_llm(cfg: LLMConfig, plan: RunPlan, count: int, token: str | None = None) -> dict[str, Any]:
     """`{"kind", "examples", "summary", "warnings"}` for the first `count` training rows (plain JSON data)."""
-    from autotrain.data.llm import load_llm_split
     from autotrain.trainers.common import build_tokenizer
 
     tokenizer = build_tokenizer(cfg, token)
     fallback = use_chat_template(tokenizer, cfg)
+    if cfg.trainer in PREPARED:
+        return _prepared_preview(cfg, plan, tokenizer, fallback, count, token)
+    from autotrain.data.llm import load_llm_split
+
     dataset = load_llm_split(cfg, cfg.data.train_split, token)
     chat = any(isinstance(value, list) for value in dataset[0].values())
     warnings = [_MISSING] if fallback and chat else []
     rows = dataset.select(range(min(len(dataset), SCANNED)))
     spec = TRAINERS[cfg.trainer]
-    if spec.data_format == "chat":
-        record = _sft(cfg, plan, tokenizer, rows, count)
-    elif spec.data_format == "preference" and "chosen" in spec.all_columns:
+    if spec.data_format == "preference" and "chosen" in spec.all_columns:
         record = _pairs(cfg, tokenizer, rows, count)
-    elif spec.data_format in ("prompts", "preference"):  # unpaired answers: their prompts
+    else:  # unpaired answers, or prompts: their prompts
         record = _prompts(cfg, tokenizer, rows, count)
-    else:
-        record = _blocks(cfg, tokenizer, rows, count)
     record["summary"]["rows"] = len(dataset)
     record["summary"]["rows_scanned"] = len(rows)
     return {**record, "warnings": warnings}
+
+
+def _prepared_preview(cfg: LLMConfig, plan: RunPlan, tokenizer, fallback: bool, count: int, token) -> dict[str, Any]:
+    """Data autotrain prepares itself: the first SCANNED rows of each source, read as a stream (however large
+    the data), labelled or cut into blocks as the builder does; several sources: `count` examples of each, a
+    summary per source."""
+    from autotrain.trainers.llm.prepared_splits import tokenizer_for
+
+    sources = cfg.data.split_sources()
+    examples, summaries, chat = [], {}, False
+    for i, (source, share) in enumerate(zip(sources, cfg.data.shares(), strict=True)):
+        own = tokenizer_for(cfg, tokenizer, source.chat_template, token)
+        rows, total = _first_rows(cfg, source, token)
+        chat = chat or any(isinstance(value[0], list) for value in rows.values() if value)
+        if TRAINERS[cfg.trainer].data_format == "blocks":
+            record = _blocks(cfg, own, rows["text"], count)
+        else:
+            record = _sft(cfg, plan, own, rows, count, source.chat_template)
+        record["summary"].update(
+            rows=total if total is not None else "unknown", rows_scanned=len(next(iter(rows.values())))
+        )
+        if len(sources) == 1:
+            return {**record, "warnings": [_MISSING] if fallback and chat else []}
+        name = f"source {i} ({source.path} [{source.split}], share {share:.3g})"
+        examples += [{**example, "source": name} for example in record["examples"]]
+        summaries[name] = record["summary"]
+    warnings = [_MISSING] if fallback and chat else []
+    return {"kind": record["kind"], "examples": examples, "summary": summaries, "warnings": warnings}
+
+
+def _first_rows(cfg: LLMConfig, source, token) -> tuple[dict[str, list], int | None]:
+    """(the first SCANNED rows of the source's training split, task columns -> values; its rows, where known
+    without reading it all)."""
+    from autotrain.data.loading import locate
+    from autotrain.data.reading import batches, column_names, known_rows, rows_dataset
+    from autotrain.data.sft_rows import SftJob, SftSettings
+
+    located = locate(source.path, source.split)
+    dataset = rows_dataset(located, token, streaming=True)
+    job = SftJob(None, SftSettings("text", source.chat_template != "none", False, 1, False), trainer=cfg.trainer)
+    if TRAINERS[cfg.trainer].data_format == "blocks":
+        from autotrain.data.blocks import BlockJob
+
+        job = BlockJob(None, cfg.training_args.max_length, trainer=cfg.trainer)
+    mapping = job.columns(column_names(dataset, located), located.name, dict(source.column_mapping))
+    table = next(batches(dataset, located, mapping, SCANNED))
+    return table.to_pydict(), known_rows(located, dataset)
 
 
 _MISSING = (
@@ -65,21 +111,21 @@ def _segments(tokenizer, ids: list[int], labels: list[int]) -> list[list]:
     return out
 
 
-def _sft(cfg: LLMConfig, plan: RunPlan, tokenizer, rows, count: int) -> dict[str, Any]:
+def _sft(cfg: LLMConfig, plan: RunPlan, tokenizer, rows: dict[str, list], count: int, template=None) -> dict:
     from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
-    from autotrain.trainers.llm.sft_data import sft_prepared, unanswered
+    from autotrain.trainers.llm.sft_data import label_rows, unanswered
 
     limit = cfg.training_args.max_length
-    full = sft_prepared(cfg, plan, tokenizer, rows, None)
-    lengths = [len(ids) for ids in full["input_ids"]]
+    all_ids, all_labels = label_rows(cfg, tokenizer, rows, template)
+    lengths = [len(ids) for ids in all_ids]
     cut = [n - limit for n in lengths if n > limit]
     # what the trainer keeps: each example cut to max_length, those left without a trained token dropped
-    lost = unanswered(full["labels"], limit)
-    kept = sorted(set(range(len(full))) - set(lost))
-    shown = full.select(kept[:count])
+    lost = unanswered(all_labels, limit)
+    kept = sorted(set(range(len(all_ids))) - set(lost))
+    shown = [(all_ids[i], all_labels[i]) for i in kept[:count]]
     examples = []
-    for i, ids, labels in zip(kept, shown["input_ids"], shown["labels"], strict=False):
+    for i, (ids, labels) in zip(kept, shown, strict=False):
         examples.append(
             {
                 "segments": _segments(tokenizer, ids[:limit], labels[:limit]),
@@ -90,11 +136,11 @@ def _sft(cfg: LLMConfig, plan: RunPlan, tokenizer, rows, count: int) -> dict[str
                 "cut_tokens": max(0, lengths[i] - limit),
             }
         )
-    batch = min(cfg.training_args.batch_size, len(shown))
+    batch = min(plan.batch_size, len(shown))
     collator = DataCollatorForLanguageModeling(pad_token_id=tokenizer.pad_token_id)
-    first = collator([{"input_ids": e["input_ids"][:limit], "labels": e["labels"][:limit]} for e in shown][:batch])
+    first = collator([{"input_ids": ids[:limit], "labels": labels[:limit]} for ids, labels in shown][:batch])
     padding = int((first["attention_mask"] == 0).sum()) if batch else 0
-    trained = sum(sum(label != -100 for label in labels[:limit]) for labels in full["labels"])
+    trained = sum(sum(label != -100 for label in labels[:limit]) for labels in all_labels)
     return {
         "kind": "tokens",
         "examples": examples,
@@ -107,17 +153,17 @@ def _sft(cfg: LLMConfig, plan: RunPlan, tokenizer, rows, count: int) -> dict[str
             "cut_tokens_mean": round(sum(cut) / len(cut), 1) if cut else 0,
             "dropped_examples": len(lost),  # nothing trained left after the cut: the trainer leaves them out
             **({"dropped_rows": lost[:SHOWN_ROWS]} if lost else {}),
-            "loss_on": "every token" if cfg.training_args.train_on_inputs else _answers(rows),
+            "loss_on": "every token" if cfg.training_args.train_on_inputs else _answers(list(rows)),
             "padding_in_first_batch": padding if not plan.padding_free else 0,
             "batches": "padding-free (rows)" if plan.padding_free else "padded to the longest sample",
         },
     }
 
 
-def _answers(rows) -> str:
-    if "messages" in rows.column_names:
+def _answers(columns: list[str]) -> str:
+    if "messages" in columns:
         return "the assistant turns (training_args.train_on_inputs: true trains on every token)"
-    if "completion" in rows.column_names:
+    if "completion" in columns:
         return "the completions (training_args.train_on_inputs: true trains on the prompts too)"
     return "every token (plain text)"
 
@@ -166,11 +212,11 @@ def _prompts(cfg: LLMConfig, tokenizer, rows, count: int) -> dict[str, Any]:
     return {"kind": "prompts", "examples": examples, "summary": {"note": "completions are generated while training"}}
 
 
-def _blocks(cfg: LLMConfig, tokenizer, rows, count: int) -> dict[str, Any]:
+def _blocks(cfg: LLMConfig, tokenizer, texts: list[str], count: int) -> dict[str, Any]:
     """Blocks: the texts joined and cut into blocks of max_length tokens, every token trained."""
     size = cfg.training_args.max_length
     ids: list[int] = []
-    for text in rows["text"]:
+    for text in texts:
         ids += tokenizer(text)["input_ids"] + ([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])
     blocks = [ids[i : i + size] for i in range(0, len(ids) - size + 1, size)]
     examples = [{"segments": [[tokenizer.decode(b), True]], "tokens": len(b), "trained_tokens": len(b)} for b in blocks]

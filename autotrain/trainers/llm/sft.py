@@ -6,7 +6,7 @@ from typing import Any
 
 from autotrain.config.llm import LLMConfig
 from autotrain.trainers.common import make_trainer
-from autotrain.trainers.llm.base import loss_for_model, on_training_device, prepare
+from autotrain.trainers.llm.base import loss_for_model, on_training_device, prepare, with_data
 from autotrain.trainers.llm.model import build_lora_config, build_model
 from autotrain.trainers.llm.sft_data import answered_splits, sft_arguments
 from autotrain.training.plan import RunPlan
@@ -20,6 +20,7 @@ def build_trainer(cfg: LLMConfig, plan: RunPlan, callbacks: list, token: str | N
     ready = prepare(cfg, plan, token)
     # tokenized and labelled here (answers only unless train_on_inputs), so that the preview's marks are these
     train, valid = answered_splits(cfg, plan, ready.tokenizer, ready.train, ready.valid)
+    callbacks, plan = with_data(ready, callbacks, plan)  # a mixture's epochs; rows per source
     model = build_model(cfg, plan, token)
     args = SFTConfig(**{**plan.training_args, **sft_arguments(cfg)})  # sets up this process's device and group
     on_training_device(model, cfg, plan, args)

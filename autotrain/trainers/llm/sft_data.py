@@ -1,15 +1,19 @@
-"""SFT rows as the trainer trains on them: tokenized, each token labelled as trained or not, and the examples
-that `max_length` leaves without a trained token reported and left out.
+"""SFT rows as the trainer trains on them: tokenized, each token labelled as trained or not, cut to `max_length`
+(or packed into `max_length` blocks), and the examples that `max_length` leaves without a trained token
+reported and left out.
 
 By default the loss falls on the answers: the assistant turns of chat `messages` (every one of a multi-turn
 conversation, its end-of-turn marker included; see autotrain.data.answers) and the completion of
 `prompt` / `completion` rows. `training_args.train_on_inputs: true` trains on every token instead. Plain
-`text` is trained on whole. The builder, the data preview and the token counts all read this one module.
+`text` is trained on whole. The labelling is autotrain.data.sft_rows, batch by batch; the builder, the data
+preview and the token counts all read it. The prepared splits are cached (autotrain.data.cache) and made
+once for every process of a run (autotrain.data.prepared); with `data.streaming` they are prepared as
+training reads them instead. Several `data.sources` are mixed by their shares (autotrain.data.mixture).
+TRL's SFTTrainer is told the data is ready (`skip_prepare_dataset`).
 """
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 from autotrain.config.llm import LLMConfig
@@ -20,7 +24,7 @@ SHOWN_ROWS = 5  # row numbers named when examples are left out
 
 
 def sft_arguments(cfg: LLMConfig) -> dict:
-    """SFTConfig's own fields, beside the planned TrainingArguments (the data preview reads them too)."""
+    """SFTConfig's own fields, beside the planned TrainingArguments."""
     args = cfg.training_args
     return {
         "max_length": args.max_length,
@@ -28,58 +32,64 @@ def sft_arguments(cfg: LLMConfig) -> dict:
         "dataset_text_field": "text",
         # prompt / completion rows: the completion only, unless the prompt is trained too
         "completion_only_loss": not args.train_on_inputs,
+        "dataset_kwargs": {"skip_prepare_dataset": True},  # labelled, cut and packed here (answered_splits)
     }
 
 
-def sft_prepared(cfg: LLMConfig, plan: RunPlan, tokenizer, rows, max_length: int | None):
-    """`rows` tokenized and labelled (`input_ids`, `labels`: -100 where no loss), cut to `max_length` (None:
-    uncut). Chat messages are labelled here; the other formats by TRL's own SFT preparation."""
-    from trl import SFTConfig, SFTTrainer
+def sft_job(cfg: LLMConfig, tokenizer, chat_template: str | None = None):
+    """The job that prepares a batch of this run's SFT rows (its format is set once the columns are known)."""
+    from autotrain.data.sft_rows import SftJob, SftSettings
 
-    if "messages" in rows.column_names:
-        rows = label_messages(rows, tokenizer, cfg.training_args.train_on_inputs)
-    settings = {**plan.training_args, **sft_arguments(cfg), "max_length": max_length, "dataset_num_proc": None}
-    args = SFTConfig(**settings)
-    owner = SimpleNamespace(  # what _prepare_dataset reads from the trainer; set as SFTTrainer.__init__ does
-        _tokenizer=tokenizer, chat_template=None, completion_only_loss=args.completion_only_loss
-    )
-    return SFTTrainer._prepare_dataset(owner, rows, tokenizer, args, False, None, "preview")
+    args = cfg.training_args
+    chat = (chat_template or cfg.data.chat_template) != "none"
+    settings = SftSettings("text", chat, args.train_on_inputs, args.max_length, args.packing)
+    return SftJob(tokenizer, settings, trainer=cfg.trainer)
 
 
-def label_messages(rows, tokenizer, train_on_inputs: bool):
-    """Chat `messages` rows -> `input_ids` and `labels`: the assistant turns' tokens, or every token."""
-    from autotrain.data.answers import answer_tokens
+def job_inputs(cfg: LLMConfig, tokenizer, job) -> dict:
+    """What shapes the prepared rows besides the source: the cache key (autotrain.data.cache)."""
+    from autotrain.data.tokenizer_key import tokenizer_key
 
-    def label(row: dict) -> dict:
-        ids, mask = answer_tokens(tokenizer, row["messages"])
-        labels = [t if train_on_inputs or m else -100 for t, m in zip(ids, mask, strict=True)]
-        return {"input_ids": ids, "labels": labels}
+    return {"trainer": cfg.trainer, "tokenizer": tokenizer_key(tokenizer), "settings": job.settings}
 
-    return rows.map(label, remove_columns=rows.column_names)
+
+def answered_splits(cfg: LLMConfig, plan: RunPlan, tokenizer, train, valid) -> tuple[Any, Any]:
+    """Train and validation rows prepared (labelled, cut to max_length or packed), without the examples left
+    with nothing to train on after the cut to `max_length`; those are named on stderr, once. `train` and
+    `valid` are what the builder's `prepare` returned: which splits to prepare (autotrain.trainers.llm.base);
+    `train.records` gets what was prepared of each source."""
+    from autotrain.trainers.llm.prepared_splits import prepared_splits, streamed_splits
+
+    if cfg.data.streaming:
+        return streamed_splits(cfg, tokenizer, valid is not None, sft_job)
+    return prepared_splits(cfg, tokenizer, train, valid, sft_job, job_inputs, report)
+
+
+def report(cfg: LLMConfig, name: str, record: dict) -> None:
+    """The note on the examples a split left out (all of them: an error)."""
+    rows, lost = record["rows"], record["left_out"]
+    if rows and lost == rows:
+        raise UserInputError(_nothing_left(cfg, name, rows))
+    if lost:
+        _say(_left_out(cfg, name, lost, rows, record["first_left_out"]))
+
+
+def label_rows(cfg: LLMConfig, tokenizer, rows: dict[str, list], chat_template: str | None = None):
+    """Rows (task columns -> values) labelled and uncut, in this process: (input_ids, labels) lists per row, for
+    the preview and the token counts."""
+    from dataclasses import replace
+
+    from autotrain.data.sft_rows import label_batch
+
+    job = sft_job(cfg, tokenizer, chat_template)
+    job.columns(list(rows), "the rows", {})
+    table, _ = label_batch(tokenizer, rows, replace(job.settings, max_length=2**62, packing=False))
+    return table.column("input_ids").to_pylist(), table.column("labels").to_pylist()
 
 
 def unanswered(labels: list[list[int]], limit: int) -> list[int]:
     """Indices of the examples with no trained token among their first `limit` tokens."""
     return [i for i, row in enumerate(labels) if all(label == -100 for label in row[:limit])]
-
-
-def answered_splits(cfg: LLMConfig, plan: RunPlan, tokenizer, train, valid) -> tuple[Any, Any]:
-    """Train and validation rows prepared (uncut: the trainer cuts and packs them), without the examples left
-    with nothing to train on after the cut to `max_length`; those are named on stderr, once."""
-    out = []
-    for name, rows in (("training", train), ("validation", valid)):
-        if rows is None:
-            out.append(None)
-            continue
-        prepared = sft_prepared(cfg, plan, tokenizer, rows, None)
-        lost = unanswered(prepared["labels"], cfg.training_args.max_length)
-        if len(lost) == len(prepared):
-            raise UserInputError(_nothing_left(cfg, name, len(prepared)))
-        if lost:
-            _say(_left_out(cfg, name, lost, len(prepared)))
-            prepared = prepared.select(sorted(set(range(len(prepared))) - set(lost)))
-        out.append(prepared)
-    return out[0], out[1]
 
 
 def _what(cfg: LLMConfig) -> str:
@@ -94,12 +104,12 @@ def _nothing_left(cfg: LLMConfig, name: str, count: int) -> str:
     )
 
 
-def _left_out(cfg: LLMConfig, name: str, lost: list[int], count: int) -> str:
-    rows = ", ".join(str(i) for i in lost[:SHOWN_ROWS]) + (", ..." if len(lost) > SHOWN_ROWS else "")
+def _left_out(cfg: LLMConfig, name: str, count: int, total: int, first: list[int]) -> str:
+    rows = ", ".join(str(i) for i in first[:SHOWN_ROWS]) + (", ..." if count > SHOWN_ROWS else "")
     return (
-        f"note: {len(lost)} of {count} {name} examples have no {_what(cfg)} within the first "
+        f"note: {count} of {total} {name} examples have no {_what(cfg)} within the first "
         f"{cfg.training_args.max_length} tokens (training_args.max_length) and are left out "
-        f"({'row' if len(lost) == 1 else 'rows'} {rows}, counting from 0); `--preview` counts them"
+        f"({'row' if count == 1 else 'rows'} {rows}, counting from 0); `--preview` counts them"
     )
 
 

