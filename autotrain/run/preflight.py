@@ -199,7 +199,7 @@ def _loss_problems(plan: RunPlan, why: str) -> list[str]:
     if plan.precision.device != "cuda":
         problems.append(f"{asked} runs CUDA kernels and needs a CUDA GPU; none is visible{_aside(why, instead)}")
     if _missing(module):
-        problems.append(f"{asked} needs the {package} package: pip install {package}{_aside(instead)}")
+        problems.append(f"{asked} needs the {package} package: {install_hint(package)}{_aside(instead)}")
     return problems
 
 
