@@ -98,19 +98,11 @@ def _full(head: Head) -> LossStep:
     return LossStep(forward, cells * (3 * FP32 + half) + grads, kept)
 
 
-def chunked_available() -> bool:
-    try:
-        from autotrain.training import chunked_loss  # noqa: F401 - the chunked loss's own sizes
-    except ImportError:
-        return False
-    return True
-
-
 def _chunked(head: Head) -> LossStep:
     from autotrain.training.chunked_loss import extra_peak_bytes
 
     tokens = head.sequences * max(1, head.length - 1)
-    extra = extra_peak_bytes(tokens, head.vocab, head.hidden, head.compute_bytes, head.trained)
+    extra = extra_peak_bytes(tokens, head.vocab, head.hidden, head.compute_bytes, head.trained, head.device)
     # "beyond the gradients it leaves": the head weight's gradient (the parameter's own) is added here
     left = head.vocab * head.hidden * head.weight_bytes if head.trained else 0
     return LossStep(extra, extra + left)
