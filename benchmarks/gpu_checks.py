@@ -618,8 +618,7 @@ def loss_step(device: str, sizes: dict) -> dict:
         exact = _loss_and_grads("exact", states, weight, targets, trained)
         for method in methods:
             row = _one_loss(method, states, weight, targets, trained, exact, device)
-            chunked = method == "chunked"
-            row["estimate"] = extra_peak_bytes(tokens, vocab, hidden, 2, trained, "cuda") if chunked else None
+            row["estimate"] = extra_peak_bytes(tokens, vocab, hidden, 2, trained) if method == "chunked" else None
             found[f"{method} head {'trained' if trained else 'frozen'}"] = row
             extra = row["extra_bytes"]
             share = (

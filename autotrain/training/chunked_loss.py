@@ -22,27 +22,20 @@ def chunk_tokens(vocab_size: int) -> int:
     return max(MIN_CHUNK_TOKENS, tokens // 8 * 8)
 
 
-def extra_peak_bytes(
-    tokens: int, vocab_size: int, hidden_size: int, dtype_bytes: int, head_trainable: bool, device: str
-) -> int:
+def extra_peak_bytes(tokens: int, vocab_size: int, hidden_size: int, dtype_bytes: int, head_trainable: bool) -> int:
     """The most memory the chunked loss step holds beyond the hidden states it is given and the gradients
     it leaves (of those hidden states and, when it trains, of the head's weight), for `tokens` labelled
-    tokens computed in a dtype of `dtype_bytes` (4: fp32; 2: bf16 / fp16) on `device` ("cpu", "cuda").
+    tokens computed in a dtype of `dtype_bytes` (4: fp32; 2: bf16 / fp16).
 
     Within a chunk: its logits in the compute dtype, then in fp32, their exponentials (fp32), and the
     gradient of the logits cast back to the compute dtype (2-byte dtypes only: in fp32 it is the
-    exponentials' own buffer). On the CPU torch's matrix products with the head's weight as a transposed
-    operand copy it, once per chunk (measured with tests/test_memory.py): a weight-sized buffer in the
-    compute dtype beside the chunk's, fp32 where the head's gradient is accumulated. For the whole step:
-    the labelled tokens' hidden states gathered and the gradient with respect to them (as the hidden
-    states' dtype, counted at `dtype_bytes`), and with a trainable head an fp32 accumulator of its weight's
-    gradient, held from the forward to the backward.
+    exponentials' own buffer). For the whole step: the labelled tokens' hidden states gathered and the
+    gradient with respect to them (as the hidden states' dtype, counted at `dtype_bytes`), and with a
+    trainable head an fp32 accumulator of its weight's gradient, held from the forward to the backward.
     """
     chunk = min(max(tokens, 0), chunk_tokens(vocab_size))
     half = dtype_bytes if dtype_bytes != FP32 else 0
     per_chunk = chunk * vocab_size * (FP32 + FP32 + half)
-    if device == "cpu":
-        per_chunk += vocab_size * hidden_size * (FP32 if head_trainable else dtype_bytes)
     per_token = 2 * tokens * hidden_size * dtype_bytes
     head = vocab_size * hidden_size * FP32 if head_trainable else 0
     return per_chunk + per_token + head

@@ -102,7 +102,7 @@ def _chunked(head: Head) -> LossStep:
     from autotrain.training.chunked_loss import extra_peak_bytes
 
     tokens = head.sequences * max(1, head.length - 1)
-    extra = extra_peak_bytes(tokens, head.vocab, head.hidden, head.compute_bytes, head.trained, head.device)
+    extra = extra_peak_bytes(tokens, head.vocab, head.hidden, head.compute_bytes, head.trained)
     # "beyond the gradients it leaves": the head weight's gradient (the parameter's own) is added here
     left = head.vocab * head.hidden * head.weight_bytes if head.trained else 0
     return LossStep(extra, extra + left)
