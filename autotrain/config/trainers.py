@@ -64,8 +64,7 @@ TRAINERS: dict[str, TrainerSpec] = {
             "llm/sft.yml",
             _BUILDERS + "sft:build_trainer",
             fields=("packing", "train_on_inputs", "padding_free", "length_grouping", "cross_entropy"),
-            advanced=("sft",),
-            chunked_head=True,
+            advanced=("sft",),  # its loss: `cross_entropy`'s (autotrain.trainers.llm.sft_trainer), not TRL's head
             kernel_losses=True,
             prepared=True,
         ),
