@@ -64,9 +64,9 @@ def sft_collator(batching: str, tokenizer, model):
     RowPackingCollator around it ("rows"). None otherwise: TRL builds its own (padded batches, or its padding-free
     ones for packed blocks).
 
-    TRL truncates the data to `max_length` only when its own `padding_free` is off, so its setting stays off and
-    the collator passed here lays the same samples out without padding. TRL gives the model the tokenizer's pad
-    token when it builds its own collator; given this one, it is done here.
+    The rows come prepared and cut to `max_length` (autotrain.trainers.llm.sft_data), so TRL's own `padding_free`
+    stays off and the collator passed here lays the same samples out without padding. TRL gives the model the
+    tokenizer's pad token when it builds its own collator; given this one, it is done here.
     """
     from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
