@@ -660,3 +660,15 @@ def test_a_batch_with_every_row_left_out_keeps_the_columns_of_the_others(tokeniz
         some, _ = label_batch(tokenizer, {"messages": [TURNS[:2], long]}, settings)
         assert none.num_rows == 0 and left_out.tolist() == [0, 1] and some.num_rows == 1
         assert compact(none, len(tokenizer)).schema == compact(some, len(tokenizer)).schema
+
+
+def test_message_lists_written_as_json_text_are_read_back_and_the_text_row_is_named():
+    """datasets' JSON reader writes a column that holds lists and text as JSON text in every row: the lists
+    are read back as lists, and the row that held text is the one named, with the text as the file had it."""
+    from autotrain.data.sft_rows import check_conversations
+    from autotrain.errors import UserInputError
+
+    turns = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    assert check_conversations([json.dumps(turns), turns], 0) == [turns, turns]
+    with pytest.raises(UserInputError, match=r"row 11 .*it holds str 'hello there'$"):
+        check_conversations([json.dumps(turns), json.dumps("hello there")], 10)

@@ -38,6 +38,7 @@ class RunConflict(Exception):
 
 # What the CLI leaves in a folder of a run refused before training, besides `logs/`.
 CLI_FILES = {".autotrain-run", ".autotrain.lock", ".autotrain-ranks.lock"}
+_SETTLING = threading.Lock()  # one settle of a record at a time in this app (its requests run on threads)
 
 
 @dataclass
@@ -270,7 +271,8 @@ def settle_gone(folder: Path, **how) -> dict | None:
     from autotrain.training.folder import settle
 
     try:
-        return settle(folder, **(how or _how_it_ended(folder)))
+        with _SETTLING:  # a request answered meanwhile waits for the record on disk, not a view of it
+            return settle(folder, **(how or _how_it_ended(folder)))
     except OSError:  # a folder the app may not write to: shown as read
         return None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from autotrain.config.llm import LLMConfig
 from autotrain.config.trainers import TRAINERS
 from autotrain.data.loading import load_split, require_columns
+from autotrain.data.messages import as_messages, is_messages, not_messages
 from autotrain.errors import UserInputError
 
 
@@ -86,12 +87,8 @@ def _check_messages(dataset, column: str, name: str) -> None:
     row = 0
     for batch in dataset.select_columns([column]).iter(batch_size=1000):
         for value in batch[column]:
-            if not _is_messages(value):
-                shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-                raise UserInputError(
-                    f"{name}: row {row} (counting from 0), column `{column}`: must be a list of "
-                    f"{{role, content}} messages; it holds {type(value).__name__} {shown}"
-                )
+            if not is_messages(as_messages(value)):
+                raise UserInputError(f"{name}: {not_messages(row, column, value)}")
             row += 1
 
 
@@ -102,10 +99,6 @@ def _typed_as_messages(dataset, column: str) -> bool:
     feature = dataset.features.get(column)
     inner = feature.feature if isinstance(feature, List) else None
     return isinstance(inner, dict) and {"role", "content"} <= set(inner) and dataset.data.column(column).null_count == 0
-
-
-def _is_messages(value) -> bool:
-    return isinstance(value, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in value)
 
 
 def _preference_format(dataset, cfg: LLMConfig, name: str):
@@ -193,7 +186,7 @@ def load_prompt_rows(cfg: LLMConfig, path: str) -> tuple[str, str, list[dict]]:
     if kind == "messages":
         _check_messages(dataset, column, path)
     answer = next((mapping.get(a, a) for a in ANSWER_COLUMNS if mapping.get(a, a) in dataset.column_names), None)
-    values = dataset[column]
+    values = [as_messages(value) for value in dataset[column]] if kind == "messages" else dataset[column]
     answers = dataset[answer] if kind == "prompt" and answer else None
     rows = [{kind: value} for value in values]
     if answers is not None:

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from autotrain.data.answers import answer_tokens, assistant_spans, span_mask
+from autotrain.data.messages import as_messages, is_messages, not_messages
 from autotrain.errors import UserInputError
 
 IGNORED = -100  # the label of a token that carries no loss
@@ -61,8 +62,7 @@ def label_batch(tokenizer, rows: dict[str, list], settings: SftSettings, first_r
     the batch's indices of the rows left out: no trained token within `max_length`). `first_row`: the number
     of the batch's first row in its split, for messages that name a bad row."""
     if settings.kind == "messages":
-        conversations = rows["messages"]
-        check_conversations(conversations, first_row)
+        conversations = check_conversations(rows["messages"], first_row)
         tokens = chat_tokens(tokenizer, conversations)
     elif settings.kind == "completion":
         tokens = completion_tokens(tokenizer, rows["prompt"], rows["completion"], settings.chat, first_row)
@@ -80,14 +80,14 @@ def _with_no_lengths(table):
     return table.append_column("seq_lengths", pa.array([], pa.list_(pa.int32())))
 
 
-def check_conversations(conversations: list, first_row: int) -> None:
-    for i, value in enumerate(conversations):
-        if not (isinstance(value, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in value)):
-            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-            raise UserInputError(
-                f"row {first_row + i} (counting from 0), column `messages`: must be a list of {{role, content}} "
-                f"messages; it holds {type(value).__name__} {shown}"
-            )
+def check_conversations(conversations: list, first_row: int) -> list:
+    """The rows' message lists (read back from JSON text where datasets wrote them so); a row that holds none
+    is a UserInputError naming it."""
+    read = [as_messages(value) for value in conversations]
+    for i, value in enumerate(read):
+        if not is_messages(value):
+            raise UserInputError(not_messages(first_row + i, "messages", value))
+    return read
 
 
 def chat_tokens(tokenizer, conversations: list[list[dict]]) -> Tokens:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -80,7 +81,7 @@ def settle(folder: Path, claimed: bool = False, status: str = "died", how: str |
     holds it already (`claimed`). Returns the settled record, or None when there was nothing to settle (no
     record, not `running`, its process still there, or the lock held by another process)."""
     from autotrain.training.lifetime import ALIVE, state
-    from autotrain.training.locks import HELD, OwnedLock, probe
+    from autotrain.training.locks import OwnedLock
 
     record = _read_record(folder)
     if record.get("status") != "running" or state(record.get("process")) == ALIVE:
@@ -89,11 +90,12 @@ def settle(folder: Path, claimed: bool = False, status: str = "died", how: str |
     if not claimed:
         lock = OwnedLock(folder / LOCK)
         try:
-            if not (folder / LOCK).exists() or not lock.acquire(wait=0):
+            # a process killed a moment ago may still hold it while the kernel closes its files: a second
+            if not (folder / LOCK).exists() or not lock.acquire(wait=1.0):
                 return None  # no lock to take (no run of this version made it) or another process holds it
         except OSError:
             return None  # a folder this process may not write to: shown as read, not settled
-    if probe(folder / RANKS_LOCK, exclusive=True) == HELD:  # a rank of the run is still there
+    if _ranks_held(folder):  # a rank of the run is still there
         if lock is not None:
             lock.release()
         return None
@@ -106,6 +108,18 @@ def settle(folder: Path, claimed: bool = False, status: str = "died", how: str |
     finally:
         if lock is not None:
             lock.release()
+
+
+def _ranks_held(folder: Path, wait: float = 1.0) -> bool:
+    """A rank of the run holds the ranks' lock (a rank killed a moment ago lets go of it within `wait`)."""
+    from autotrain.training.locks import HELD, probe
+
+    deadline = time.monotonic() + wait
+    while probe(folder / RANKS_LOCK, exclusive=True) == HELD:
+        if time.monotonic() >= deadline:
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def _settled(folder: Path, record: dict, status: str, how: str | None) -> dict:

@@ -312,7 +312,9 @@ def step_scratch(shape: ModelShape, setup: Setup, trained: int, tw: int) -> floa
         # four fp32 copies of the largest tensor it steps in place, or five of a gathered chunk (params,
         # gradients and three temporaries); the compiled step fuses those temporaries away and needs less
         # (SmolLM2-135M: 1 MiB compiled, 432 MiB eager, measured). An upper bound on both.
-        # (Compiling in the background takes no tensor memory: it traces fake tensors.)
+        # (The warm-up thread compiles by stepping scratch tensors of one chunk's layout, a few chunk-sized
+        # copies; the compiler's own host memory, ~140 MiB more RSS measured on SmolLM2 with the CPU's
+        # compile, is not a tensor and is not counted here.)
         return max(4 * largest, 5 * trained / 8) * 4
     return largest * 4 * 2
 

@@ -292,7 +292,7 @@ def resolve_optimizer(name: str, optimizer_args, lr: float, max_steps: int | Non
 def _give_run_length(kwargs: dict[str, Any], max_steps: int | None) -> None:
     """A CAME variant with `compile: null` (auto) weighs compiling each group of same-shaped params against
     the run's length (what a group's compilation costs is paid back in proportion to its size and the
-    steps left: `came_policy.compiles`), so it is given `total_steps`, recorded with the plan. A run given in
+    steps left: `came_compile.compiles`), so it is given `total_steps`, recorded with the plan. A run given in
     epochs has no known length here (auto then compiles the groups of 2**20 elements or more)."""
     if max_steps is not None and "compile" in kwargs and kwargs["compile"] is None:
         kwargs["total_steps"] = max_steps
