@@ -30,6 +30,11 @@ device, pass --out "$OUT" so that they come back).
    within the budget, and the next larger batch's beside it.
 8. SFT's padding-free batches on CUDA: padded vs rows (sdpa) vs one sequence (flash_attention_2).
 9. Every bundled optimizer under bf16 / fp16 autocast and with bf16 weights, 30 steps of a small Llama.
+10. The next-token loss step on a Llama-3-shaped head (128,256 x 4,096, bf16) at 4,096 tokens, head frozen and
+   trained: `cross_entropy` chunked against full, and liger / cut_cross_entropy where their packages are
+   installed: the peak memory above the step's inputs and the gradients it leaves (target for chunked: <= 10% of
+   the fp32 logits), ms per step (forward and backward, median), and the loss's and gradients' relative
+   difference from an fp32 reference.
 
 Without CUDA (and without --cpu-smoke) the script says so and exits 0.
 """
@@ -73,6 +78,7 @@ PARTS = {
     7: ("memory estimate vs max_memory_allocated, batch_size auto", 300),
     8: ("SFT padding-free batches on CUDA", 40),
     9: ("bundled optimizers under bf16/fp16 autocast and bf16 weights", 120),
+    10: ("the loss step: chunked vs full vs liger vs cut_cross_entropy", 60),
 }
 NO_COMPILER = {"CC": "/bin/false", "CXX": "/bin/false"}
 
@@ -590,6 +596,76 @@ def _train_steps(device: str, sizes: dict, mode: str, cls) -> tuple[float, float
     return losses[0], losses[-1]
 
 
+# --- 10. the loss step ---------------------------------------------------------------------------------------
+
+
+def loss_step(device: str, sizes: dict) -> dict:
+    """Part 10: each `cross_entropy` on one bf16 head and batch; the memory, the time and the error of each."""
+    from autotrain.training.chunked_loss import extra_peak_bytes
+
+    tokens, vocab, hidden = (256, 4096, 64) if device == "cpu" else (4096, 128_256, 4096)
+    gen = torch.Generator().manual_seed(0)
+    states = torch.randn(tokens, hidden, generator=gen).to(device, torch.bfloat16)
+    weight = (0.02 * torch.randn(vocab, hidden, generator=gen)).to(device, torch.bfloat16)
+    targets = torch.randint(0, vocab, (tokens,), generator=gen).to(device)
+    methods = ["full", "chunked"] + [
+        m
+        for m, mod in (("liger", "liger_kernel"), ("cut_cross_entropy", "cut_cross_entropy"))
+        if device == "cuda" and importlib.util.find_spec(mod)
+    ]
+    found = {"logits_fp32_bytes": tokens * vocab * 4}
+    for trained in (False, True):
+        exact = _loss_and_grads("exact", states, weight, targets, trained)
+        for method in methods:
+            row = _one_loss(method, states, weight, targets, trained, exact, device)
+            row["estimate"] = extra_peak_bytes(tokens, vocab, hidden, 2, trained) if method == "chunked" else None
+            found[f"{method} head {'trained' if trained else 'frozen'}"] = row
+            extra = row["extra_bytes"]
+            share = (
+                "" if extra is None else f", extra {extra / 2**20:.0f} MiB ({extra / found['logits_fp32_bytes']:.1%})"
+            )
+            print(
+                f"  {method:18s} head {'trained' if trained else 'frozen '}: {row['ms']:.2f} ms{share}, loss rel "
+                f"{row['loss_rel']:.1e}, grads rel {row['grads_rel']:.1e}"
+            )
+    return found
+
+
+def _loss_and_grads(method: str, states, weight, targets, trained: bool):
+    from autotrain.training.lm_loss import summed_cross_entropy
+
+    hidden = (states.float() if method == "exact" else states).detach().requires_grad_()
+    head = (weight.float() if method == "exact" else weight).detach().requires_grad_(trained)
+    if method in ("full", "exact"):
+        logits = hidden @ head.t()
+        loss = torch.nn.functional.cross_entropy(logits.float(), targets, reduction="sum")
+    else:
+        loss = summed_cross_entropy(hidden, head, None, targets, method)[0]
+    loss.backward()
+    return loss.detach().float(), [t.grad for t in (hidden, head) if t.grad is not None]  # as they are left
+
+
+def _one_loss(method: str, states, weight, targets, trained: bool, exact, device: str) -> dict:
+    _loss_and_grads(method, states, weight, targets, trained)  # warm-up: kernels built, caches filled
+    extra = None
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        loss, grads = _loss_and_grads(method, states, weight, targets, trained)
+        extra = torch.cuda.max_memory_allocated() - before - sum(g.numel() * g.element_size() for g in grads)
+    else:
+        loss, grads = _loss_and_grads(method, states, weight, targets, trained)
+    ms = _median_ms(lambda: _loss_and_grads(method, states, weight, targets, trained), device, 5)
+    rel = [float((a.float() - b.float()).norm() / b.float().norm()) for a, b in zip(grads, exact[1], strict=True)]
+    return {
+        "ms": ms,
+        "extra_bytes": extra,
+        "loss_rel": float((loss - exact[0]).abs() / exact[0]),
+        "grads_rel": max(rel),
+    }
+
+
 # --- running the parts ------------------------------------------------------------------------------------
 
 FUNCTIONS = {
@@ -603,6 +679,7 @@ FUNCTIONS = {
     7: memory_estimates,
     8: padding_free_batches,
     9: precision_runs,
+    10: loss_step,
 }
 
 

@@ -1,7 +1,7 @@
 """The memory estimate against the peak each run measured, on the CPU: tiny Llama and SmolLM2-135M, full and
-LoRA, AdamW and CAME8Bit, gradient checkpointing on and off, gradient accumulation, the full-logits loss
-(the clm trainer), the chunked loss (where `training_args.cross_entropy` exists) and `batch_size: auto`
-under a memory budget.
+LoRA, AdamW and CAME8Bit, gradient checkpointing on and off, gradient accumulation, the chunked loss (SFT and
+CLM's default, `training_args.cross_entropy: chunked`) and the full-logits loss (`cross_entropy: full`), and
+`batch_size: auto` under a memory budget.
 
     python benchmarks/memory_estimate.py [--only tiny|smollm2] [--case NAME] [--steps 2] [--json F]
                                          [--malloc returning|system] [--smoke]
@@ -64,19 +64,24 @@ class Case:
     next_larger: bool = False  # batch_size auto: train the next larger batch too
 
 
+FULL_LOSS = (("cross_entropy", "full"),)  # the model's whole logits; every other case: the chunked loss
 CASES = [
     Case("tiny full adamw", "tiny", 16, 512),
     Case("tiny full adamw ckpt", "tiny", 16, 512, checkpointing=True),
     Case("tiny full came8bit", "tiny", 16, 512, optimizer="came_8bit"),
     Case("tiny lora adamw", "tiny", 16, 512, peft=True),
     Case("tiny lora came8bit ckpt", "tiny", 16, 512, peft=True, optimizer="came_8bit", checkpointing=True),
-    Case("tiny clm full adamw (full logits)", "tiny", 16, 512, trainer="clm"),
+    Case("tiny full adamw (full logits)", "tiny", 16, 512, more=FULL_LOSS),
+    Case("tiny clm full adamw (full logits)", "tiny", 16, 512, trainer="clm", more=FULL_LOSS),
     Case("smollm2 full adamw", "smollm2", 2, 256),
     Case("smollm2 full adamw accum 2", "smollm2", 2, 256, more=(("gradient_accumulation", 2),)),
     Case("smollm2 full came8bit ckpt", "smollm2", 2, 256, optimizer="came_8bit", checkpointing=True),
     Case("smollm2 lora adamw", "smollm2", 2, 256, peft=True),
     Case("smollm2 lora came8bit ckpt", "smollm2", 4, 256, peft=True, optimizer="came_8bit", checkpointing=True),
-    Case("smollm2 clm lora adamw (full logits)", "smollm2", 2, 256, peft=True, trainer="clm"),
+    Case("smollm2 full adamw (full logits)", "smollm2", 2, 256, more=FULL_LOSS),
+    Case("smollm2 lora adamw (full logits)", "smollm2", 2, 256, peft=True, more=FULL_LOSS),
+    Case("smollm2 clm lora adamw", "smollm2", 2, 256, peft=True, trainer="clm"),
+    Case("smollm2 clm lora adamw (full logits)", "smollm2", 2, 256, peft=True, trainer="clm", more=FULL_LOSS),
     Case(
         "smollm2 lora adamw auto, budget 3GiB",
         "smollm2",
@@ -87,20 +92,6 @@ CASES = [
         next_larger=True,
     ),
 ]
-# With `training_args.cross_entropy` in the config schema (the chunked loss), these run too.
-CHUNKED = [
-    Case("tiny full adamw chunked", "tiny", 16, 512, more=(("cross_entropy", "chunked"),)),
-    Case("smollm2 full adamw chunked", "smollm2", 2, 256, more=(("cross_entropy", "chunked"),)),
-    Case("smollm2 lora adamw chunked", "smollm2", 2, 256, peft=True, more=(("cross_entropy", "chunked"),)),
-]
-
-
-def chunked_loss_exists() -> bool:
-    from autotrain.config.base import TrainingArgs
-    from autotrain.config.llm import LLMConfig
-
-    args = LLMConfig.model_fields["training_args"].annotation
-    return "cross_entropy" in getattr(args, "model_fields", TrainingArgs.model_fields)
 
 
 def write_data(path: Path, rows: int = 64) -> Path:
@@ -237,12 +228,12 @@ def main() -> int:
     parser.add_argument("--phases", metavar="NAME", help="one configuration, each moment of a step measured")
     parser.add_argument("--smoke", action="store_true", help="the first configuration only (the tiny Llama)")
     args = parser.parse_args()
-    cases = CASES + (CHUNKED if chunked_loss_exists() else [])
+    cases = CASES
     if args.smoke:
         cases, args.only = cases[:1], "tiny"
     cases = [c for c in cases if (not args.only or c.model == args.only) and (not args.case or args.case in c.name)]
     if args.phases:
-        cases = [c for c in CASES + CHUNKED if c.name == args.phases]
+        cases = [c for c in CASES if c.name == args.phases]
         if not cases:
             raise SystemExit(f"no configuration named {args.phases!r}: " + ", ".join(c.name for c in CASES))
     models = {"tiny": TINY}
@@ -257,8 +248,6 @@ def main() -> int:
         data = write_data(tmp / "long.jsonl")
         if args.phases:
             return phases(config(tmp, cases[0], models[cases[0].model], data, args.steps), env)
-        if not chunked_loss_exists():
-            print("(no training_args.cross_entropy in this version: the chunked-loss rows are left out)")
         for case in cases:
             for row in measure(case, tmp, models, data, args.steps, env):
                 results.append(row)

@@ -357,6 +357,64 @@ def test_the_full_loss_step_matches_transformers_loss_on_the_cpu():
     assert backward_peak == pytest.approx(step.backward, rel=0.05)
 
 
+@pytest.mark.parametrize("trained", [False, True], ids=["lora", "full"])
+def test_the_chunked_loss_step_matches_autotrains_chunked_cross_entropy_on_the_cpu(monkeypatch, trained):
+    """autotrain's chunked loss (`cross_entropy: chunked`) run on the CPU, as the loss step calls it: the labelled
+    tokens' hidden states gathered, then ChunkedCrossEntropy a chunk at a time. Its forward and backward hold
+    what the estimate says, and far less than the full loss on the same shapes."""
+    import torch
+
+    from autotrain.training import chunked_loss
+    from autotrain.training.lm_loss import ChunkedCrossEntropy
+    from autotrain.training.loss_memory import Head, loss_step
+
+    monkeypatch.setattr(chunked_loss, "CHUNK_BYTES", 2**20)  # 48 tokens of 5,000 entries: seven chunks
+    sequences, length, hidden, vocab = 1, 301, 16, 5000
+    states = torch.randn(sequences, length, hidden, requires_grad=True)
+    weight = torch.randn(vocab, hidden, requires_grad=trained)
+    targets = torch.randint(0, vocab, (sequences, length))
+    targets[:, -1] = -100  # the last position has no next token
+    chunk = chunked_loss.chunk_tokens(vocab)
+    assert chunk == 48
+    result = {}
+
+    def forward():
+        mask = targets != -100
+        result["loss"] = ChunkedCrossEntropy.apply(states[mask], weight, None, targets[mask], 0.0, chunk)[0]
+
+    _, forward_peak = live_peak(forward)
+    _, backward_peak = live_peak(result.pop("loss").backward)
+    head = Head(sequences, length, vocab, hidden, 4, 4, trained, "cpu")
+    step = loss_step("chunked", head)
+    # torch's CPU matmul with the head's weight as a transposed operand allocates a weight-sized buffer that it
+    # leaves untouched: counted here, never resident (benchmarks/chunked_loss.py measures the resident set)
+    untouched = vocab * hidden * 4
+    assert forward_peak - untouched == pytest.approx(step.forward, rel=0.05)
+    assert backward_peak <= step.backward * 1.05
+    assert step.backward < 0.25 * loss_step("full", head).backward
+
+
+def test_the_estimate_counts_the_loss_the_plan_decided():
+    """The loss step follows `plan.cross_entropy`: chunked for sft / clm, TRL's fused head for orpo's chunked,
+    the full logits for `full` and where a sharding strategy made the plan compute them in full; the trainers
+    without the field keep their own (TRL's fused head for DPO)."""
+    from autotrain.config.llm import LLMConfig
+    from autotrain.training.memory import setup_of
+    from autotrain.training.plan import resolve_plan
+
+    def path(trainer: str, distributed: dict | None = None, **training) -> str:
+        cfg = {"task": "llm", "trainer": trainer, "base_model": "m", "project_name": "p", "data": {"path": "d"}}
+        cfg = LLMConfig.model_validate({**cfg, "training_args": training, "distributed": distributed or {}})
+        return setup_of(cfg, resolve_plan(cfg, device="cpu")).loss_path
+
+    assert path("sft") == path("clm") == "chunked"
+    assert path("sft", cross_entropy="full") == path("clm", cross_entropy="full") == "full"
+    assert path("orpo") == "fused" and path("orpo", cross_entropy="full") == "full"
+    assert path("dpo") == "fused" and path("reward") == "model"
+    sharded = {"num_processes": 2, "strategy": "fsdp"}
+    assert path("sft", sharded) == "full"
+
+
 # --- the CPU process: malloc and the runtime's baseline -----------------------------------------------------
 
 

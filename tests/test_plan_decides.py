@@ -227,10 +227,13 @@ def test_a_record_from_before_the_adapter_and_the_batch_were_recorded_reads_back
     cfg = LLMConfig.model_validate({**BASE, "peft": {"enabled": True}, "training_args": {"batch_size": 3}})
     record = json.loads(json.dumps(resolve_plan(cfg, device="cpu").record()))
     older = {
-        key: value for key, value in record.items() if key not in ("adapter", "batch_size", "gradient_accumulation")
+        key: value
+        for key, value in record.items()
+        if key not in ("adapter", "batch_size", "gradient_accumulation", "cross_entropy")
     }
+    assert plan_from_record(record).cross_entropy == "chunked"
     read = plan_from_record(older)
-    assert read.adapter is None
+    assert read.adapter is None and read.cross_entropy == ""
     assert (read.batch_size, read.gradient_accumulation) == (3, 1)
     record["adapter"]["init_lora_weights"] = 3
     with pytest.raises(RecordError, match="adapter.init_lora_weights"):

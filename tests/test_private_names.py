@@ -50,16 +50,6 @@ PENDING: dict[str, set[str]] = {
         'getattr(torch._inductor.config, "_config")',
         'getattr(compiled, "_torchdynamo_orig_callable")',
     },
-    # SFT's trainer as one named subclass with public token counting
-    "trainers/llm/sft.py": {
-        "self._metrics",
-        "self._total_train_tokens",
-        "trainer._remove_unused_columns",
-        'hasattr(self, "_total_train_tokens")',
-        'getattr(self, "_tp_size")',
-    },
-    # the SFT data preview without TRL's dataset preparation
-    "trainers/llm/sft_data.py": {"SFTTrainer._prepare_dataset"},
 }
 CALLS = {"getattr", "setattr", "hasattr", "delattr"}
 

@@ -32,16 +32,14 @@ def test_one_process_decides_alone_and_runs_no_collective():
 
 def _packing(rank: int) -> bool:
     """sft's choice of row packing when the packing check passes on rank 0 only."""
-    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
-
     import autotrain.training.batching as batching
-    from autotrain.trainers.llm.sft import use_row_packed_batches
+    from autotrain.trainers.llm.sft import batching_for_model
 
     check = batching.keeps_packed_samples_apart
     batching.keeps_packed_samples_apart = lambda model: rank == 0
     try:
-        trainer = SimpleNamespace(model=None, data_collator=DataCollatorForLanguageModeling(pad_token_id=0))
-        return use_row_packed_batches(trainer)
+        plan = SimpleNamespace(padding_free="rows", refine=lambda why, **changes: SimpleNamespace(**changes))
+        return batching_for_model(plan, None).padding_free == "rows"
     finally:
         batching.keeps_packed_samples_apart = check
 

@@ -155,13 +155,12 @@ def test_grouped_batches_hold_less_padding_in_as_many_steps(tmp_path):
 
 def test_padding_free_batches_keep_samples_apart(tmp_path):
     """The same samples flattened into one sequence give the same loss as padded: no attention across them."""
-    from autotrain.trainers.llm.sft import use_padding_free_batches
+    from autotrain.trainers.llm.sft import sft_collator
 
     trainer = _trainer(tmp_path, padding_free=False)
     samples = [trainer.train_dataset[i] for i in range(4)]
     padded = trainer.data_collator(samples)
-    use_padding_free_batches(trainer)
-    flat = trainer.data_collator(samples)
+    flat = sft_collator("one sequence", trainer.processing_class, trainer.model)(samples)
     assert flat["input_ids"].shape[0] == 1 and "attention_mask" not in flat
     assert flat["input_ids"].shape[1] == sum(len(s["input_ids"]) for s in samples)  # no padding at all
     assert (flat["position_ids"][0] == 0).sum() == 4  # each sample starts its own positions
@@ -225,16 +224,18 @@ class _AttendsAcross(torch.nn.Module):
 
 
 def test_a_model_that_attends_across_samples_keeps_padded_batches(tmp_path, capsys):
-    from autotrain.trainers.llm.sft import use_row_packed_batches
+    from autotrain.trainers.llm.sft import batching_for_model, sft_collator
     from autotrain.training.batching import RowPackingCollator, keeps_packed_samples_apart
 
     assert not keeps_packed_samples_apart(_AttendsAcross())
     trainer = _trainer(tmp_path, padding_free=False)
     assert keeps_packed_samples_apart(trainer.model)
-    collator = trainer.data_collator
-    trainer.model = _AttendsAcross()
-    assert use_row_packed_batches(trainer) is False
-    assert trainer.data_collator is collator and not isinstance(collator, RowPackingCollator)
+    plan = resolve_plan(_config(tmp_path), device="cpu")
+    assert batching_for_model(plan, trainer.model) is plan  # this model keeps them apart: rows
+    padded = batching_for_model(plan, _AttendsAcross())
+    assert padded.padding_free == "" and padded.refined[0][:3] == ("padding_free", "rows", "")
+    assert sft_collator(padded.padding_free, trainer.processing_class, trainer.model) is None  # TRL's padded one
+    assert isinstance(sft_collator(plan.padding_free, trainer.processing_class, trainer.model), RowPackingCollator)
     assert "batches stay padded" in capsys.readouterr().err
 
 

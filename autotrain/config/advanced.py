@@ -116,7 +116,6 @@ TASK_ONLY = {"max_target_length", "max_doc_stride", "image_square_size"}
 # Dropped like the None entries above, but when set they asked for something that will not happen: say so.
 NOTED_WHEN_SET = {
     "unsloth": "Unsloth kernels are not used; training runs on plain transformers",
-    "liger_kernel": "Liger kernels are not used; training runs on plain transformers",
     "pretrain": "no equivalent; training starts from `base_model` as usual",
 }
 # AutoTrain Advanced's SFT has no such setting and trains on every token of the text; here the loss falls on
@@ -182,11 +181,50 @@ def translate(data: dict) -> tuple[dict, dict[Path_, Path_], list[tuple[Path_, s
     if task == "llm" and not peft_on:
         out.native.pop("peft", None)
     if task == "llm":
+        _liger_kernel(data.get("params"), out)
         _drop_unused_by_trainer(out)
     spec = TRAINERS.get(out.native.get("trainer"))
     if spec is not None and "train_on_inputs" in spec.fields:  # the trainer that trains on answers only
         out.notices.append((("task",), ANSWERS_ONLY))
     return out.result()
+
+
+def _liger_kernel(params: Any, out: _Translation) -> None:
+    """`liger_kernel: true`: of Liger's kernels, its fused linear cross-entropy is what saves the most memory;
+    it is `training_args.cross_entropy: liger` on a machine with an NVIDIA GPU, and elsewhere (Liger's kernels
+    need CUDA) `chunked`, which also never holds the whole logits tensor. Its other kernels are not used."""
+    if not isinstance(params, dict) or not params.get("liger_kernel"):
+        return
+    spec = TRAINERS.get(out.native.get("trainer"))
+    if spec is None or "cross_entropy" not in spec.fields:
+        out.notices.append((("params", "liger_kernel"), "ignored: Liger kernels are not used"))
+        return
+    gpu = nvidia_gpu_visible()
+    choice = "liger" if gpu and spec.kernel_losses else "chunked"
+    out.put(("training_args", "cross_entropy"), choice, ("params", "liger_kernel"))
+    where = "" if choice == "liger" else " (Liger's kernels need an NVIDIA GPU and none is visible here)"
+    if choice == "chunked" and gpu:
+        where = f" (`trainer: {spec.name}` takes chunked or full)"
+    out.notices.append(
+        (
+            ("params", "liger_kernel"),
+            f"Liger's fused linear cross-entropy becomes `training_args.cross_entropy: {choice}`{where}; its other "
+            "kernels are not used",
+        )
+    )
+
+
+def nvidia_gpu_visible() -> bool:
+    """Whether this machine shows an NVIDIA GPU, without importing torch: the driver lists its GPUs in /proc,
+    and CUDA_VISIBLE_DEVICES may hide them all."""
+    import os
+    from pathlib import Path
+
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if hidden is not None and hidden.strip() in ("", "-1"):
+        return False
+    gpus = Path("/proc/driver/nvidia/gpus")
+    return gpus.is_dir() and any(gpus.iterdir())
 
 
 def _unknown_task(task_name: Any) -> str:

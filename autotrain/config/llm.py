@@ -13,11 +13,12 @@ from autotrain.config.benchmark import BenchmarkConfig
 from autotrain.config.export import ExportConfig
 from autotrain.config.rules import Issue, rule
 from autotrain.config.suggest import did_you_mean
+from autotrain.config.trainers import CROSS_ENTROPY, TRAINERS, used_by
 from autotrain.config.trainers import DEFAULT as DEFAULT_TRAINER
-from autotrain.config.trainers import TRAINERS, used_by
 from autotrain.fields import Bool, Float, Int
 
 LLMTrainer = Literal[tuple(TRAINERS)]  # every name in the trainer table
+KERNEL_TRAINERS = " / ".join(name for name, spec in TRAINERS.items() if spec.kernel_losses)
 
 
 def _for(field: str, what: str) -> str:
@@ -259,6 +260,18 @@ class LLMTrainingArgs(TrainingArgs):
             "batch samples of similar length together, as many batches per epoch as batch_size gives, about as "
             "many tokens in each, in random order. Less padding, but the batches are no longer random: on short "
             "fine-tunes it costs a few percent of held-out loss (see docs/configs.md). Ignored with packing.",
+        ),
+    )
+    cross_entropy: Literal[CROSS_ENTROPY] = Field(
+        "chunked",
+        description=_for(
+            "cross_entropy",
+            "how the next-token loss is computed. chunked: from the last hidden states and the output head, a "
+            "bounded chunk of tokens at a time, gradients computed with the loss, so the batch's whole logits "
+            "tensor is never held (gigabytes at a large vocabulary; the loss and gradients equal full's); full: "
+            "the model's own logits and loss; liger / cut_cross_entropy: Liger's fused linear cross-entropy or "
+            f"Apple's Cut Cross-Entropy ({KERNEL_TRAINERS}; CUDA and the package). A model that post-processes its "
+            "logits (soft-capping, a logit scale) computes them in full, with a note. See docs/cross-entropy.md.",
         ),
     )
     train_on_inputs: Bool = Field(

@@ -22,7 +22,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from autotrain.config.messages import OPTIMIZER_ARGS_ERROR, RULE_ERROR, plain, without_members
 from autotrain.config.suggest import did_you_mean
 from autotrain.config.tasks import TASKS
-from autotrain.config.trainers import TRAINERS, trainer_fields, used_by
+from autotrain.config.trainers import KERNEL_LOSSES, TRAINERS, trainer_fields, used_by
 from autotrain.optimizers.table import OPTIMIZERS
 
 Path = tuple[str, ...]
@@ -445,6 +445,19 @@ def _trainer_fields(cfg) -> Iterator[Issue]:
             ("training_args", "max_prompt_length"),
             f"`training_args.max_prompt_length` ({args.max_prompt_length}) must be below "
             f"`training_args.max_length` ({args.max_length})",
+        )
+
+
+@rule("trainer", "training_args.cross_entropy", task="llm")
+def _kernel_losses(cfg) -> Iterator[Issue]:
+    """Liger's and Cut Cross-Entropy's kernels compute a next-token loss from the hidden states and the head;
+    a trainer that needs per-token log-probabilities takes `chunked` or `full`."""
+    asked, spec = cfg.training_args.cross_entropy, TRAINERS[cfg.trainer]
+    if asked in KERNEL_LOSSES and "cross_entropy" in spec.fields and not spec.kernel_losses:
+        takers = "/".join(name for name, other in TRAINERS.items() if other.kernel_losses)
+        yield (
+            ("training_args", "cross_entropy"),
+            f"`cross_entropy: {asked}` computes the loss of {takers}; `trainer: {spec.name}` takes chunked or full",
         )
 
 

@@ -16,6 +16,10 @@ from dataclasses import dataclass
 #   preference: a `prompt` (user turn) and answers to it (assistant turns); plain text or message lists
 #   prompts:    prompts only (as user turns under a chat template); the model writes the completions
 DATA_FORMATS = ("chat", "blocks", "preference", "prompts")
+# `training_args.cross_entropy`: how the trainers that read it compute their next-token loss (autotrain.training.
+# lm_loss); the last two are CUDA kernels from other packages, for the trainers with `kernel_losses`.
+CROSS_ENTROPY = ("chunked", "full", "liger", "cut_cross_entropy")
+KERNEL_LOSSES = ("liger", "cut_cross_entropy")
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,7 @@ class TrainerSpec:
     sequences_per_row: int = 1  # sequences one row puts through the model (chosen and rejected: 2)
     reference_model: bool = False  # a frozen copy of the model beside it (without LoRA)
     chunked_head: bool = False  # TRL computes log-probabilities from the last hidden states in chunks
+    kernel_losses: bool = False  # `cross_entropy` may name a CUDA kernel (KERNEL_LOSSES) for its loss
     # autotrain prepares its data itself (autotrain.data.prepared): cached once for every process, streamed
     # (`data.streaming`), mixed from several sources (`data.sources`)
     prepared: bool = False
@@ -58,9 +63,9 @@ TRAINERS: dict[str, TrainerSpec] = {
             "chat",
             "llm/sft.yml",
             _BUILDERS + "sft:build_trainer",
-            fields=("packing", "train_on_inputs", "padding_free", "length_grouping"),
-            advanced=("sft",),
-            chunked_head=True,
+            fields=("packing", "train_on_inputs", "padding_free", "length_grouping", "cross_entropy"),
+            advanced=("sft",),  # its loss: `cross_entropy`'s (autotrain.trainers.llm.sft_trainer), not TRL's head
+            kernel_losses=True,
             prepared=True,
         ),
         TrainerSpec(
@@ -70,7 +75,7 @@ TRAINERS: dict[str, TrainerSpec] = {
             "preference",
             "llm/llama3-orpo.yml",
             _BUILDERS + "orpo:build_trainer",
-            fields=("max_prompt_length", "max_completion_length", "beta"),
+            fields=("max_prompt_length", "max_completion_length", "beta", "cross_entropy"),
             positive=("beta",),
             advanced=("orpo",),
             sequences_per_row=2,
@@ -143,7 +148,9 @@ TRAINERS: dict[str, TrainerSpec] = {
             "blocks",
             "llm/clm.yml",
             _BUILDERS + "clm:build_trainer",
+            fields=("cross_entropy",),
             advanced=("generic", "default"),
+            kernel_losses=True,
             prepared=True,
         ),
     )

@@ -48,6 +48,8 @@ def print_plan(
         asked = "" if cfg.attn_implementation == plan.attn_implementation else f" (asked: {cfg.attn_implementation})"
         rows = f"; padding-free batches: {plan.padding_free}" if plan.padding_free else ""
         print(f"attention: {plan.attn_implementation}{asked}{rows}")
+    if plan.cross_entropy:  # an LLM trainer computing its own next-token loss
+        print(f"loss: cross_entropy {plan.cross_entropy}")
     if plan.data.get("sources"):  # data autotrain prepares: each source's share of an epoch, or a stream
         shares = ", ".join(f"{s['path']} [{s['split']}] {s['share']:.0%}" for s in plan.data["sources"])
         print(redact(f"data: {'streamed; ' if plan.data.get('streaming') else ''}{shares}", loaded.secrets))

@@ -42,6 +42,7 @@ NOT_DEFINING = (
     "training_args.eval_steps",
     "training_args.eval_batch_size",
     "training_args.dataloader_num_workers",
+    "training_args.cross_entropy",  # the same loss and gradients, computed another way
 )
 # The schedule's length: a resume may change it without saying so (it is listed).
 LENGTH = ("training_args.max_steps", "training_args.epochs")

@@ -2,7 +2,8 @@
 
 Each missing thing is one line, within seconds of the start: a problem (the run stops with exit code 2)
 or, where the run has a safe way on, a note. Packages: bitsandbytes (quantized loading, 8-bit optimizers),
-flash-attn (`attn_implementation: flash_attention_2`), DeepSpeed, Ray, a logger's, an optimizer's, gguf.
+flash-attn (`attn_implementation: flash_attention_2`), DeepSpeed, Ray, a logger's, an optimizer's, gguf,
+liger-kernel and cut-cross-entropy (`cross_entropy: liger | cut_cross_entropy`).
 The device: a CUDA build of torch and a visible GPU wherever the config asks for one, with the reason
 none is visible (a CPU-only torch, a container started without `--gpus all`, CUDA_VISIBLE_DEVICES);
 what several processes need (run.distributed.hardware_problems); a C compiler where CAME compiles its
@@ -41,6 +42,7 @@ def preflight(cfg: TaskConfig, plan: RunPlan) -> Preflight:
     found.problems += _optimizer_problems(cfg.training_args.optimizer, plan.precision.device, why)
     found.problems += _quantization_problems(cfg, plan, why)
     found.problems += _attention_problems(cfg, plan, why)
+    found.problems += _loss_problems(plan, why)
     if plan.world_size > 1:
         from autotrain.run.distributed import hardware_problems
 
@@ -178,6 +180,27 @@ def _attention_problems(cfg: TaskConfig, plan: RunPlan, why: str) -> list[str]:
             f"{install_hint('flash-attn --no-build-isolation')}{_aside(instead)}"
         ]
     return []
+
+
+# training_args.cross_entropy: the CUDA kernels of other packages -> (pip name, module)
+LOSS_PACKAGES = {
+    "liger": ("liger-kernel", "liger_kernel"),
+    "cut_cross_entropy": ("cut-cross-entropy", "cut_cross_entropy"),
+}
+
+
+def _loss_problems(plan: RunPlan, why: str) -> list[str]:
+    """A kernel loss the plan kept needs its package and a CUDA GPU (its Triton kernels run nowhere else)."""
+    if plan.cross_entropy not in LOSS_PACKAGES:
+        return []
+    package, module = LOSS_PACKAGES[plan.cross_entropy]
+    asked, instead = f"training_args.cross_entropy: {plan.cross_entropy}", "or set cross_entropy: chunked"
+    problems = []
+    if plan.precision.device != "cuda":
+        problems.append(f"{asked} runs CUDA kernels and needs a CUDA GPU; none is visible{_aside(why, instead)}")
+    if _missing(module):
+        problems.append(f"{asked} needs the {package} package: {install_hint(package)}{_aside(instead)}")
+    return problems
 
 
 # --- CAME's compiler ---------------------------------------------------------------------------------------

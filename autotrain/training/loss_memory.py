@@ -98,14 +98,6 @@ def _full(head: Head) -> LossStep:
     return LossStep(forward, cells * (3 * FP32 + half) + grads, kept)
 
 
-def chunked_available() -> bool:
-    try:
-        from autotrain.training import chunked_loss  # noqa: F401 - the chunked loss's own sizes
-    except ImportError:
-        return False
-    return True
-
-
 def _chunked(head: Head) -> LossStep:
     from autotrain.training.chunked_loss import extra_peak_bytes
 

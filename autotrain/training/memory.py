@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotrain.config.tasks import TASKS
-from autotrain.training.loss_memory import Head, LossStep, chunked_available, loss_step
+from autotrain.training.loss_memory import Head, LossStep, loss_step
 
 GIB = 1024**3
 # A bitsandbytes NF4 weight with double quantization: 4 bits plus one 8-bit scale per 64 weights and one
@@ -375,7 +375,7 @@ def setup_of(cfg, plan) -> Setup:
     length = getattr(args, "max_length", None) or getattr(cfg.data, "max_length", None) or 128
     if TASKS[cfg.task].auto_model in ("AutoModelForImageClassification", "AutoModelForObjectDetection"):
         length = 1  # one image per sample: the trace measures a whole image
-    loss, notes, low = _loss_path(cfg)
+    loss, notes, low = _loss_path(cfg, plan)
     if getattr(cfg, "gguf", None) is not None and plan.precision.device == "cpu":
         low += ("a GGUF base model is de-quantized while it loads: that moment is not counted",)
     return Setup(
@@ -403,37 +403,24 @@ def setup_of(cfg, plan) -> Setup:
     )
 
 
-def _reads_cross_entropy(name: str) -> bool:
-    """Whether trainer `name` computes its loss as `training_args.cross_entropy` says: the trainers whose
-    table entry lists the field, or, while none does, those training one sequence per row on its tokens
-    (not a scorer, not one sampling completions for rewards)."""
-    from autotrain.config.trainers import TRAINERS
-
-    if any("cross_entropy" in spec.fields for spec in TRAINERS.values()):
-        return "cross_entropy" in TRAINERS[name].fields
-    spec = TRAINERS[name]
-    return spec.sequences_per_row == 1 and spec.generates and "rewards" not in spec.fields
-
-
-def _loss_path(cfg) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
-    """(the loss path, notes, could-be-low reasons). Without a `cross_entropy` field in the config, the
-    trainer table says: TRL's fused head or the model's own loss."""
+def _loss_path(cfg, plan) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """(the loss path, notes, could-be-low reasons) of the loss the plan decided (`plan.cross_entropy`; "" for
+    the trainers that compute it their own way, which the trainer table says: TRL's fused head or the model's
+    own loss). `chunked` is autotrain's chunked cross-entropy for the trainers that compute their loss with it
+    (the table's `kernel_losses`: sft, clm) and TRL's fused LM head for the others (orpo)."""
     from autotrain.config.trainers import TRAINERS
 
     if cfg.task != "llm":
         return "", (), ()
-    if not TRAINERS[cfg.trainer].generates:  # a scorer: its loss is on one value per sequence
+    spec = TRAINERS[cfg.trainer]
+    if not spec.generates:  # a scorer: its loss is on one value per sequence
         return "model", (), ()
-    asked = getattr(cfg.training_args, "cross_entropy", None)
-    if asked is None or not _reads_cross_entropy(cfg.trainer):
-        return "", (), ()
-    if asked == "chunked":
-        if chunked_available():
-            return "chunked", (), ()
-        return "full", (), ("cross_entropy: chunked: its memory figures were not found; counted as the full loss",)
-    if asked in ("liger", "cut_cross_entropy"):
-        return "full", (f"cross_entropy: {asked}: its kernel is counted as the full loss (an upper bound)",), ()
-    return "full", (), ()
+    chosen = plan.cross_entropy
+    if chosen == "chunked":
+        return ("chunked" if spec.kernel_losses else "fused"), (), ()
+    if chosen in ("liger", "cut_cross_entropy"):
+        return "full", (f"cross_entropy: {chosen}: its kernel is counted as the full loss (an upper bound)",), ()
+    return chosen, (), ()
 
 
 def _targets(value):

@@ -98,6 +98,7 @@ class RunPlan:
     padding_free: str = ""  # "rows", "one sequence" or "" (padded; see `padding_free`)
     load_dtype: str = "float32"  # the torch dtype the model's weights are loaded in (see `load_dtype`)
     attn_implementation: str = ""  # the attention kernel an LLM loads with (see `attention`; "" for classifiers)
+    cross_entropy: str = ""  # how an LLM trainer computes its next-token loss (see `cross_entropy`; "": its own)
     notes: tuple[str, ...] = ()  # what the plan chose instead of what was asked, and why (said before the run)
     dtypes: dict[str, str] = field(default_factory=dict)  # of trained weights, gradients, state (`tensor_dtypes`)
     # (field, planned, used, why): what a builder changed once the model was loaded (see `refine`)
@@ -145,6 +146,7 @@ class RunPlan:
             "padding_free": self.padding_free,
             "load_dtype": self.load_dtype,
             "attn_implementation": self.attn_implementation,
+            "cross_entropy": self.cross_entropy,
             "notes": list(self.notes),
             "dtypes": self.dtypes,
             "adapter": self.adapter.record() if self.adapter is not None else None,
@@ -174,6 +176,7 @@ def resolve_plan(cfg: TaskConfig, device: str | None = None, batch: BatchChoice 
     attn, batching, notes = attention(cfg, precision)
     batch = batch or fixed_batch(cfg)
     machines = cfg.distributed.num_machines
+    loss, loss_notes = cross_entropy(cfg, per_machine * machines)
     return RunPlan(
         precision=precision,
         asked_precision=args.mixed_precision,
@@ -187,7 +190,8 @@ def resolve_plan(cfg: TaskConfig, device: str | None = None, batch: BatchChoice 
         padding_free=batching,
         load_dtype=load_dtype(cfg, precision),
         attn_implementation=attn,
-        notes=notes + data_notes(cfg),
+        cross_entropy=loss,
+        notes=notes + loss_notes + data_notes(cfg),
         dtypes=tensor_dtypes(cfg, optimizer, load_dtype(cfg, precision)),
         adapter=resolve_adapter(cfg),
         batch_size=batch.batch_size,
@@ -404,6 +408,25 @@ def attention(cfg: TaskConfig, precision: Precision) -> tuple[str, str, tuple[st
             "padding-free batches pack rows instead of one sequence (the same samples and loss); for one sequence, "
             f"on a CUDA machine: {install_hint('flash-attn')}",
         ),
+    )
+
+
+def cross_entropy(cfg: TaskConfig, world: int) -> tuple[str, tuple[str, ...]]:
+    """(how the next-token loss is computed, notes): `training_args.cross_entropy` for the trainers that read it
+    ("" for the others: DPO, KTO and GRPO compute their log-probabilities with TRL's own fused LM head, a scorer
+    model has no vocabulary), or `full` where the processes shard the weights (FSDP, DeepSpeed): every other way
+    reads the output head's weight outside the head's own forward, which those strategies gather only there.
+
+    The builder checks the loaded model too (autotrain.training.lm_loss.head_problem) and refines this: a model
+    that post-processes its logits computes them in full."""
+    if not _reads(cfg, "cross_entropy"):
+        return "", ()
+    asked, strategy = cfg.training_args.cross_entropy, cfg.distributed.strategy
+    if asked == "full" or world == 1 or strategy == "ddp":
+        return asked, ()
+    return "full", (
+        f"training_args.cross_entropy: {asked} reads the output head's weight outside its module, which "
+        f"distributed.strategy: {strategy} shards: this run computes the full logits (cross_entropy: full)",
     )
 
 

@@ -21,6 +21,8 @@ ADDED_LATER: dict[str, Any] = {
     # before `batch_size: auto`, the batch was recorded only among the TrainingArguments
     "batch_size": "training_arguments.per_device_train_batch_size",
     "gradient_accumulation": "training_arguments.gradient_accumulation_steps",
+    # before `training_args.cross_entropy`, every trainer computed its loss its own way (the model's logits)
+    "cross_entropy": "",
 }
 
 
@@ -85,6 +87,7 @@ def plan_from_record(record: object) -> RunPlan:
         padding_free=found.get("padding_free", str),
         load_dtype=found.get("load_dtype", str),
         attn_implementation=found.get("attn_implementation", str),
+        cross_entropy=_recorded_cross_entropy(found, record),
         notes=tuple(found.get("notes", list)),
         dtypes=found.get("dtypes", dict),
         refined=_refinements(found),
@@ -148,6 +151,13 @@ def _recorded_int(found: _Record, record: object, name: str) -> int:
     if isinstance(record, dict) and name not in record:
         return found.get(ADDED_LATER[name], int)
     return found.get(name, int)
+
+
+def _recorded_cross_entropy(found: _Record, record: object) -> str:
+    """How the next-token loss was computed; a record from before the choice existed: its trainer's own way."""
+    if isinstance(record, dict) and "cross_entropy" not in record:
+        return ADDED_LATER["cross_entropy"]
+    return found.get("cross_entropy", str)
 
 
 def _recorded_choice(found: _Record, record: object) -> dict[str, Any]:

@@ -67,6 +67,48 @@ def llm_trainer(trainer_cls, args_cls, cfg: LLMConfig, plan: RunPlan, ready: Pre
     )
 
 
+def on_training_device(model, cfg: LLMConfig, plan: RunPlan, args) -> None:
+    """Move `model` where the Trainer would put it (this process's GPU) before the checks that run a few tokens
+    through it: on the CPU they would take seconds for a large model. Quantized weights are already there;
+    FSDP and DeepSpeed place the weights themselves."""
+    sharded = plan.world_size > 1 and cfg.distributed.strategy != "ddp"
+    if plan.precision.device == "cuda" and not sharded and getattr(model, "quantization_method", None) is None:
+        model.to(args.device)
+
+
+def loss_for_model(plan: RunPlan, model, cfg: LLMConfig) -> RunPlan:
+    """`plan`, with `cross_entropy: full` where it computes the loss from the last hidden states and the output
+    head and the loaded model's logits are not that head applied to those states (said once; see
+    autotrain.training.lm_loss.head_problem), or LoRA will adapt the head. Every rank checks the same weights;
+    they agree before going on."""
+    from autotrain.training.lm_loss import adapts_head, head_problem
+    from autotrain.training.ranks import on_every_rank
+
+    if plan.cross_entropy in ("", "full"):
+        return plan
+    problem = head_problem(model)
+    if problem is None and cfg.uses_peft and adapts_head(model, cfg.peft.target_modules):
+        problem = "peft.target_modules adapts its output head, whose weight alone is then not its output"
+    if on_every_rank(problem is None):
+        return plan
+    problem = problem or "another process's model failed the check"
+    _say_once(
+        f"note: training_args.cross_entropy: {plan.cross_entropy} computes the loss from the last hidden states "
+        f"and the output head, which this model does not allow ({problem}): this run computes the full logits "
+        "(cross_entropy: full)"
+    )
+    return plan.refine(problem, cross_entropy="full")
+
+
+def _say_once(message: str) -> None:
+    import os
+
+    from autotrain.errors import eprint
+
+    if os.environ.get("RANK", "0") == "0":  # every rank decided the same; one says so
+        eprint(message)
+
+
 def with_data(ready: Prepared, callbacks: list, plan: RunPlan) -> tuple[list, RunPlan]:
     """The callbacks and plan of a run on the data `ready` holds: a mixture of sources is told each epoch (it
     draws its rows again), and the plan records what was prepared of each source (run.json)."""
