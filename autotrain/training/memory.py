@@ -407,7 +407,7 @@ def _loss_path(cfg, plan) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
     """(the loss path, notes, could-be-low reasons) of the loss the plan decided (`plan.cross_entropy`; "" for
     the trainers that compute it their own way, which the trainer table says: TRL's fused head or the model's
     own loss). `chunked` is autotrain's chunked cross-entropy for the trainers that compute their loss with it
-    (the table's `kernel_losses`: sft, clm) and TRL's fused LM head for the others (orpo)."""
+    (those with the table's `kernel_losses`) and TRL's fused LM head for the others."""
     from autotrain.config.trainers import TRAINERS
 
     if cfg.task != "llm":
