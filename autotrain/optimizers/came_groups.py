@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from autotrain.compat.torch import foreach_copy_
 from autotrain.optimizers import came_math
 from autotrain.optimizers.came_compile import Compiler, layout, tensors_of
 from autotrain.optimizers.sharding import DTensor, Shards, is_sharded, local, shards_of
@@ -146,7 +147,7 @@ def step_group(group: Group, hp: Tensor, skipped: Tensor, scratch: Scratch, comp
         else:
             _compiled_chunk(group, group.sites.setdefault((start, end), {}), args, compiler)
         if locals_ is not None:  # the params were gathered: copied back
-            torch._foreach_copy_(locals_, list(args[0].view(len(locals_), *group.local_shape).unbind(0)))
+            foreach_copy_(locals_, list(args[0].view(len(locals_), *group.local_shape).unbind(0)))
 
 
 def _compiled_chunk(group: Group, site: dict, args: tuple, compiler: Compiler) -> None:
