@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import math
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -157,7 +159,7 @@ def _centre_distance(found: list[dict], truth: list[list[float]]) -> float:
 
 
 @pytest.mark.slow
-def test_a_tiny_detector_finds_squares_in_the_corners(cli, tmp_path):
+def test_a_tiny_detector_finds_squares_in_the_corners(tmp_path):
     """A tiny RT-DETR, trained by the CLI for 96 steps (augmented) on 96x64 noise images with a green square
     in a corner, predicts centres less than half as far from the truth as the untrained model's and as the
     image's centre (what a model that learned only the sizes predicts)."""
@@ -173,8 +175,16 @@ def test_a_tiny_detector_finds_squares_in_the_corners(cli, tmp_path):
         write_jsonl(data / split / "metadata.jsonl", noise_square_rows(data / split, rng, count, (96, 64), True))
     model, run = tiny_rtdetr(tmp_path / "model"), tmp_path / "run"
     config = write_config(tmp_path / "c.yml", CONFIG, model=model, project=run, data=data, augment="true", epochs=6)
-    result = cli("object-detection", "--config", config)
-    assert result.exit_code == 0, result.output
+    # In a process of its own, as a user runs it: in the test session's process, after some hundreds of other
+    # tests, this run once learned nothing (51 px from the centres; 2.5-3.6 px in a process of its own, and
+    # when this file runs alone). What state of that process did it is not known.
+    done = subprocess.run(
+        [sys.executable, "-m", "autotrain.cli.main", "object-detection", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
     rows = [json.loads(line) for line in (data / "valid" / "metadata.jsonl").read_text().splitlines()]
     images, truth = [str(data / "valid" / r["file_name"]) for r in rows], [r["objects"]["bbox"][0] for r in rows]
