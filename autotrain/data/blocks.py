@@ -22,15 +22,9 @@ class BlockJob:
     trainer: str = ""  # the trainer table's name, whose columns the data is read for
 
     def columns(self, names: list[str], name: str, given: dict[str, str]) -> dict[str, str]:
-        from autotrain.data.llm import mapping_for
+        from autotrain.data.llm import columns_of
 
-        mapping = mapping_for(self.trainer, given, names, name)
-        missing = [f"`{src}` (for {task})" for task, src in mapping.items() if src not in names]
-        if missing:
-            raise UserInputError(
-                f"{name}: column {', '.join(missing)} not found; the data has columns: {', '.join(names)} "
-                "(fix `data.column_mapping`)"
-            )
+        mapping = columns_of(self.trainer, given, names, name)
         self.name = name
         return mapping
 

@@ -27,6 +27,19 @@ def mapping_for(trainer: str, given: dict[str, str], columns: list[str], name: s
     )
 
 
+def columns_of(trainer: str, given: dict[str, str], names: list[str], name: str) -> dict[str, str]:
+    """`mapping_for`, each data column it names checked to be among `names` (the columns of data read a batch
+    at a time)."""
+    mapping = mapping_for(trainer, given, names, name)
+    missing = [f"`{src}` (for {task})" for task, src in mapping.items() if src not in names]
+    if missing:
+        raise UserInputError(
+            f"{name}: column {', '.join(missing)} not found; the data has columns: {', '.join(names)} "
+            "(fix `data.column_mapping`)"
+        )
+    return mapping
+
+
 def renamed(dataset, mapping: dict[str, str]):
     """`dataset` with the task's columns only, named as the task names them (no copy of the rows unless two
     task columns read one data column)."""

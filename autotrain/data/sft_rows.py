@@ -257,15 +257,9 @@ class SftJob:
         """The task columns of data with the columns `names`; the rows' format follows from them."""
         from dataclasses import replace
 
-        from autotrain.data.llm import mapping_for
+        from autotrain.data.llm import columns_of
 
-        mapping = mapping_for(self.trainer, given, names, name)
-        missing = [f"`{src}` (for {task})" for task, src in mapping.items() if src not in names]
-        if missing:
-            raise UserInputError(
-                f"{name}: column {', '.join(missing)} not found; the data has columns: {', '.join(names)} "
-                "(fix `data.column_mapping`)"
-            )
+        mapping = columns_of(self.trainer, given, names, name)
         kind = row_kind(list(mapping))
         if kind == "messages" and not self.settings.chat:
             raise UserInputError(
