@@ -434,6 +434,46 @@ def test_malloc_returns_freed_blocks_unless_the_user_set_it(monkeypatch):
     assert any("malloc keeps freed blocks" in why for why in low)
 
 
+# Run in a process of its own (malloc's settings are the process's): page faults of 4 MiB blocks allocated
+# and freed 50 times, outside an optimizer's step and inside one (once the heap has grown to hold them).
+_FAULTS = """
+import resource, torch
+from autotrain.training import allocator
+assert allocator.return_freed_blocks() == "returning"
+
+def faults():
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(50):
+        torch.ones(1 << 20)  # 4 MiB, freed at once
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+class Probe(torch.optim.SGD):
+    def step(self, closure=None):
+        faults()  # the heap grows to hold the block
+        self.inside = faults()
+
+probe = Probe([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+outside = faults()
+probe.step()
+print(outside, probe.inside)
+"""
+
+
+def test_an_optimizer_step_takes_its_temporaries_from_the_heap():
+    from autotrain.training import allocator
+
+    if allocator._mallopt() is None:
+        pytest.skip("glibc's mallopt is not here (another C library): malloc is left as it is")
+    env = {k: v for k, v in os.environ.items() if k not in ("MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES", allocator.OPT_OUT)}
+    done = subprocess.run([sys.executable, "-c", _FAULTS], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    outside, inside = map(int, done.stdout.split())
+    # Outside a step each block is a mapping of its own, faulted in page by page (1,024 pages each); inside,
+    # the heap's block is reused.
+    assert outside >= 50 * 800, (outside, inside)
+    assert inside <= outside // 20, (outside, inside)
+
+
 @pytest.mark.slow
 def test_the_runtime_baseline_is_measured_once_per_environment_and_cached(tmp_path, monkeypatch):
     from autotrain.run import runtime
