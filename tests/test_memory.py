@@ -474,6 +474,34 @@ def test_an_optimizer_step_takes_its_temporaries_from_the_heap():
     assert inside <= outside // 20, (outside, inside)
 
 
+def test_a_local_tokenizer_is_measured_once_per_its_files(tmp_path, monkeypatch):
+    import shutil
+    import types
+
+    from autotrain.run import runtime
+
+    folder = tmp_path / "model"
+    shutil.copytree(TINY, folder)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    measured = []
+    real = runtime._measure_tokenizer
+    monkeypatch.setattr(runtime, "_measure_tokenizer", lambda *a: measured.append(a) or real(*a))
+    cfg = types.SimpleNamespace(base_model=str(folder), revision=None, trust_remote_code=False, gguf=None)
+
+    def figure() -> int | None:
+        runtime._TOKENIZERS.clear()  # a new run's process
+        return runtime.tokenizer_bytes(cfg)
+
+    first = figure()
+    assert first is not None and first > 0 and len(measured) == 1
+    assert figure() == first and len(measured) == 1  # read back
+    tokenizer = folder / "tokenizer_config.json"
+    os.utime(tokenizer, ns=(tokenizer.stat().st_atime_ns, tokenizer.stat().st_mtime_ns + 10**9))
+    assert figure() is not None and len(measured) == 2  # a changed file is measured again
+    cfg.base_model = "nobody/not-on-this-machine"  # a hub id that is not downloaded: measured, never stored
+    assert figure() is None and figure() is None and len(measured) == 4
+
+
 @pytest.mark.slow
 def test_the_runtime_baseline_is_measured_once_per_environment_and_cached(tmp_path, monkeypatch):
     from autotrain.run import runtime
