@@ -190,6 +190,23 @@ def test_kept_rows_read_back_as_the_labelled_rows():
     assert compact(table, 200_000).schema.field("input_ids").type == pa.list_(pa.int32())  # a large vocabulary
 
 
+def test_batches_are_short_enough_to_share_a_split_out_only_where_rows_are_prepared_apart(tokenizer):
+    """The last batches of a split are what the other workers wait on: a job that prepares each row on its own
+    reads at least TURNS batches per worker; a job whose rows depend on the batch (packing, CLM blocks) keeps
+    its batches, so what it makes does not change."""
+    from autotrain.data import pipeline
+    from autotrain.data.blocks import BlockJob
+    from autotrain.data.sft_rows import SftJob, SftSettings
+
+    apart = SftJob(tokenizer, SftSettings("messages", True, False, 512, False))
+    packed = SftJob(tokenizer, SftSettings("messages", True, False, 512, True))
+    assert apart.rows_apart and not packed.rows_apart and not BlockJob(tokenizer, 64).rows_apart
+    assert pipeline.batch_rows(apart, 5000, 2, 1000) == 313 == -(-5000 // (2 * pipeline.TURNS))
+    assert pipeline.batch_rows(apart, 1_000_000, 2, 1000) == 1000
+    for job, rows, workers in ((packed, 5000, 2), (BlockJob(tokenizer, 64), 5000, 2), (apart, None, 2), (apart, 5000, 0)):
+        assert pipeline.batch_rows(job, rows, workers, 1000) == 1000
+
+
 # --- the cache ----------------------------------------------------------------------------------------------
 
 

@@ -29,6 +29,7 @@ class BlockJob:
         return mapping
 
     compact: bool = True  # rows as the cache keeps them (autotrain.data.rows); False: as the trainer reads them
+    rows_apart = False  # a batch's documents are laid end to end, its remainder dropped
 
     @property
     def schema(self):

@@ -108,7 +108,7 @@ def _waited(entry, what: str) -> bool:
 
 def _prepare(entry, source: SplitSource, located: Located, job, what: str, workers, token) -> dict:
     from autotrain.data.progress import RowProgress
-    from autotrain.data.reading import batches, column_names, known_rows, rows_dataset
+    from autotrain.data.reading import BATCH_ROWS, batches, column_names, known_rows, rows_dataset
 
     dataset = rows_dataset(located, token)
     mapping = job.columns(column_names(dataset, located), source.name, source.mapping)
@@ -118,7 +118,8 @@ def _prepare(entry, source: SplitSource, located: Located, job, what: str, worke
     with pipeline.Workers(job, count) as pool:  # before the progress display's thread: forked workers
         progress = RowProgress(f"{what}: reading, templating, tokenizing and writing", total)
         try:
-            record = pipeline.prepare(entry, pool, batches(dataset, located, mapping), total, progress)
+            tables = batches(dataset, located, mapping, pipeline.batch_rows(job, total, count, BATCH_ROWS))
+            record = pipeline.prepare(entry, pool, tables, total, progress)
         finally:
             progress.close()
     seconds = time.perf_counter() - began

@@ -253,6 +253,11 @@ class SftJob:
     compact: bool = True  # rows as the cache keeps them (autotrain.data.rows); False: as the trainer reads them
     trainer: str = ""  # the trainer table's name, whose columns the data is read for
 
+    @property
+    def rows_apart(self) -> bool:
+        """Whether each row is prepared on its own (packed rows depend on the batch they were read in)."""
+        return not self.settings.packing
+
     def columns(self, names: list[str], name: str, given: dict[str, str]) -> dict[str, str]:
         """The task columns of data with the columns `names`; the rows' format follows from them."""
         from dataclasses import replace
