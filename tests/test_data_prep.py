@@ -203,7 +203,8 @@ def test_batches_are_short_enough_to_share_a_split_out_only_where_rows_are_prepa
     assert apart.rows_apart and not packed.rows_apart and not BlockJob(tokenizer, 64).rows_apart
     assert pipeline.batch_rows(apart, 5000, 2, 1000) == 313 == -(-5000 // (2 * pipeline.TURNS))
     assert pipeline.batch_rows(apart, 1_000_000, 2, 1000) == 1000
-    for job, rows, workers in ((packed, 5000, 2), (BlockJob(tokenizer, 64), 5000, 2), (apart, None, 2), (apart, 5000, 0)):
+    kept = ((packed, 5000, 2), (BlockJob(tokenizer, 64), 5000, 2), (apart, None, 2), (apart, 5000, 0))
+    for job, rows, workers in kept:
         assert pipeline.batch_rows(job, rows, workers, 1000) == 1000
 
 

@@ -464,7 +464,8 @@ def test_an_optimizer_step_takes_its_temporaries_from_the_heap():
 
     if allocator._mallopt() is None:
         pytest.skip("glibc's mallopt is not here (another C library): malloc is left as it is")
-    env = {k: v for k, v in os.environ.items() if k not in ("MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES", allocator.OPT_OUT)}
+    mine = ("MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES", allocator.OPT_OUT)
+    env = {k: v for k, v in os.environ.items() if k not in mine}
     done = subprocess.run([sys.executable, "-c", _FAULTS], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     outside, inside = map(int, done.stdout.split())
