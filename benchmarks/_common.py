@@ -11,6 +11,7 @@ import json
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -56,6 +57,28 @@ def run_timed(argv: Sequence[str], cwd: Path = ROOT, env: dict[str, str] | None 
         tail = done.stdout.decode(errors="replace")[-4000:]
         raise SystemExit(f"{' '.join(map(str, argv))} exited {done.returncode}:\n{tail}")
     return elapsed
+
+
+def step_times(config: Path, env: dict[str, str], last: int) -> dict[int, float]:
+    """Seconds from the start of `autotrain llm --config config` to each progress line `step N/...` up to step
+    `last`, when the run (its process group) is killed; a run that ends before it stops the benchmark."""
+    start = time.perf_counter()
+    proc = subprocess.Popen([*AUTOTRAIN, "llm", "--config", str(config)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
+    assert proc.stdout is not None
+    marks: dict[int, float] = {}
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith("step "):
+            step = int(line.split()[1].split("/")[0])
+            marks[step] = time.perf_counter() - start
+            if step == last:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                return marks
+    proc.wait()
+    raise SystemExit(f"no step {last} (exit {proc.returncode}):\n{''.join(seen)[-3000:]}")
 
 
 def print_table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> None:

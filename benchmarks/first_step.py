@@ -15,14 +15,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
-import subprocess
 import tempfile
-import time
 from pathlib import Path
 
-from _common import AUTOTRAIN, smollm2_folder, write_sft_config
+from _common import smollm2_folder, step_times, write_sft_config
 
 
 def write_config(tmp: Path, model: Path, optimizer: str, steps: int) -> Path:
@@ -33,22 +30,9 @@ def write_config(tmp: Path, model: Path, optimizer: str, steps: int) -> Path:
     return write_sft_config(tmp / f"{optimizer}.yml", model, rows, training, chat_template="none")
 
 
-def time_to_first_step(config: Path, cache: Path) -> tuple[float, str]:
+def time_to_first_step(config: Path, cache: Path) -> float:
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache), "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    start = time.perf_counter()
-    proc = subprocess.Popen([*AUTOTRAIN, "llm", "--config", str(config)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
-    seen = []
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        seen.append(line)
-        if line.startswith("step 1/"):
-            elapsed = time.perf_counter() - start
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            return elapsed, "".join(seen)
-    proc.wait()
-    raise SystemExit(f"no first step (exit {proc.returncode}):\n{''.join(seen)[-3000:]}")
+    return step_times(config, env, 1)[1]
 
 
 def main() -> int:
@@ -63,7 +47,7 @@ def main() -> int:
         for rep in range(args.reps):
             for optimizer in seconds:
                 cache = tmp / f"inductor-{optimizer}-{rep}"
-                elapsed, _ = time_to_first_step(write_config(tmp, model, optimizer, args.steps), cache)
+                elapsed = time_to_first_step(write_config(tmp, model, optimizer, args.steps), cache)
                 seconds[optimizer].append(elapsed)
                 print(f"{optimizer}: first step after {elapsed:.1f} s (empty inductor cache)", flush=True)
     adamw, came = (statistics.median(seconds[k]) for k in ("adamw_torch", "came_8bit"))

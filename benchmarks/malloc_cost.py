@@ -15,14 +15,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
-import subprocess
 import tempfile
-import time
 from pathlib import Path
 
-from _common import AUTOTRAIN, print_table, smollm2_folder
+from _common import print_table, smollm2_folder, step_times
 from first_step import write_config
 
 MODES = ("returning", "system")
@@ -33,22 +30,8 @@ def seconds_per_step(config: Path, mode: str, last: int) -> float:
     env = {**os.environ, "AUTOTRAIN_MALLOC": mode, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
     env.pop("MALLOC_MMAP_THRESHOLD_", None)  # malloc's own variables would override both settings
     env.pop("GLIBC_TUNABLES", None)
-    proc = subprocess.Popen([*AUTOTRAIN, "llm", "--config", str(config)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
-    assert proc.stdout is not None
-    marks: dict[int, float] = {}
-    seen = []
-    for line in proc.stdout:
-        seen.append(line)
-        if line.startswith("step "):
-            step = int(line.split()[1].split("/")[0])
-            marks[step] = time.perf_counter()
-            if step == last:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                return (marks[last] - marks[1]) / (last - 1)
-    proc.wait()
-    raise SystemExit(f"no step {last} (exit {proc.returncode}):\n{''.join(seen)[-3000:]}")
+    marks = step_times(config, env, last)
+    return (marks[last] - marks[1]) / (last - 1)
 
 
 def main() -> int:
