@@ -469,9 +469,9 @@ def test_an_optimizer_step_takes_its_temporaries_from_the_heap():
     done = subprocess.run([sys.executable, "-c", _FAULTS], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     outside, inside = map(int, done.stdout.split())
-    # Outside a step each block is a mapping of its own, faulted in page by page (1,024 pages each); inside,
-    # the heap's block is reused.
-    assert outside >= 50 * 800, (outside, inside)
+    # Outside a step each block is a mapping of its own, faulted in anew (1,024 pages each; a few where the
+    # kernel gives every mapping huge pages); inside, the heap's block is reused.
+    assert outside >= 50, (outside, inside)
     assert inside <= outside // 20, (outside, inside)
 
 
