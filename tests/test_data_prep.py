@@ -690,3 +690,40 @@ def test_message_lists_written_as_json_text_are_read_back_and_the_text_row_is_na
     assert check_conversations([json.dumps(turns), turns], 0) == [turns, turns]
     with pytest.raises(UserInputError, match=r"row 11 .*it holds str 'hello there'$"):
         check_conversations([json.dumps(turns), json.dumps("hello there")], 10)
+
+
+def _mapped_kib(path: Path) -> int:
+    """Resident KiB of this process's mappings of `path`."""
+    total, current = 0, None
+    with open("/proc/self/smaps", encoding="utf-8") as handle:
+        for line in handle:
+            fields = line.split()
+            if "-" in fields[0] and ":" not in fields[0]:
+                current = fields[5] if len(fields) > 5 else None
+            elif fields[0] == "Rss:" and current == str(path):
+                total += int(fields[1])
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="reads the kernel's /proc/self/smaps (Linux)")
+def test_the_pages_a_run_read_from_a_mapped_split_are_let_go_of_and_read_again(tmp_path):
+    import mmap
+    import random
+
+    from autotrain.data.mapped import ReleasedPages, file_mappings
+
+    rng = random.Random(0)
+    rows = {"input_ids": [[rng.randrange(30000) for _ in range(rng.randint(50, 500))] for _ in range(1500)]}
+    Dataset.from_dict(rows).save_to_disk(tmp_path / "split")
+    path = next((tmp_path / "split").glob("*.arrow")).resolve()
+    mapped = Dataset.from_file(str(path))
+    pages = ReleasedPages(mapped, Dataset.from_dict({"x": [1]}))  # an in-memory one has no file mapping
+    whole_pages = -(-path.stat().st_size // mmap.PAGESIZE) * mmap.PAGESIZE
+    assert [length for _, length in file_mappings(pages.datasets)] == [whole_pages]
+
+    picked = rng.sample(range(len(mapped)), 40)
+    read = mapped[picked]["input_ids"]
+    assert _mapped_kib(path) > 0
+    pages.release()
+    assert _mapped_kib(path) == 0  # the pages left the process (they stay in the page cache)
+    assert mapped[picked]["input_ids"] == read == [rows["input_ids"][i] for i in picked]

@@ -69,6 +69,7 @@ def _build(this: Run, checkpoint: str | None, stop, resume: str | None):
     checkpoint every rank resumes from)."""
     from transformers.trainer_callback import PrinterCallback
 
+    from autotrain.data.mapped import ReleasedPages
     from autotrain.trainers import build_trainer
     from autotrain.training.checkpoints import AtomicCheckpoints, ResumedSchedule
     from autotrain.training.guards import install_loss_hooks
@@ -104,12 +105,20 @@ def _build(this: Run, checkpoint: str | None, stop, resume: str | None):
     AtomicCheckpoints(folder, cfg.training_args.save_total_limit, [checkpoint] if checkpoint else []).attach(trainer)
     progress.trainer = trainer
     trainer.add_callback(MetricsLog(folder, trainer))  # logs/metrics.jsonl: live charts in `autotrain app`
+    trainer.add_callback(ReleasedPages(trainer.train_dataset, *_datasets(trainer.eval_dataset)))
     if trainer.args.world_size > 1:
         this.say(f"processes: {trainer.args.world_size} (world size)")
     _start_manifest(this, memory)
     this.started, this.trainer = True, trainer
     mark_baseline(trainer.model, before_model)  # the measured peak leaves out what is not the model's
     return trainer, progress, checkpoint
+
+
+def _datasets(value) -> list:
+    """The evaluation datasets of a trainer's `eval_dataset` (None, one, or a dict of them)."""
+    if value is None:
+        return []
+    return list(value.values()) if isinstance(value, dict) else [value]
 
 
 def _schedule_done(checkpoint: str, cfg) -> int | None:
