@@ -10,6 +10,7 @@ split of fewer than MIN_PARALLEL_ROWS known rows is prepared in this process.
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -57,8 +58,14 @@ def batch_rows(job, rows: int | None, workers: int, most: int) -> int:
 
 
 def _start(job) -> None:
-    """A worker process: the job, one tokenizer thread (the workers are the parallelism), no bars."""
+    """A worker process: the job, one tokenizer thread (the workers are the parallelism), no bars, and the
+    signals' own actions. The run's handlers (SIGTERM saves a checkpoint, or raises) are its process's: in a
+    worker, a handler's exception caught by the pool as a batch's failure left the worker alive and the pool's
+    terminate waiting on it forever. A worker ends at SIGTERM (the pool's terminate) and leaves SIGINT (a
+    Ctrl-C reaches the whole process group) to the run."""
     global _JOB
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     os.environ.setdefault("TQDM_DISABLE", "1")
     import datasets
