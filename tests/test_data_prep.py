@@ -711,6 +711,7 @@ def test_the_pages_a_run_read_from_a_mapped_split_are_let_go_of_and_read_again(t
     import random
 
     from autotrain.data.mapped import ReleasedPages, file_mappings
+    from autotrain.data.mixture import mixed_rows
 
     rng = random.Random(0)
     rows = {"input_ids": [[rng.randrange(30000) for _ in range(rng.randint(50, 500))] for _ in range(1500)]}
@@ -720,6 +721,8 @@ def test_the_pages_a_run_read_from_a_mapped_split_are_let_go_of_and_read_again(t
     pages = ReleasedPages(mapped, Dataset.from_dict({"x": [1]}))  # an in-memory one has no file mapping
     whole_pages = -(-path.stat().st_size // mmap.PAGESIZE) * mmap.PAGESIZE
     assert [length for _, length in file_mappings(pages.datasets)] == [whole_pages]
+    mixture, _ = mixed_rows([Dataset.from_dict({"x": [1]}), mapped], [0.5, 0.5], seed=0)
+    assert file_mappings([mixture]) == file_mappings([mapped])  # a mixture's sources are found through it
 
     picked = rng.sample(range(len(mapped)), 40)
     read = mapped[picked]["input_ids"]
@@ -727,3 +730,28 @@ def test_the_pages_a_run_read_from_a_mapped_split_are_let_go_of_and_read_again(t
     pages.release()
     assert _mapped_kib(path) == 0  # the pages left the process (they stay in the page cache)
     assert mapped[picked]["input_ids"] == read == [rows["input_ids"][i] for i in picked]
+
+
+def _signal_actions(table, first_row: int):
+    import signal
+
+    return signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+
+
+def test_a_preparation_worker_ends_at_the_pools_sigterm_whatever_the_run_handles():
+    """The run's SIGTERM handler (a checkpoint, or an exception) is not a worker's: a worker that kept it lived
+    on after the pool's terminate, which waited on it forever."""
+    import signal
+
+    import pyarrow as pa
+
+    from autotrain.data.pipeline import Workers
+
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)  # a handler that does not end the process
+    try:
+        results = []
+        with Workers(_signal_actions, 2) as workers:
+            workers.map(iter([pa.table({"x": [1, 2]})] * 4), lambda result, rows: results.append(result))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert results == [(True, True)] * 4

@@ -40,9 +40,18 @@ def _buffer_addresses(dataset) -> list[int]:
     ]
 
 
+def _with_sources(dataset) -> list:
+    """`dataset`, and where it reads the rows of others (a mixture's sources: autotrain.data.mixture), those."""
+    form = getattr(dataset, "format", None)
+    transform = form.get("format_kwargs", {}).get("transform") if isinstance(form, dict) else None
+    return [dataset, *getattr(transform, "parts", [])]
+
+
 def file_mappings(datasets) -> list[tuple[int, int]]:
-    """(start, length) of each file mapping of this process that holds a buffer of one of `datasets`."""
-    addresses = sorted({a for dataset in datasets if dataset is not None for a in _buffer_addresses(dataset)})
+    """(start, length) of each file mapping of this process that holds a buffer of one of `datasets` (or of the
+    sources a mixture of them reads)."""
+    every = [d for dataset in datasets if dataset is not None for d in _with_sources(dataset)]
+    addresses = sorted({a for dataset in every for a in _buffer_addresses(dataset)})
     if not addresses or not sys.platform.startswith("linux"):
         return []
     found = []
