@@ -383,6 +383,35 @@ def test_streaming_says_what_it_cannot_offer(tmp_path):
     assert "length_grouping` cannot be offered with `data.streaming: true`" in grouped
 
 
+def test_a_hub_dataset_streams_its_split_and_subset_and_a_missing_split_is_one_line(tmp_path):
+    """The hub branch of streaming, on a dataset repository's layout kept locally (a hub id resolves to the
+    same files): a subset declared in the card's configs, each split read as it is iterated."""
+    from autotrain.data.loading import Located
+    from autotrain.data.reading import rows_dataset
+    from autotrain.errors import UserInputError
+
+    repo = tmp_path / "repo"
+    for subset, rows in (("chat", 5), ("plain", 3)):
+        (repo / subset).mkdir(parents=True)
+        lines = [json.dumps({"text": f"{subset} {i}"}) for i in range(rows)]
+        (repo / subset / "train.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    card = ["---", "configs:"]
+    for subset in ("chat", "plain"):
+        card += [f"- config_name: {subset}", "  data_files:", "  - split: train", f"    path: {subset}/train.jsonl"]
+    (repo / "README.md").write_text("\n".join([*card, "---", ""]), encoding="utf-8")
+
+    def hub(split: str, subset: str | None) -> Located:
+        return Located("hub", str(repo), split, f"{repo} [{split}]", subset, None)
+
+    for subset, rows in (("chat", 5), ("plain", 3)):
+        stream = rows_dataset(hub("train", subset), streaming=True)
+        assert type(stream).__name__ == "IterableDataset"
+        assert [row["text"] for row in stream] == [f"{subset} {i}" for i in range(rows)]
+    with pytest.raises(UserInputError, match="cannot stream dataset") as raised:
+        rows_dataset(hub("validation", "chat"), streaming=True)
+    assert "\n" not in str(raised.value)
+
+
 def test_shares_of_an_epoch(tmp_path):
     from autotrain.config.llm import LLMData
     from autotrain.data.mixture import quotas
