@@ -1,0 +1,105 @@
+"""CAME8Bit's step time before and after a change, in one process: the two trees' optimizers take turns.
+
+    python benchmarks/came_before_after.py --before REV [--rounds 30] [--layers 30] [--modes ...] [--smoke]
+
+The tree at git revision REV (`git archive`) is imported as the package `autotrain_before`, beside this tree's
+`autotrain`. For each mode (the default, auto; `compile=True`; `compile=False`), in a fresh process, both build
+CAME8Bit (lr 1e-4) on SmolLM2-135M's parameter list (272 tensors, `optimizers.smollm2_shapes`). Each steps four
+times on its own first, its default's compile thread waited for, so that the two trees never compile at once (a
+failure to compile of this tree's, which makes its step eager, is printed); then they step in turns for `--rounds`
+rounds, in an order shuffled each round. The figure is the median over rounds of the round's after / before: load
+that changes between rounds cancels out, which runs of the two trees one after the other (`optimizers.py` in each)
+do not give (their step times moved by about 10% between runs here). Run it on an otherwise idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from _common import ROOT, child, child_result
+
+MODES = {"default": None, "compiled": True, "eager": False}
+
+
+def before_tree(revision: str, into: Path) -> Path:
+    """The tree at `revision` as the package `autotrain_before` under `into`."""
+    command = ["git", "-C", str(ROOT), "archive", revision, "autotrain"]
+    archive = subprocess.run(command, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    package = into / "autotrain_before"
+    (into / "autotrain").rename(package)
+    for path in package.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        path.write_text(re.sub(r"\bautotrain(?=[.\s])", "autotrain_before", text), encoding="utf-8")
+    return into
+
+
+def paired_here(before_root: str, mode: str, rounds: str, layers: str) -> dict:
+    """Step times (s) of both trees' CAME8Bit in this process, taking turns."""
+    import random
+
+    import optimizers
+    import torch
+
+    sys.path.insert(0, before_root)
+    from autotrain_before.optimizers import CAME8Bit as Before
+
+    from autotrain.optimizers import CAME8Bit as After
+
+    torch.set_num_threads(2)
+    shapes = optimizers.smollm2_shapes(int(layers))
+    settings = {"lr": 1e-4} if MODES[mode] is None else {"lr": 1e-4, "compile": MODES[mode]}
+    opts = {
+        "after": After(optimizers.make_params(shapes, "cpu"), **settings),
+        "before": Before(optimizers.make_params(shapes, "cpu"), **settings),
+    }
+    for opt in opts.values():  # one after the other: the two trees never compile at once
+        for _ in range(3):
+            opt.step()
+        for thread in threading.enumerate():  # the default's compile thread
+            if thread is not threading.main_thread() and "compile" in thread.name:
+                thread.join()
+        opt.step()
+    times: dict[str, list[float]] = {name: [] for name in opts}
+    rng = random.Random(0)
+    for _ in range(int(rounds)):
+        for name in rng.sample(list(opts), len(opts)):
+            start = time.perf_counter()
+            opts[name].step()
+            times[name].append(time.perf_counter() - start)
+    return {**times, "after_failures": opts["after"].compile_choices}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", default="HEAD", help="The git revision to compare with (default HEAD).")
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--layers", type=int, default=30, help="SmolLM2's decoder layers (default 30: all).")
+    parser.add_argument("--modes", default="default,compiled,eager")
+    parser.add_argument("--smoke", action="store_true", help="1 layer, 2 rounds, eager, against HEAD: checks nothing.")
+    args = parser.parse_args()
+    if args.smoke:
+        args.before, args.layers, args.rounds, args.modes = "HEAD", 1, 2, "eager"
+    with tempfile.TemporaryDirectory(prefix="autotrain-before-") as name:
+        root = before_tree(args.before, Path(name))
+        print(f"CAME8Bit step, SmolLM2-135M's parameter list ({args.layers} layers), {args.rounds} rounds in turns")
+        for mode in args.modes.split(","):
+            times = child_result(child(paired_here, str(root), mode, str(args.rounds), str(args.layers)))
+            ratio = statistics.median(a / b for a, b in zip(times["after"], times["before"], strict=True))
+            after, before = (statistics.median(times[k]) * 1e3 for k in ("after", "before"))
+            print(f"  {mode}: after {after:.1f} ms, before ({args.before}) {before:.1f} ms, after / before {ratio:.3f}")
+            if times["after_failures"]:
+                print(f"    after: the compiled step failed: {times['after_failures']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
