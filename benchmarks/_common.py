@@ -59,12 +59,16 @@ def run_timed(argv: Sequence[str], cwd: Path = ROOT, env: dict[str, str] | None 
     return elapsed
 
 
-def step_times(config: Path, env: dict[str, str], last: int) -> dict[int, float]:
+def step_times(config: Path, env: dict[str, str], last: int, tree: Path | None = None) -> dict[int, float]:
     """Seconds from the start of `autotrain llm --config config` to each progress line `step N/...` up to step
-    `last`, when the run (its process group) is killed; a run that ends before it stops the benchmark."""
+    `last`, when the run (its process group) is killed; a run that ends before it stops the benchmark. `tree`: a
+    folder holding another version's `autotrain` package, run in its place (`python -m`, from that folder)."""
+    command = AUTOTRAIN if tree is None else [sys.executable, "-m", "autotrain.cli.main"]
+    if tree is not None:
+        env = {**env, "PYTHONPATH": str(tree)}
     start = time.perf_counter()
-    proc = subprocess.Popen([*AUTOTRAIN, "llm", "--config", str(config)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen([*command, "llm", "--config", str(config)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True, cwd=tree)  # fmt: skip
     assert proc.stdout is not None
     marks: dict[int, float] = {}
     seen = []

@@ -1,14 +1,16 @@
 """Time to the first training step of `autotrain llm` (full fine-tune of SmolLM2-135M on the CPU) with
 `optimizer: came_8bit` against the same run with `adamw_torch`, on a machine with no inductor cache.
 
-    python benchmarks/first_step.py [--reps 2] [--steps 300]
+    python benchmarks/first_step.py [--reps 2] [--steps 300] [--before REV]
 
 Each run is a new process with an empty inductor cache folder of its own (TORCHINDUCTOR_CACHE_DIR) and
 `max_steps` long enough that CAME's auto compiles every group of SmolLM2-135M's (`came_compile.compiles`: at 300
 steps, each of them pays back its compilation);
 the clock stops when the progress line of step 1 is printed (the first optimizer step is done), and the
 run is then stopped. The candidates alternate (adamw, came, adamw, came, ...). Target: came_8bit <= 1.2x
-adamw_torch. Run it on an otherwise idle machine.
+adamw_torch. `--before REV`: the `autotrain` package of git revision REV (`git archive`) runs too, each of its runs
+right after this tree's of the same optimizer, and each optimizer's median now / before is printed. Run it on an
+otherwise idle machine.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import tempfile
 from pathlib import Path
 
-from _common import smollm2_folder, step_times, write_sft_config
+from _common import ROOT, smollm2_folder, step_times, write_sft_config
 
 
 def write_config(tmp: Path, model: Path, optimizer: str, steps: int) -> Path:
@@ -30,30 +33,50 @@ def write_config(tmp: Path, model: Path, optimizer: str, steps: int) -> Path:
     return write_sft_config(tmp / f"{optimizer}.yml", model, rows, training, chat_template="none")
 
 
-def time_to_first_step(config: Path, cache: Path) -> float:
+def time_to_first_step(config: Path, cache: Path, tree: Path | None = None) -> float:
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache), "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    return step_times(config, env, 1)[1]
+    return step_times(config, env, 1, tree)[1]
+
+
+def package_at(revision: str, into: Path) -> Path:
+    """The `autotrain` package of git revision `revision`, in `into` (run in place of this one)."""
+    into.mkdir(parents=True, exist_ok=True)
+    command = ["git", "-C", str(ROOT), "archive", revision, "autotrain"]
+    archive = subprocess.run(command, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--steps", type=int, default=300, help="max_steps of the runs (300: CAME compiles every group)")
+    parser.add_argument("--before", help="Also run the package of this git revision, each run right after this tree's.")
     args = parser.parse_args()
     model = smollm2_folder()
-    seconds: dict[str, list[float]] = {"adamw_torch": [], "came_8bit": []}
+    trees = ["now", *(["before"] if args.before else [])]
+    seconds = {(tree, opt): [] for opt in ("adamw_torch", "came_8bit") for tree in trees}
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
+        folders = {"now": None, "before": package_at(args.before, tmp / "before") if args.before else None}
         for rep in range(args.reps):
-            for optimizer in seconds:
-                cache = tmp / f"inductor-{optimizer}-{rep}"
-                elapsed = time_to_first_step(write_config(tmp, model, optimizer, args.steps), cache)
-                seconds[optimizer].append(elapsed)
-                print(f"{optimizer}: first step after {elapsed:.1f} s (empty inductor cache)", flush=True)
-    adamw, came = (statistics.median(seconds[k]) for k in ("adamw_torch", "came_8bit"))
-    verdict = "met" if came / adamw <= 1.2 else "missed"
-    print(f"time to first step, SmolLM2-135M full fine-tune, max_steps {args.steps}: came_8bit {came:.1f} s / "
-          f"adamw_torch {adamw:.1f} s = {came / adamw:.2f}x (target <= 1.2x: {verdict})")  # fmt: skip
+            for tree, optimizer in seconds:
+                cache = tmp / f"inductor-{tree}-{optimizer}-{rep}"
+                config = write_config(tmp, model, optimizer, args.steps)
+                elapsed = time_to_first_step(config, cache, folders[tree])
+                seconds[tree, optimizer].append(elapsed)
+                print(f"{tree} {optimizer}: first step after {elapsed:.1f} s (empty inductor cache)", flush=True)
+    for tree in trees:
+        adamw, came = (statistics.median(seconds[tree, k]) for k in ("adamw_torch", "came_8bit"))
+        verdict = "met" if came / adamw <= 1.2 else "missed"
+        label = f"{tree} ({args.before})" if tree == "before" else tree
+        ratio = f"came_8bit {came:.1f} s / adamw_torch {adamw:.1f} s = {came / adamw:.2f}x"
+        print(f"{label}: time to first step, SmolLM2-135M full fine-tune, max_steps {args.steps}: {ratio} "
+              f"(target <= 1.2x: {verdict})")  # fmt: skip
+    if args.before:
+        for optimizer in ("came_8bit", "adamw_torch"):
+            now, then = (statistics.median(seconds[tree, optimizer]) for tree in trees)
+            print(f"{optimizer}: now / before = {now:.1f} / {then:.1f} s = {now / then:.2f}x")
     return 0
 
 
