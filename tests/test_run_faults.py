@@ -50,7 +50,14 @@ def llm_config(tmp_path: Path, name: str = "run", distributed: dict | None = Non
 SLOW = """
 import os
 if os.environ.get("TEST_SLOW"):
-    import importlib, time
+    import importlib, signal, time
+    # The test signals this process: a SIGINT or SIGTERM blocked in the thread that started it (a mask is
+    # inherited across exec) would never arrive. Said when it happens, and cleared: the process's own handling
+    # of the signal is what is tested.
+    _blocked = {signal.SIGINT, signal.SIGTERM} & signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    if _blocked:
+        print(f"test harness: {sorted(s.name for s in _blocked)} blocked at start, unblocked", flush=True)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _blocked)
     def _slowed(target, seconds):
         module, _, path = target.partition(":")
         owner = importlib.import_module(module)
