@@ -71,7 +71,7 @@ def _madvise():
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         function = libc.madvise
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # no C library to load by name None (Windows)
         return None
     function.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     function.restype = ctypes.c_int
@@ -87,11 +87,11 @@ class ReleasedPages(TrainerCallback):
         self._mappings: list[tuple[int, int]] = []
 
     def release(self) -> None:
-        madvise = _madvise()
-        if madvise is None:
-            return
         if self._pid != os.getpid():  # a forked process has the same mappings, a spawned one its own
             self._mappings, self._pid = file_mappings(self.datasets), os.getpid()
+        madvise = _madvise() if self._mappings else None  # none found: not Linux, or nothing memory-mapped
+        if madvise is None:
+            return
         for start, length in self._mappings:
             madvise(start, length, MADV_DONTNEED)
 
