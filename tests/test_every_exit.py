@@ -140,14 +140,18 @@ def test_an_export_stopped_by_a_signal_leaves_nothing(tmp_path, signum, code):
     out = tmp_path / "out"
     export = spawn("export", run, "-o", out, slow=SLOW_WRITE, tmp_path=tmp_path)
     try:
-        wait_for_line(export, "slow write_gguf")
+        before = wait_for_line(export, "slow write_gguf")
         assert (tmp_path / ".out.lock").is_file()
+        status = Path(f"/proc/{export.pid}/status")
+        masks = [line for line in status.read_text().splitlines() if line.startswith("Sig")] if status.exists() else []
         export.send_signal(signum)
         said = export.communicate(timeout=120)[0]
     finally:
         if export.poll() is None:
             os.killpg(export.pid, signal.SIGKILL)
-    assert export.returncode == code, said
+    assert export.returncode == code, (
+        "".join(before) + said + f"\nsignal masks: {masks}; this process's SIGINT: {signal.getsignal(signal.SIGINT)}"
+    )
     assert "Traceback" not in said and left_beside(out) == []
 
 

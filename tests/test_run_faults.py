@@ -52,12 +52,15 @@ import os
 if os.environ.get("TEST_SLOW"):
     import importlib, signal, time
     # The test signals this process: a SIGINT or SIGTERM blocked in the thread that started it (a mask is
-    # inherited across exec) would never arrive. Said when it happens, and cleared: the process's own handling
-    # of the signal is what is tested.
+    # inherited across exec), or a SIGINT that process ignored, would never arrive. Said when it happens, and
+    # cleared: the process's own handling of the signal is what is tested.
     _blocked = {signal.SIGINT, signal.SIGTERM} & signal.pthread_sigmask(signal.SIG_BLOCK, [])
     if _blocked:
         print(f"test harness: {sorted(s.name for s in _blocked)} blocked at start, unblocked", flush=True)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _blocked)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # ignored by the process that started this one
+        print("test harness: SIGINT ignored at start, given Python's own handler", flush=True)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     def _slowed(target, seconds):
         module, _, path = target.partition(":")
         owner = importlib.import_module(module)
