@@ -59,6 +59,15 @@ def run_timed(argv: Sequence[str], cwd: Path = ROOT, env: dict[str, str] | None 
     return elapsed
 
 
+def package_at(revision: str, into: Path) -> Path:
+    """The `autotrain` package of git revision `revision`, extracted into `into` (`git archive`)."""
+    into.mkdir(parents=True, exist_ok=True)
+    command = ["git", "-C", str(ROOT), "archive", revision, "autotrain"]
+    archive = subprocess.run(command, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
+
+
 def step_times(config: Path, env: dict[str, str], last: int, tree: Path | None = None) -> dict[int, float]:
     """Seconds from the start of `autotrain llm --config config` to each progress line `step N/...` up to step
     `last`, when the run (its process group) is killed; a run that ends before it stops the benchmark. `tree`: a

@@ -17,23 +17,20 @@ from __future__ import annotations
 import argparse
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-from _common import ROOT, child, child_result
+from _common import child, child_result, package_at
 
 MODES = {"default": None, "compiled": True, "eager": False}
 
 
 def before_tree(revision: str, into: Path) -> Path:
     """The tree at `revision` as the package `autotrain_before` under `into`."""
-    command = ["git", "-C", str(ROOT), "archive", revision, "autotrain"]
-    archive = subprocess.run(command, capture_output=True, check=True)
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    package_at(revision, into)
     package = into / "autotrain_before"
     (into / "autotrain").rename(package)
     for path in package.rglob("*.py"):

@@ -18,11 +18,10 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import tempfile
 from pathlib import Path
 
-from _common import ROOT, smollm2_folder, step_times, write_sft_config
+from _common import package_at, smollm2_folder, step_times, write_sft_config
 
 
 def write_config(tmp: Path, model: Path, optimizer: str, steps: int) -> Path:
@@ -36,15 +35,6 @@ def write_config(tmp: Path, model: Path, optimizer: str, steps: int) -> Path:
 def time_to_first_step(config: Path, cache: Path, tree: Path | None = None) -> float:
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache), "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
     return step_times(config, env, 1, tree)[1]
-
-
-def package_at(revision: str, into: Path) -> Path:
-    """The `autotrain` package of git revision `revision`, in `into` (run in place of this one)."""
-    into.mkdir(parents=True, exist_ok=True)
-    command = ["git", "-C", str(ROOT), "archive", revision, "autotrain"]
-    archive = subprocess.run(command, capture_output=True, check=True)
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
-    return into
 
 
 def main() -> int:
