@@ -131,7 +131,9 @@ def test_a_rank_failing_mid_training_stops_the_others_and_fails_the_run(tmp_path
         os.killpg(process.pid, signal.SIGKILL)
         raise
     assert failed_at is not None, "rank 1 did not fail"
-    assert time.monotonic() - failed_at < 10, "the other rank was not stopped within seconds"
+    # Left running, the other rank would wait at its next collective until the 300-s wait above gives up; 60 s
+    # tells the two apart with room for a loaded two-core machine (stopping takes a few seconds on a quiet one).
+    assert time.monotonic() - failed_at < 60, "the other rank was not stopped within a minute"
     # Rank 0, stopped because rank 1 failed, must not turn the failure into an interruption.
     assert process.returncode == 1
 
