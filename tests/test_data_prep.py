@@ -784,3 +784,39 @@ def test_a_preparation_worker_ends_at_the_pools_sigterm_whatever_the_run_handles
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert results == [(True, True)] * 4
+
+
+_TERMINATED_WHILE_STARTING = """
+import os, signal, time
+from autotrain.data.pipeline import Workers
+
+signal.signal(signal.SIGTERM, lambda *_: None)  # the run's handler, one that does not end the process
+os.register_at_fork(after_in_child=lambda: time.sleep(1.0))  # workers slow to start, as a large run's are
+with Workers(len, 2):
+    pass  # terminated at once: the pool's SIGTERM reaches each worker before it has started
+print("ended", flush=True)
+"""
+
+
+def test_a_pool_terminated_while_its_workers_start_ends():
+    """A pool terminated before a worker has set its own signal actions: the worker used to take the SIGTERM
+    with the run's handler, live on, and leave the terminate waiting on it forever. Run in a process group of
+    its own, killed whole if it hangs."""
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _TERMINATED_WHILE_STARTING],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=120)  # about 1 s; a hang is the failure
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail("the pool's terminate waited on a worker that took its SIGTERM with the run's handler")
+    assert proc.returncode == 0 and out.strip() == "ended", err[-2000:]

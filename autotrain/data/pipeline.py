@@ -24,6 +24,8 @@ DATA_FILE = "data.arrow"
 SHOWN_ROWS = 5  # left-out rows named by number
 BATCH_BYTES = 16 << 20  # prepared rows gathered into one record batch of the file (see Writer)
 _JOB: Any = None  # the job of a worker process (set by _start)
+_STOPS = {signal.SIGTERM, signal.SIGINT}  # blocked while the workers start (see Workers)
+_MASKABLE = hasattr(signal, "pthread_sigmask")  # POSIX; Windows has no signal masks
 
 
 def usable_cpus() -> int:
@@ -62,10 +64,13 @@ def _start(job) -> None:
     signals' own actions. The run's handlers (SIGTERM saves a checkpoint, or raises) are its process's: in a
     worker, a handler's exception caught by the pool as a batch's failure left the worker alive and the pool's
     terminate waiting on it forever. A worker ends at SIGTERM (the pool's terminate) and leaves SIGINT (a
-    Ctrl-C reaches the whole process group) to the run."""
+    Ctrl-C reaches the whole process group) to the run. Both arrive blocked (see ``Workers``) and are let in
+    once the worker's own actions are set: one that came earlier is taken by those."""
     global _JOB
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if _MASKABLE:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     os.environ.setdefault("TQDM_DISABLE", "1")
     import datasets
@@ -94,9 +99,16 @@ class Workers:
         if count:
             method = "fork" if sys.platform.startswith("linux") else "spawn"
             gc.freeze()  # the parent's objects out of the workers' collections: their pages stay shared
+            # The workers are made with SIGTERM and SIGINT blocked, until ``_start`` has set their own actions: a
+            # pool terminated while a worker was starting (a large parent forks slowly) sent SIGTERM to the run's
+            # handler in it, which let it live on, and the terminate waited on it forever. Here a signal in the
+            # meantime waits the few milliseconds and then reaches the run's handler.
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS) if _MASKABLE else None
             try:
                 self.pool = multiprocessing.get_context(method).Pool(count, initializer=_start, initargs=(job,))
             finally:
+                if mask is not None:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
                 gc.unfreeze()
 
     def __enter__(self):
