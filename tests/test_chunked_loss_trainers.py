@@ -143,6 +143,21 @@ def test_advanced_liger_kernel_maps_onto_cross_entropy(monkeypatch, gpu, expecte
     assert (("params", "liger_kernel"), "ignored: Liger kernels are not used") in dpo[3]
 
 
+def test_orpo_without_trls_fused_head_computes_the_full_logits_and_says_why(tmp_path, monkeypatch, capsys):
+    """A TRL older than the fused LM head (before 1.16): ORPO's chunked loss becomes the full logits, in the plan
+    and the trainer, with one note naming the release that has it."""
+    from autotrain.trainers.llm import orpo
+
+    monkeypatch.setattr(orpo, "fused_head_available", lambda: False)
+    cfg = _config(tmp_path, "orpo")
+    plan = resolve_plan(cfg, device="cpu")
+    assert plan.cross_entropy == "chunked"
+    built, plan = orpo.build_trainer(cfg, plan, callbacks=[])
+    assert plan.cross_entropy == built.cross_entropy == "full"
+    note = capsys.readouterr().err
+    assert "no fused LM head" in note and "TRL 1.16+" in note and "ORPO computes the full logits" in note
+
+
 # --- the trainers: the same loss, gradients and metrics as the plain path ---------------------------------------
 
 
@@ -204,6 +219,13 @@ def test_clm_trains_and_evaluates_without_the_logits(tmp_path):
     assert _rel(losses["chunked"][0], losses["full"][0]) <= 1e-6
 
 
+def _no_fused_head() -> bool:
+    from autotrain.trainers.llm.orpo import fused_head_available
+
+    return not fused_head_available()
+
+
+@pytest.mark.skipif(_no_fused_head(), reason="this TRL has no fused LM head (trl.trainer.add_fused_lm_head, 1.16+)")
 def test_orpo_loss_and_metrics_from_the_fused_head_equal_the_logits(tmp_path):
     trainer, batch = _built(tmp_path, "orpo")
     model = trainer.model.train()

@@ -111,6 +111,15 @@ def _json_rows_with_different_keys() -> bool:
         return rows[1]["b"] is None
 
 
+def _seq2seq_lora_wraps() -> bool:
+    from peft import LoraConfig, TaskType, get_peft_model
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    config = T5Config(vocab_size=32, d_model=8, d_kv=4, d_ff=16, num_layers=1, num_heads=2, decoder_start_token_id=0)
+    lora = LoraConfig(task_type=TaskType.SEQ_2_SEQ_LM, r=2, target_modules=["q", "v"])
+    return get_peft_model(T5ForConditionalGeneration(config), lora) is not None  # 0.18-0.21.1: AttributeError
+
+
 def _matplotlib_imports() -> bool:
     import matplotlib.pyplot  # noqa: F401  (3.8.3 and older do not import beside numpy 2)
 
@@ -128,6 +137,7 @@ FACTS = [
         "SFT's batches: DataCollatorForLanguageModeling(return_position_ids=...)",
         _collator_returns_position_ids,
     ),
+    ("peft", "0.21.2", "a seq2seq model wrapped for LoRA beside transformers 5.18+", _seq2seq_lora_wraps),
     ("accelerate", "1.6", "FSDP2: accelerate launch --fsdp_version", _accelerate_launches_fsdp2),
     (
         "datasets",

@@ -311,7 +311,10 @@ def test_the_fused_loss_step_matches_trls_kernel_on_the_cpu():
     """TRL's fused LM head (the SFT trainer's loss) run on the CPU: what its forward and backward hold at
     their highest, as the estimate's formula says (autotrain.training.loss_memory)."""
     import torch
-    from trl.kernels.chunked_logprob import ChunkedLogProbFunction
+
+    # TRL's fused head (trl.kernels, 1.16+), which ORPO's chunked loss runs: older TRL has none (ORPO: full logits)
+    kernel = pytest.importorskip("trl.kernels.chunked_logprob", reason="this TRL has no fused LM head (1.16+)")
+    ChunkedLogProbFunction = kernel.ChunkedLogProbFunction
 
     from autotrain.training.loss_memory import Head, loss_step
 
