@@ -67,10 +67,21 @@ class DetectionTransform:
 
     def __init__(self, processor, side: int, train: bool):
         self.processor, self.transform = processor, transforms(side, train)
+        self.seeded_in: int | None = None  # the process whose seed the augmentations draw from
 
     def __call__(self, batch: dict) -> dict:
-        import numpy as np
+        import os
 
+        import numpy as np
+        import torch
+
+        if self.seeded_in != os.getpid():
+            # albumentations draws from a generator of its own, seeded from the OS unless told otherwise: the same
+            # config trained differently each time (a test's tiny detector learned the corners in some runs and
+            # nothing in others). torch's seed of this process is the run's seed (DataLoader workers: derived
+            # from it, one per worker), so each process draws its own reproducible augmentations.
+            self.transform.set_random_seed(torch.initial_seed() % 2**32)
+            self.seeded_in = os.getpid()
         images, annotations = [], []
         for i, (value, boxes, categories) in enumerate(
             zip(batch["image"], batch["boxes"], batch["categories"], strict=True)
