@@ -10,6 +10,11 @@ failure to compile of this tree's, which makes its step eager, is printed); then
 rounds, in an order shuffled each round. The figure is the median over rounds of the round's after / before: load
 that changes between rounds cancels out, which runs of the two trees one after the other (`optimizers.py` in each)
 do not give (their step times moved by about 10% between runs here). Run it on an otherwise idle machine.
+
+Mode `direct` (not run by default) tells where a compiled step's time goes: this tree's compiled step with each
+compiled call made through the before tree's own compiler instead of `torch.compile` (REV must have one:
+`came_compile.StepCompiler`, which traces came_math's functions on fake tensors and calls inductor's graphs
+directly), against the before tree's compiled step.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from pathlib import Path
 
 from _common import child, child_result, package_at
 
-MODES = {"default": None, "compiled": True, "eager": False}
+MODES = {"default": None, "compiled": True, "eager": False, "direct": True}
 
 
 def before_tree(revision: str, into: Path) -> Path:
@@ -51,6 +56,8 @@ def paired_here(before_root: str, mode: str, rounds: str, layers: str) -> dict:
 
     from autotrain.optimizers import CAME8Bit as After
 
+    if mode == "direct":
+        direct_calls(sys.modules["autotrain_before.optimizers.came_compile"])
     torch.set_num_threads(2)
     shapes = optimizers.smollm2_shapes(int(layers))
     settings = {"lr": 1e-4} if MODES[mode] is None else {"lr": 1e-4, "compile": MODES[mode]}
@@ -73,6 +80,20 @@ def paired_here(before_root: str, mode: str, rounds: str, layers: str) -> dict:
             opts[name].step()
             times[name].append(time.perf_counter() - start)
     return {**times, "after_failures": opts["after"].compile_choices}
+
+
+def direct_calls(before_compile) -> None:
+    """Make this tree's compiled calls through the before tree's compiler (inductor's graphs called directly)."""
+    from autotrain.optimizers import came_compile
+
+    if not hasattr(before_compile, "StepCompiler"):
+        raise SystemExit("--modes direct: the --before tree has no came_compile.StepCompiler to call graphs with")
+    compiler = before_compile.StepCompiler()
+
+    def call(self, site, fn, *args):
+        return compiler(fn, *args, site=site)
+
+    came_compile.Compiler.__call__ = call
 
 
 def main() -> int:
