@@ -64,10 +64,14 @@ def warm_up_done(timeout: float = 600) -> None:
 
 @pytest.fixture
 def backend(monkeypatch) -> Backend:
-    """Every ``torch.compile`` of the test through a fresh ``Backend`` (Dynamo's caches cleared first)."""
+    """Every ``torch.compile`` of the test through a fresh ``Backend`` (Dynamo's caches cleared first), called
+    as torch.compile's function (compiled at its first call): ahead-of-time compiling takes only backends whose
+    graphs serialise, which the recorder's do not."""
     torch.compiler.reset()
     recorder, compile_ = Backend(), torch.compile
     monkeypatch.setattr(torch, "compile", lambda fn, **_: compile_(fn, fullgraph=True, dynamic=False, backend=recorder))
+    monkeypatch.setattr(came_compile, "precompiled", lambda compiled, args: compiled)
+    monkeypatch.setattr(came_compile, "GRAPHS", {})  # the recorder's graphs, this test's alone
     yield recorder
     torch.compiler.reset()
 
@@ -418,7 +422,7 @@ def _chunk_state(shape: tuple[int, ...], block: int, seed: int = 0) -> tuple:
 
 def _compiled(fn, *args):
     """``fn(*args)`` compiled as the optimizer compiles it."""
-    return torch.compile(fn, fullgraph=True, dynamic=False, options=came_compile.OPTIONS)(*args)
+    return came_compile.Compiler()({}, fn, *args)
 
 
 @pytest.mark.slow  # compiles six graphs

@@ -51,6 +51,8 @@ def faulty(monkeypatch) -> Backend:
     torch.compiler.reset()
     backend, compile_ = Backend(), torch.compile
     monkeypatch.setattr(torch, "compile", lambda fn, **_: compile_(fn, fullgraph=True, dynamic=False, backend=backend))
+    monkeypatch.setattr(came_compile, "precompiled", lambda compiled, args: compiled)  # (see test_came_compiled)
+    monkeypatch.setattr(came_compile, "GRAPHS", {})  # the recorder's graphs, this test's alone
     yield backend
     torch.compiler.reset()
 
@@ -118,13 +120,13 @@ def test_real_compiled_graphs_that_fail_first_give_the_eager_step(monkeypatch, w
     """With inductor's own graphs (wrapped to fail): every call of the first step fails (compiling, before
     running, after writing): the run is compile=False's, bit for bit."""
     faults = Backend({(1, when)})
-    compile_ = torch.compile
+    precompiled = came_compile.precompiled
 
-    def faulty_compile(fn, **kwargs):
-        graph = compile_(fn, **kwargs)
+    def faulty_precompiled(compiled, args):
+        faults._fault("compile")  # (a real compile fails here, before anything runs)
+        graph = precompiled(compiled, args)
 
         def call(*args):
-            faults._fault("compile")  # (a real compile fails at the first call, before anything runs)
             faults._fault("before")
             out = graph(*args)
             faults._fault("after", torch.OutOfMemoryError)
@@ -132,7 +134,8 @@ def test_real_compiled_graphs_that_fail_first_give_the_eager_step(monkeypatch, w
 
         return call
 
-    monkeypatch.setattr(torch, "compile", faulty_compile)
+    monkeypatch.setattr(came_compile, "precompiled", faulty_precompiled)
+    monkeypatch.setattr(came_compile, "GRAPHS", {})  # compiled afresh, through faulty_precompiled
     params, reference = _params(), _params()
     opt = CAME8Bit(params, lr=1e-2, compile=True, **SMALL_8BIT)
     ref = CAME8Bit(reference, lr=1e-2, compile=False, **SMALL_8BIT)
@@ -152,6 +155,7 @@ def _sharded_phases_rank(rank: int, world: int, out, fail_call: int) -> dict:
 
     backend, compile_ = Backend({(1, "after")}), torch.compile
     torch.compile = lambda fn, **_: compile_(fn, fullgraph=True, dynamic=False, backend=backend)
+    came_compile.precompiled = lambda compiled, args: compiled  # (see test_came_compiled)
     counted = backend._fault
 
     def nth_call(when, error=RuntimeError):  # only the fail_call-th call's "after" of step 1

@@ -74,6 +74,30 @@ def test_foreach_ops_are_one_call_for_all_tensors():
     assert names.count("aten::_foreach_add_") == 1 and names.count("aten::_foreach_copy_") == 1, names
 
 
+def _twice(x):
+    return x * 2
+
+
+def test_precompiled_is_compiled_ahead_of_time_and_skips_guards_from_the_checked_release():
+    x = torch.arange(6.0).view(2, 3)
+    compiled = torch.compile(_twice, fullgraph=True, dynamic=False, backend="eager")
+    function = compat_torch.precompiled(compiled, (x,))
+    if torch.__version__ < compat_torch.AOT_COMPILE_FROM:
+        assert function is compiled  # compiled at its first call, through Dynamo
+        return
+    assert function is not compiled and callable(function.save_compiled_function)  # torch's AOT function
+    assert torch.equal(function(x), x * 2)
+    # No guards: a layout it was not compiled for runs the same graph (the caller keys graphs by layout), where
+    # a guarded call would recompile or raise.
+    assert torch.equal(function(x.double()), x.double() * 2)
+
+
+def test_precompiled_leaves_the_function_to_dynamo_when_inductor_caches_are_off():
+    compiled = torch.compile(_twice, fullgraph=True, dynamic=False, backend="eager")
+    with torch._inductor.config.patch(force_disable_caches=True):  # ahead-of-time compiling refuses it
+        assert compat_torch.precompiled(compiled, (torch.ones(2),)) is compiled
+
+
 def test_a_dispatch_mode_sees_every_op_and_its_outputs():
     seen = []
 

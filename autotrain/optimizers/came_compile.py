@@ -1,7 +1,9 @@
 """CAME's compiled step: came_math's functions through ``torch.compile(fullgraph=True, dynamic=False)``, one
-graph per (function, input layout), held by one optimizer's ``Compiler`` (its graphs, its failure, its
-warm-up thread: nothing is shared between optimizers). Hyper-parameters are a tensor input, so a schedule or
-per-group settings never recompile. Which groups ``compile: null`` (auto) compiles: ``compiles``.
+graph per (function, input layout) in the process (``GRAPHS``), compiled ahead of time where torch can
+(``compat.torch.precompiled``: a call then skips Dynamo's frame evaluation and guards, the graph being keyed by
+its layout here). Each optimizer's ``Compiler`` holds its failure and its warm-up thread: nothing but the graphs
+is shared between optimizers. Hyper-parameters are a tensor input, so a schedule or per-group settings never
+recompile. Which groups ``compile: null`` (auto) compiles: ``compiles``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Any
 
 import torch
 from torch import Tensor
+
+from autotrain.compat.torch import precompiled
 
 # Recompute the update and m in each loop that needs them rather than store them in a full-size buffer.
 OPTIONS = {"realize_reads_threshold": 64, "realize_opcount_threshold": 4096, "realize_acc_reads_threshold": 64}
@@ -56,10 +60,11 @@ def replicated() -> bool:
 
 
 def layout(value: Any) -> Any:
-    """What a graph of ``value`` is specialised to: each tensor's shape, strides, dtype and device, every
-    other value as it is."""
+    """What a graph of ``value`` is specialised to (what Dynamo's guards check, which an ahead-of-time graph's
+    calls skip): each tensor's type, shape, strides, dtype, device and whether it requires grad, every other
+    value as it is."""
     if isinstance(value, Tensor):
-        return (tuple(value.shape), value.stride(), value.dtype, value.device)
+        return (type(value), tuple(value.shape), value.stride(), value.dtype, value.device, value.requires_grad)
     if type(value) in (tuple, list):
         return tuple(layout(v) for v in value)
     return value
@@ -74,21 +79,21 @@ def tensors_of(value: Any) -> list[Tensor]:
     return []
 
 
-# (function, layout) -> a copy of the function with a code object of its own. Dynamo keeps its graphs per code
-# object and stops compiling one after 8 layouts, which a model exceeds; one per layout also lets every
-# optimizer of the process find a layout's graph in Dynamo's cache.
-_COPIES: dict[tuple, Callable] = {}
+# (function, layout) -> its graph, compiled once in the process and called by each optimizer that meets the
+# layout (a graph is a pure function of its inputs; a failure is recorded by the optimizer that met it). Each is
+# compiled from a copy of the function with a code object of its own: where a graph is not compiled ahead of
+# time, Dynamo keeps its graphs per code object and stops compiling one after 8 layouts, which a model exceeds.
+GRAPHS: dict[tuple, Callable] = {}
 
 
 class Compiler:
-    """One optimizer's compiled graphs (``torch.compile`` of came_math's functions, one per (function, layout)),
-    its ``failure`` (the record of the first one: every later step is eager), and its warm-up thread: ``warmed``
-    queues a chunk's layout, which the thread compiles by a step on scratch tensors while the eager step runs
-    (see ``CAME``'s ``compile``)."""
+    """One optimizer's way to the compiled graphs (``GRAPHS``: ``torch.compile`` of came_math's functions, one
+    per (function, layout)), its ``failure`` (the record of the first one: every later step is eager), and its
+    warm-up thread: ``warmed`` queues a chunk's layout, which the thread compiles by a step on scratch tensors
+    while the eager step runs (see ``CAME``'s ``compile``)."""
 
     def __init__(self) -> None:
         self.failure: dict[str, Any] | None = None
-        self._graphs: dict[tuple, Callable] = {}
         self._ready: set = set()  # layouts the thread has compiled
         self._queue: list[tuple] = []
         self._thread: threading.Thread | None = None
@@ -102,10 +107,12 @@ class Compiler:
 
     def _graph(self, fn: Callable, args: tuple) -> Callable:
         key = (fn, layout(args))
-        if key not in self._graphs:
-            copy = _COPIES.setdefault(key, types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__))
-            self._graphs[key] = torch.compile(copy, fullgraph=True, dynamic=False, options=OPTIONS)
-        return self._graphs[key]
+        graph = GRAPHS.get(key)
+        if graph is None:
+            copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__)
+            compiled = torch.compile(copy, fullgraph=True, dynamic=False, options=OPTIONS)
+            graph = GRAPHS.setdefault(key, precompiled(compiled, args))
+        return graph
 
     def fail(self, exc: BaseException, shape: tuple[int, ...], params: int) -> None:
         """Record the first failure (one line on stderr): every later step of this optimizer is eager."""
