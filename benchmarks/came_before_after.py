@@ -1,6 +1,7 @@
 """CAME8Bit's step time before and after a change, in one process: the two trees' optimizers take turns.
 
-    python benchmarks/came_before_after.py --before REV [--rounds 30] [--layers 30] [--modes ...] [--smoke]
+    python benchmarks/came_before_after.py --before REV [--rounds 30] [--layers 30] [--modes ...] [--first-step N]
+                                            [--smoke]
 
 The tree at git revision REV (`git archive`) is imported as the package `autotrain_before`, beside this tree's
 `autotrain`. For each mode (the default, auto; `compile=True`; `compile=False`), in a fresh process, both build
@@ -11,6 +12,10 @@ rounds, in an order shuffled each round. The figure is the median over rounds of
 that changes between rounds cancels out, which runs of the two trees one after the other (`optimizers.py` in each)
 do not give (their step times moved by about 10% between runs here). Run it on an otherwise idle machine.
 
+`--first-step N`: also CAME8Bit's first step with `compile=True` (every graph compiled before it runs) on the same
+list, in a fresh process per run, N times per tree in turns: cold (an empty inductor cache of the tree's own,
+what a first run on a machine pays) and cached (the next fresh process, on the cache the cold one left).
+
 Mode `direct` (not run by default) tells where a compiled step's time goes: this tree's compiled step with each
 compiled call made through the before tree's own compiler instead of `torch.compile` (REV must have one:
 `came_compile.StepCompiler`, which traces came_math's functions on fake tensors and calls inductor's graphs
@@ -20,6 +25,7 @@ directly), against the before tree's compiled step.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import sys
@@ -82,6 +88,42 @@ def paired_here(before_root: str, mode: str, rounds: str, layers: str) -> dict:
     return {**times, "after_failures": opts["after"].compile_choices}
 
 
+def first_step_here(before_root: str, tree: str, layers: str) -> float:
+    """Seconds of the first step of one tree's CAME8Bit (``compile=True``) in this fresh process."""
+    import optimizers
+    import torch
+
+    sys.path.insert(0, before_root)
+    if tree == "after":
+        from autotrain.optimizers import CAME8Bit
+    else:
+        from autotrain_before.optimizers import CAME8Bit
+    torch.set_num_threads(2)
+    opt = CAME8Bit(optimizers.make_params(optimizers.smollm2_shapes(int(layers)), "cpu"), lr=1e-4, compile=True)
+    start = time.perf_counter()
+    opt.step()
+    seconds = time.perf_counter() - start
+    if opt.compile_choices:
+        raise SystemExit(f"{tree}: the compiled step failed: {opt.compile_choices}")
+    return seconds
+
+
+def first_steps(root: Path, before: str, reps: int, layers: str) -> None:
+    """Each tree's first compiled step, cold then cached, ``reps`` times in turns; the medians printed."""
+    seconds: dict[tuple[str, str], list[float]] = {}
+    for _ in range(reps):
+        for tree in ("after", "before"):
+            with tempfile.TemporaryDirectory(prefix=f"autotrain-inductor-{tree}-") as cache:
+                env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
+                for state in ("cold", "cached"):
+                    run = child_result(child(first_step_here, str(root), tree, layers), env)
+                    seconds.setdefault((tree, state), []).append(run)
+    for state in ("cold", "cached"):
+        after, then = (statistics.median(seconds[tree, state]) for tree in ("after", "before"))
+        print(f"  first compiled step, {state}: after {after:.1f} s, before ({before}) {then:.1f} s, after / before "
+              f"{after / then:.2f} (median of {reps})")  # fmt: skip
+
+
 def direct_calls(before_compile) -> None:
     """Make this tree's compiled calls through the before tree's compiler (inductor's graphs called directly)."""
     from autotrain.optimizers import came_compile
@@ -102,6 +144,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--layers", type=int, default=30, help="SmolLM2's decoder layers (default 30: all).")
     parser.add_argument("--modes", default="default,compiled,eager")
+    parser.add_argument("--first-step", type=int, default=0, metavar="N", help="Also the first compiled step, N runs.")
     parser.add_argument("--smoke", action="store_true", help="1 layer, 2 rounds, eager, against HEAD: checks nothing.")
     args = parser.parse_args()
     if args.smoke:
@@ -116,6 +159,8 @@ def main() -> int:
             print(f"  {mode}: after {after:.1f} ms, before ({args.before}) {before:.1f} ms, after / before {ratio:.3f}")
             if times["after_failures"]:
                 print(f"    after: the compiled step failed: {times['after_failures']}")
+        if args.first_step:
+            first_steps(root, args.before, args.first_step, str(args.layers))
     return 0
 
 

@@ -70,7 +70,7 @@ def backend(monkeypatch) -> Backend:
     torch.compiler.reset()
     recorder, compile_ = Backend(), torch.compile
     monkeypatch.setattr(torch, "compile", lambda fn, **_: compile_(fn, fullgraph=True, dynamic=False, backend=recorder))
-    monkeypatch.setattr(came_compile, "precompiled", lambda compiled, args: compiled)
+    monkeypatch.setattr(came_compile, "precompiled", lambda compiled, args, key: compiled)
     monkeypatch.setattr(came_compile, "GRAPHS", {})  # the recorder's graphs, this test's alone
     yield recorder
     torch.compiler.reset()

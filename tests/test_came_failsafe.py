@@ -51,7 +51,7 @@ def faulty(monkeypatch) -> Backend:
     torch.compiler.reset()
     backend, compile_ = Backend(), torch.compile
     monkeypatch.setattr(torch, "compile", lambda fn, **_: compile_(fn, fullgraph=True, dynamic=False, backend=backend))
-    monkeypatch.setattr(came_compile, "precompiled", lambda compiled, args: compiled)  # (see test_came_compiled)
+    monkeypatch.setattr(came_compile, "precompiled", lambda compiled, args, key: compiled)  # (see test_came_compiled)
     monkeypatch.setattr(came_compile, "GRAPHS", {})  # the recorder's graphs, this test's alone
     yield backend
     torch.compiler.reset()
@@ -122,9 +122,9 @@ def test_real_compiled_graphs_that_fail_first_give_the_eager_step(monkeypatch, w
     faults = Backend({(1, when)})
     precompiled = came_compile.precompiled
 
-    def faulty_precompiled(compiled, args):
+    def faulty_precompiled(compiled, args, key):
         faults._fault("compile")  # (a real compile fails here, before anything runs)
-        graph = precompiled(compiled, args)
+        graph = precompiled(compiled, args, key)
 
         def call(*args):
             faults._fault("before")
@@ -155,7 +155,7 @@ def _sharded_phases_rank(rank: int, world: int, out, fail_call: int) -> dict:
 
     backend, compile_ = Backend({(1, "after")}), torch.compile
     torch.compile = lambda fn, **_: compile_(fn, fullgraph=True, dynamic=False, backend=backend)
-    came_compile.precompiled = lambda compiled, args: compiled  # (see test_came_compiled)
+    came_compile.precompiled = lambda compiled, args, key: compiled  # (see test_came_compiled)
     counted = backend._fault
 
     def nth_call(when, error=RuntimeError):  # only the fail_call-th call's "after" of step 1

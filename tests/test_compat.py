@@ -78,12 +78,21 @@ def _twice(x):
     return x * 2
 
 
-def test_precompiled_is_compiled_ahead_of_time_and_skips_guards_from_the_checked_release():
+def _thrice(x):
+    return x * 3
+
+
+def _eager_compiled(fn):
+    return torch.compile(fn, fullgraph=True, dynamic=False, backend="eager")  # (no C++ build)
+
+
+def test_precompiled_is_compiled_ahead_of_time_and_skips_guards_from_the_checked_release(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     x = torch.arange(6.0).view(2, 3)
-    compiled = torch.compile(_twice, fullgraph=True, dynamic=False, backend="eager")
-    function = compat_torch.precompiled(compiled, (x,))
+    compiled = _eager_compiled(_twice)
+    function = compat_torch.precompiled(compiled, (x,), "twice")
     if torch.__version__ < compat_torch.AOT_COMPILE_FROM:
-        assert function is compiled  # compiled at its first call, through Dynamo
+        assert function is compiled and not (tmp_path / "autotrain").exists()  # compiled at its first call
         return
     assert function is not compiled and callable(function.save_compiled_function)  # torch's AOT function
     assert torch.equal(function(x), x * 2)
@@ -92,10 +101,34 @@ def test_precompiled_is_compiled_ahead_of_time_and_skips_guards_from_the_checked
     assert torch.equal(function(x.double()), x.double() * 2)
 
 
+def test_precompiled_loads_what_an_earlier_process_saved_and_compiles_over_what_it_cannot_load(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    x, saved = torch.arange(4.0), tmp_path / "autotrain" / "k.pt"
+    compat_torch.precompiled(_eager_compiled(_twice), (x,), "k")
+    if torch.__version__ < compat_torch.AOT_COMPILE_FROM:
+        assert not saved.exists()  # torch.compile's function: nothing of autotrain's to save
+        return
+    assert saved.is_file()
+    # Loaded by name, not compiled: another function under the same name gives the saved one's result.
+    assert torch.equal(compat_torch.precompiled(_eager_compiled(_thrice), (x,), "k")(x), x * 2)
+    saved.write_bytes(b"cut short")
+    assert torch.equal(compat_torch.precompiled(_eager_compiled(_thrice), (x,), "k")(x), x * 3)
+    assert saved.read_bytes() != b"cut short"  # saved over
+
+
+def test_precompiled_says_so_where_it_cannot_save_and_gives_the_function(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    (tmp_path / "autotrain").write_text("a file where the folder goes")
+    function = compat_torch.precompiled(_eager_compiled(_twice), (torch.ones(3),), "k")
+    assert torch.equal(function(torch.ones(3)), torch.full((3,), 2.0))
+    if torch.__version__ >= compat_torch.AOT_COMPILE_FROM:
+        assert "could not cache a compiled graph" in capsys.readouterr().err
+
+
 def test_precompiled_leaves_the_function_to_dynamo_when_inductor_caches_are_off():
-    compiled = torch.compile(_twice, fullgraph=True, dynamic=False, backend="eager")
+    compiled = _eager_compiled(_twice)
     with torch._inductor.config.patch(force_disable_caches=True):  # ahead-of-time compiling refuses it
-        assert compat_torch.precompiled(compiled, (torch.ones(2),)) is compiled
+        assert compat_torch.precompiled(compiled, (torch.ones(2),), "k") is compiled
 
 
 def test_a_dispatch_mode_sees_every_op_and_its_outputs():

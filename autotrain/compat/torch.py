@@ -11,14 +11,17 @@ its outputs; torch documents it (the "extending torch with Python" notes) but ex
 
 `precompiled`: torch's ahead-of-time compile of a `torch.compile` function (`.aot_compile`, documented and
 experimental), whose calls skip Dynamo's frame evaluation and guards; it is taken from torch 2.13 (the first
-release checked) and refuses inductor's caches disabled, which a private config says.
+release checked), refuses inductor's caches disabled (a private config says so) and is saved in inductor's
+cache folder (a private function names it).
 
 Checked on torch 2.8.0 (the floor) and 2.13.0 (tests/test_compat.py).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -42,14 +45,47 @@ def foreach_add_(tensors: list[Tensor], value: float) -> None:
     torch._foreach_add_(tensors, value)
 
 
-def precompiled(compiled: Callable, args: tuple[Any, ...]) -> Callable:
+def precompiled(compiled: Callable, args: tuple[Any, ...], key: str) -> Callable:
     """``compiled`` (``torch.compile(fn, fullgraph=True, dynamic=False)``) compiled now for ``args``, as a function
     whose calls skip Dynamo's frame evaluation and guards (about 60 µs a call in a CAME step): the caller must
-    call it only with ``args``' layouts, which it keys its graphs by. Before torch 2.13, or with inductor's
-    caches disabled (which ahead-of-time compiling refuses), ``compiled`` itself, which compiles at its first
-    call."""
-    if torch.__version__ < AOT_COMPILE_FROM or torch._inductor.config.force_disable_caches:
+    call it only with ``args``' layouts, which it keys its graphs by. ``key`` (what the graph depends on, hashed
+    by the caller) names it in inductor's cache folder, ``autotrain/<key>.pt``: a later process loads it from
+    there in milliseconds, where compiling it again would take seconds (the ahead-of-time compile's own cache
+    entries are named for the process that made them, so none is found again). Before torch 2.13, or with
+    inductor's caches disabled (which ahead-of-time compiling refuses), ``compiled`` itself, which compiles
+    at its first call."""
+    from torch._inductor import config
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    if torch.__version__ < AOT_COMPILE_FROM or config.force_disable_caches:
         return compiled
-    function = compiled.aot_compile((args, {}))
+    path = Path(cache_dir()) / "autotrain" / f"{key}.pt"
+    function = _load(path)
+    if function is None:
+        function = compiled.aot_compile((args, {}))
+        _save(function, path)
     function.disable_guard_check()
     return function
+
+
+def _load(path: Path) -> Callable | None:
+    """The function saved at ``path``; None where there is none or this torch cannot load it (cut short, made by
+    another build): a cache miss, compiled again and saved over."""
+    try:
+        with path.open("rb") as file:
+            return torch.compiler.load_compiled_function(file)
+    except FileNotFoundError:
+        return None
+    except Exception:  # a cache entry it cannot use is a miss
+        return None
+
+
+def _save(function: Any, path: Path) -> None:
+    """Save ``function`` at ``path`` (written whole or not at all); where it cannot be (a read-only cache, a graph
+    torch cannot serialise), the next process compiles it again, which one line says."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        function.save_compiled_function(str(path))
+    except Exception as exc:  # the compiled function is good; only the next process's load is lost
+        print(f"autotrain: could not cache a compiled graph at {path} ({type(exc).__name__}: {exc}"[:300] + ")",
+              file=sys.stderr)  # fmt: skip

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
+import hashlib
+import inspect
 import sys
 import threading
 import types
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -86,6 +90,22 @@ def tensors_of(value: Any) -> list[Tensor]:
 GRAPHS: dict[tuple, Callable] = {}
 
 
+def saved_as(fn: Callable, fn_layout: Any, args: tuple) -> str:
+    """The name a graph of ``fn`` for ``fn_layout`` is saved under: a hash of what it depends on (the source of
+    ``fn``'s module, which holds every function it calls, the layout, inductor's options, torch's version, the
+    thread count its C++ is built for, the CPU's instruction set and each CUDA device's capability)."""
+    cuda = sorted({t.device for t in tensors_of(args) if t.device.type == "cuda"}, key=str)
+    facts = (fn.__qualname__, fn_layout, OPTIONS, str(torch.__version__), torch.get_num_threads(),
+             torch.backends.cpu.get_cpu_capability(), [torch.cuda.get_device_capability(d) for d in cuda])  # fmt: skip
+    return hashlib.sha256(_source(fn.__module__) + repr(facts).encode()).hexdigest()[:40]
+
+
+@functools.cache
+def _source(module: str) -> bytes:
+    path = inspect.getsourcefile(sys.modules[module])
+    return Path(path).read_bytes() if path else b""
+
+
 class Compiler:
     """One optimizer's way to the compiled graphs (``GRAPHS``: ``torch.compile`` of came_math's functions, one
     per (function, layout)), its ``failure`` (the record of the first one: every later step is eager), and its
@@ -111,7 +131,7 @@ class Compiler:
         if graph is None:
             copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__)
             compiled = torch.compile(copy, fullgraph=True, dynamic=False, options=OPTIONS)
-            graph = GRAPHS.setdefault(key, precompiled(compiled, args))
+            graph = GRAPHS.setdefault(key, precompiled(compiled, args, saved_as(fn, key[1], args)))
         return graph
 
     def fail(self, exc: BaseException, shape: tuple[int, ...], params: int) -> None:
