@@ -194,7 +194,10 @@ def compiled_step(device: str, sizes: dict) -> dict:
     reference = [p.detach().clone() for p in params]  # after the same steps as each compiled run
     result["eager"]["step_ms"] = _step_ms(eager, params, device, sizes["reps"])
     for mode in (None, True):
-        torch.compiler.reset()  # compiles afresh, as a first run does
+        # Compiles afresh, as a first run does: no graph of the process's, none saved in the inductor cache.
+        torch.compiler.reset()
+        came_compile.GRAPHS.clear()
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="gpu-checks-inductor-")
         params = _came_params(sizes, device)
         opt = CAME8Bit(params, lr=1e-4, compile=mode)
         first, seconds = _train(opt, params, device, mode is None)

@@ -24,8 +24,8 @@ Candidates: CAME8Bit and CAME with their compiled step (``compile=True``), their
 ``torch.optim.AdamW`` (foreach and fused) and FusedAdam (which runs torch's fused AdamW kernel: its speed
 is that kernel's).
 
-Compile time: the first step of CAME8Bit (compiled) on the mix, in a fresh process with inductor's
-caches turned off (what a first run pays, once per group shape; later runs find the kernels in the cache).
+Compile time: the first step of CAME8Bit (compiled) on the mix, in a fresh process with an empty inductor
+cache (what a first run pays, once per group shape; later runs find the kernels and graphs in the cache).
 
 Peak memory of a step is measured in a fresh subprocess per candidate. On CUDA:
 ``torch.cuda.max_memory_allocated`` minus the allocation before the step. On CPU (Linux): the
@@ -43,6 +43,7 @@ import os
 import random
 import statistics
 import sys
+import tempfile
 import time
 
 import torch
@@ -258,17 +259,17 @@ SMOLLM2_FIGURES = [
 
 def _smollm2_rows(device: str, threads: int, rounds: int, layers: int = 30) -> list[tuple]:
     """Step-time ratios on SmolLM2-135M's 272 tensors, and CAME8Bit's first step (compiled) in a fresh
-    process, cold (inductor's caches off) and with the cache the previous process left."""
+    process, cold (an empty inductor cache) and with the cache the previous process left."""
     shapes = smollm2_shapes(layers)
     rows = []
     for figure, name, base, target in SMOLLM2_FIGURES:
         times = in_subprocess("pair_times_here", f"{name},{base},{rounds}", shapes, device, threads)
         ms = [f"{statistics.median(times[n]) * 1e3:.1f} ms" for n in (name, base)]
         rows.append((f"SmolLM2-135M list: {figure}", *ms, paired_ratio(times, name, base), target))
-    off = {"TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}
-    cold = in_subprocess("first_step_seconds_here", "came_8bit", shapes, device, threads, off)
-    in_subprocess("first_step_seconds_here", "came_8bit", shapes, device, threads)  # fills the cache
-    cached = in_subprocess("first_step_seconds_here", "came_8bit", shapes, device, threads)
+    with tempfile.TemporaryDirectory(prefix="autotrain-inductor-") as cache:
+        empty = {"TORCHINDUCTOR_CACHE_DIR": cache}
+        cold = in_subprocess("first_step_seconds_here", "came_8bit", shapes, device, threads, empty)
+        cached = in_subprocess("first_step_seconds_here", "came_8bit", shapes, device, threads, empty)
     for label, run, target in (("cold", cold, None), ("cached, fresh process", cached, 5.0)):
         figure = f"SmolLM2-135M list: CAME8Bit compiled, first step {label} (s) / second step"
         rows.append((figure, f"{run['first']:.1f} s", f"{run['second'] * 1e3:.0f} ms", run["first"], target))
@@ -314,12 +315,12 @@ def main() -> None:
     base_text = ", ".join(f"{k} {v:.3f}" for k, v in baselines.items())
     rows.append((f"CAME8Bit state bytes/param, {square[0]}x{square[1]}", f"{ours:.4f}", base_text, ours, 1.01))
 
-    cold = in_subprocess(
-        "first_step_seconds_here", "came_8bit", MIX, device, args.threads, {"TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}
-    )
+    with tempfile.TemporaryDirectory(prefix="autotrain-inductor-") as cache:
+        empty = {"TORCHINDUCTOR_CACHE_DIR": cache}
+        cold = in_subprocess("first_step_seconds_here", "came_8bit", MIX, device, args.threads, empty)
     rows.append(
         (
-            "CAME8Bit compiled, first step (one graph per group shape: 3 on the mix; caches off) / second step",
+            "CAME8Bit compiled, first step (one graph per group shape: 3 on the mix; empty cache) / second step",
             f"{cold['first']:.1f} s",
             f"{cold['second'] * 1e3:.0f} ms",
             cold["first"] / cold["second"],

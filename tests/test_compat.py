@@ -126,8 +126,10 @@ def test_precompiled_says_so_where_it_cannot_save_and_gives_the_function(tmp_pat
 
 
 def test_precompiled_leaves_the_function_to_dynamo_when_inductor_caches_are_off():
+    from torch._inductor import config
+
     compiled = _eager_compiled(_twice)
-    with torch._inductor.config.patch(force_disable_caches=True):  # ahead-of-time compiling refuses it
+    with config.patch(force_disable_caches=True):  # ahead-of-time compiling refuses it
         assert compat_torch.precompiled(compiled, (torch.ones(2),), "k") is compiled
 
 

@@ -54,10 +54,12 @@ def precompiled(compiled: Callable, args: tuple[Any, ...], key: str) -> Callable
     entries are named for the process that made them, so none is found again). Before torch 2.13, or with
     inductor's caches disabled (which ahead-of-time compiling refuses), ``compiled`` itself, which compiles
     at its first call."""
+    if torch.__version__ < AOT_COMPILE_FROM:
+        return compiled
     from torch._inductor import config
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
-    if torch.__version__ < AOT_COMPILE_FROM or config.force_disable_caches:
+    if config.force_disable_caches:
         return compiled
     path = Path(cache_dir()) / "autotrain" / f"{key}.pt"
     function = _load(path)
